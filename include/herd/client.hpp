@@ -1,0 +1,320 @@
+#pragma once
+/// @file client.hpp
+/// @brief herd::Client: submit tasks, get futures, gather results (Dask's words).
+///
+/// @code
+/// herd::Client client{herd::LocalCluster{4}};
+/// auto x = client.submit(add, 1, 2);                 // Future<int>
+/// auto y = client.submit(add, x, 10);                // a future argument is a graph edge
+/// auto zs = client.gather(client.map(add, xs, ys));  // std::vector<int>
+/// @endcode
+
+#include <chrono>
+#include <concepts>
+#include <cstdint>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "herd/cluster.hpp"
+#include "herd/detail/client_core.hpp"
+#include "herd/future.hpp"
+#include "herd/options.hpp"
+#include "herd/remote.hpp"
+
+namespace herd {
+
+/// @brief How a client connects.
+struct ClientOptions {
+  /// How long to wait for the scheduler's answer before throwing ConnectionError.
+  std::chrono::milliseconds connect_timeout{10000};
+  /// How long the constructor waits for a cluster's workers to connect.
+  std::chrono::milliseconds workers_timeout{60000};
+  /// Name shown in the scheduler's logs ("" = host:pid).
+  std::string name;
+};
+
+template <typename T>
+class AsCompleted;
+
+namespace detail {
+template <typename T>
+struct is_future_vector : std::false_type {};
+template <typename T>
+struct is_future_vector<std::vector<Future<T>>> : std::true_type {};
+
+template <typename T>
+struct future_value;
+template <typename T>
+struct future_value<Future<T>> {
+  using type = T;
+};
+
+/// Packs argument `a` into parameter slot `index` of type P; futures become graph edges.
+template <typename P, typename A>
+void pack_arg(msgpack::packer<VectorWriter>& pk, A&& a, std::uint32_t index,
+              std::vector<ArgRefSpec>& refs, const ClientCore* core) {
+  using D = std::remove_cvref_t<A>;
+  if constexpr (is_future<D>::value) {
+    static_assert(std::is_convertible_v<typename future_value<D>::type, P> ||
+                      std::is_same_v<typename future_value<D>::type, P>,
+                  "a Future<T> argument must hold a type the parameter accepts");
+    if (future_owner(*a.state()) != core) throw_foreign_future();
+    pk.pack_nil();
+    refs.push_back({future_id(*a.state()), index, -1});
+  } else if constexpr (is_future_vector<D>::value) {
+    pk.pack_array(static_cast<std::uint32_t>(a.size()));
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      if (future_owner(*a[j].state()) != core) throw_foreign_future();
+      pk.pack_nil();
+      refs.push_back({future_id(*a[j].state()), index, static_cast<std::int32_t>(j)});
+    }
+  } else if constexpr (std::is_same_v<D, P>) {
+    pk.pack(a);
+  } else {
+    static_assert(std::is_constructible_v<P, A>,
+                  "argument type does not convert to the task's parameter type");
+    pk.pack(P(std::forward<A>(a)));
+  }
+}
+}  // namespace detail
+
+/// @brief A connection to a scheduler, and the owner of a cluster if given one.
+class Client {
+ public:
+  /// Starts a LocalCluster with default sizes and connects to it.
+  Client();
+  /// Connects to a running scheduler, e.g. "tcp://login1:8786".
+  /// @throws ConnectionError naming the address when no scheduler answers in time.
+  explicit Client(const std::string& scheduler_address, ClientOptions options = {});
+  /// Starts `cluster`, connects, waits for its workers; closes it when the client ends.
+  template <std::derived_from<Cluster> C>
+  explicit Client(C&& cluster, ClientOptions options = {})
+      : Client(std::unique_ptr<Cluster>(new std::remove_cvref_t<C>(std::forward<C>(cluster))),
+               std::move(options)) {}
+  Client(std::unique_ptr<Cluster> cluster, ClientOptions options);
+  ~Client();
+  Client(Client&&) noexcept;
+  Client& operator=(Client&&) noexcept;
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  /// @brief Runs fn(args...) on a worker. Futures among the args are waited for and their
+  /// values passed (a dependency edge); a std::vector<Future<T>> fills a vector parameter.
+  /// @return Future of fn's result type.
+  template <typename F, typename... A>
+    requires detail::function_pointer<F>
+  auto submit(F fn, A&&... args) {
+    return submit(TaskOptions{}, fn, std::forward<A>(args)...);
+  }
+
+  /// @brief submit() with per-task options (key, priority, retries, resources).
+  template <typename F, typename... A>
+    requires detail::function_pointer<F>
+  auto submit(const TaskOptions& options, F fn, A&&... args) {
+    using Traits = detail::fn_traits<std::decay_t<F>>;
+    using R = typename Traits::result;
+    const std::string& name = detail::function_name(reinterpret_cast<const void*>(fn),
+                                                    typeid(std::remove_pointer_t<F>).name());
+    return submit_packed<R, typename Traits::args>(name, options, std::forward<A>(args)...);
+  }
+
+  /// @brief Submits by registered name, for functions this process does not link (e.g. from
+  /// a task library loaded by the workers). R is the result type.
+  template <typename R, typename... A>
+  Future<R> submit_by_name(const std::string& function, const TaskOptions& options, A&&... args) {
+    return submit_packed<R, std::tuple<std::remove_cvref_t<A>...>>(function, options,
+                                                                   std::forward<A>(args)...);
+  }
+
+  /// @brief fn applied to each element (several ranges are zipped; they must be the same size).
+  template <typename F, typename... Ranges>
+    requires detail::function_pointer<F>
+  auto map(F fn, const Ranges&... ranges) {
+    return map(TaskOptions{}, fn, ranges...);
+  }
+
+  template <typename F, typename... Ranges>
+    requires detail::function_pointer<F>
+  auto map(const TaskOptions& options, F fn, const Ranges&... ranges) {
+    static_assert(sizeof...(Ranges) > 0, "map needs at least one range");
+    using R = typename detail::fn_traits<std::decay_t<F>>::result;
+    const std::size_t sizes[] = {static_cast<std::size_t>(std::size(ranges))...};
+    for (std::size_t s : sizes) {
+      if (s != sizes[0]) throw std::invalid_argument("herd::Client::map: ranges differ in size");
+    }
+    std::vector<Future<R>> out;
+    out.reserve(sizes[0]);
+    auto iters = std::make_tuple(std::begin(ranges)...);
+    TaskOptions each = options;
+    for (std::size_t i = 0; i < sizes[0]; ++i) {
+      if (!options.key().empty()) each.key(options.key() + "-" + std::to_string(i));
+      std::apply([&](auto&... it) { out.push_back(submit(each, fn, *it...)); }, iters);
+      std::apply([](auto&... it) { (++it, ...); }, iters);
+    }
+    return out;
+  }
+
+  /// @brief The values of `futures`, in order. Rethrows the first failure.
+  template <typename T>
+  std::vector<T> gather(const std::vector<Future<T>>& futures) {
+    std::vector<detail::FutureState*> states = raw_states(futures);
+    detail::core_prefetch(*core_, states);
+    std::vector<T> out;
+    out.reserve(futures.size());
+    for (const auto& f : futures) out.push_back(f.result());
+    return out;
+  }
+
+  /// @brief The value of one future.
+  template <typename T>
+  T gather(const Future<T>& future) {
+    return future.result();
+  }
+
+  /// @brief Blocks until every future is done (finished, failed or cancelled).
+  template <typename T>
+  void wait(const std::vector<Future<T>>& futures) {
+    (void)detail::core_wait_all(*core_, raw_states(futures), -1);
+  }
+
+  /// @brief As wait(), giving up after `timeout`; returns true when all are done.
+  template <typename T, typename Rep, typename Period>
+  bool wait(const std::vector<Future<T>>& futures, std::chrono::duration<Rep, Period> timeout) {
+    return detail::core_wait_all(
+        *core_, raw_states(futures),
+        std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
+  }
+
+  /// @brief Iterates over `futures` in the order they complete.
+  /// @code
+  /// for (herd::Future<int> f : client.as_completed(futures)) use(f.result());
+  /// @endcode
+  template <typename T>
+  AsCompleted<T> as_completed(std::vector<Future<T>> futures);
+
+  /// @brief Places `value` on a worker once, so that many tasks can take it as an argument.
+  template <typename T>
+  Future<std::remove_cvref_t<T>> scatter(T&& value) {
+    std::vector<char> bytes;
+    detail::VectorWriter writer{bytes};
+    msgpack::pack(writer, value);
+    return Future<std::remove_cvref_t<T>>(detail::core_scatter(*core_, std::move(bytes)));
+  }
+
+  /// @brief Cancels every future that has not finished.
+  template <typename T>
+  void cancel(const std::vector<Future<T>>& futures) {
+    detail::core_cancel(*core_, raw_states(futures));
+  }
+
+  /// @brief Waits until at least `n` workers are connected.
+  /// @throws TimeoutError naming how many are there.
+  void wait_for_workers(int n, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  /// Workers connected now (as last told by the scheduler).
+  int n_workers() const;
+  /// Address of the scheduler this client talks to.
+  const std::string& scheduler_address() const;
+  /// Disconnects, and closes the owned cluster. Pending futures fail with ConnectionError.
+  void close();
+
+ private:
+  template <typename R, typename ParamTuple, typename... A>
+  Future<R> submit_packed(const std::string& name, const TaskOptions& options, A&&... args) {
+    static_assert(std::tuple_size_v<ParamTuple> == sizeof...(A),
+                  "wrong number of arguments for this task function");
+    std::vector<char> buffer;
+    buffer.reserve(16 + 8 * sizeof...(A));
+    detail::VectorWriter writer{buffer};
+    msgpack::packer<detail::VectorWriter> pk(writer);
+    pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
+    std::vector<detail::ArgRefSpec> refs;
+    pack_all<ParamTuple>(pk, refs, std::index_sequence_for<A...>{}, std::forward<A>(args)...);
+    return Future<R>(
+        detail::core_submit(*core_, name, std::move(buffer), std::move(refs), options));
+  }
+
+  template <typename ParamTuple, std::size_t... I, typename... A>
+  void pack_all(msgpack::packer<detail::VectorWriter>& pk, std::vector<detail::ArgRefSpec>& refs,
+                std::index_sequence<I...>, A&&... args) {
+    (detail::pack_arg<std::tuple_element_t<I, ParamTuple>>(pk, std::forward<A>(args),
+                                                           static_cast<std::uint32_t>(I), refs,
+                                                           core_.get()),
+     ...);
+  }
+
+  template <typename T>
+  static std::vector<detail::FutureState*> raw_states(const std::vector<Future<T>>& futures) {
+    std::vector<detail::FutureState*> states;
+    states.reserve(futures.size());
+    for (const auto& f : futures) {
+      if (!f.valid()) throw Error("herd: empty future in a list");
+      states.push_back(f.state().get());
+    }
+    return states;
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+  std::shared_ptr<detail::ClientCore> core_;
+};
+
+/// @brief Futures in completion order; a single pass, as Dask's as_completed.
+template <typename T>
+class AsCompleted {
+ public:
+  AsCompleted(detail::ClientCore& core, std::vector<Future<T>> futures)
+      : futures_(std::move(futures)), queue_(std::make_shared<detail::CompletionQueue>()) {
+    std::vector<detail::FutureState*> states;
+    for (const auto& f : futures_) states.push_back(f.state().get());
+    detail::core_watch(core, states, queue_);
+  }
+
+  /// The next future to complete; nullopt when all have been returned.
+  std::optional<Future<T>> next() {
+    if (taken_ == futures_.size()) return std::nullopt;
+    std::unique_lock<std::mutex> lock(queue_->mu);
+    queue_->cv.wait(lock, [&] { return !queue_->ready.empty(); });
+    const std::size_t i = queue_->ready.front();
+    queue_->ready.pop_front();
+    ++taken_;
+    return futures_[i];
+  }
+
+  class iterator {
+   public:
+    using value_type = Future<T>;
+    using difference_type = std::ptrdiff_t;
+    iterator() = default;
+    explicit iterator(AsCompleted* owner) : owner_(owner) { advance(); }
+    const Future<T>& operator*() const { return *current_; }
+    iterator& operator++() {
+      advance();
+      return *this;
+    }
+    void operator++(int) { advance(); }
+    bool operator==(std::default_sentinel_t) const { return !current_.has_value(); }
+
+   private:
+    void advance() { current_ = owner_->next(); }
+    AsCompleted* owner_ = nullptr;
+    std::optional<Future<T>> current_;
+  };
+
+  iterator begin() { return iterator(this); }
+  std::default_sentinel_t end() { return {}; }
+
+ private:
+  std::vector<Future<T>> futures_;
+  std::shared_ptr<detail::CompletionQueue> queue_;
+  std::size_t taken_ = 0;
+};
+
+template <typename T>
+AsCompleted<T> Client::as_completed(std::vector<Future<T>> futures) {
+  return AsCompleted<T>(*core_, std::move(futures));
+}
+
+}  // namespace herd

@@ -1,0 +1,70 @@
+#pragma once
+// The non-template half of Client and Future: implemented in src/api/client.cpp. Users never
+// name anything here.
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "herd/options.hpp"
+
+namespace herd::detail {
+
+class ClientCore;
+struct FutureState;
+
+/// Bytes of one result, kept alive for as long as the caller holds the pointer.
+struct Payload {
+  virtual ~Payload() = default;
+  virtual const char* data() const = 0;
+  virtual std::size_t size() const = 0;
+};
+
+struct ArgRefSpec {
+  std::uint64_t id;     // task whose result fills the slot
+  std::uint32_t arg;    // parameter index
+  std::int32_t elem;    // -1 = the whole parameter, else an element of it
+};
+
+/// Completed futures' indexes, in completion order (for as_completed).
+struct CompletionQueue {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<std::size_t> ready;
+};
+
+// --- FutureState accessors (timeouts in ms; negative = forever) ---
+std::shared_ptr<const Payload> future_payload(FutureState& s, std::int64_t timeout_ms);
+bool future_done(const FutureState& s);
+bool future_wait(const FutureState& s, std::int64_t timeout_ms);
+void future_cancel(FutureState& s);
+std::string future_key(const FutureState& s);
+std::uint64_t future_id(const FutureState& s);
+std::string future_status(const FutureState& s);
+const ClientCore* future_owner(const FutureState& s);
+[[noreturn]] void throw_decode_error(const FutureState& s, const char* type, const char* what);
+
+// --- ClientCore operations ---
+std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& function,
+                                         std::vector<char>&& args, std::vector<ArgRefSpec>&& refs,
+                                         const TaskOptions& options);
+std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& bytes);
+void core_prefetch(ClientCore& core, const std::vector<FutureState*>& states);
+bool core_wait_all(ClientCore& core, const std::vector<FutureState*>& states, std::int64_t timeout_ms);
+void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
+                const std::shared_ptr<CompletionQueue>& queue);
+void core_cancel(ClientCore& core, const std::vector<FutureState*>& states);
+[[noreturn]] void throw_foreign_future();
+
+/// msgpack write target appending to a vector (no intermediate sbuffer copy).
+struct VectorWriter {
+  std::vector<char>& out;
+  void write(const char* data, std::size_t size) { out.insert(out.end(), data, data + size); }
+};
+
+}  // namespace herd::detail

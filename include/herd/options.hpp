@@ -1,0 +1,39 @@
+#pragma once
+/// @file options.hpp
+/// @brief Per-task options (Dask's submit keywords), set fluently.
+///
+/// @code
+/// auto f = client.submit(herd::TaskOptions{}.key("load-A").priority(5).retries(2), load, "A");
+/// @endcode
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace herd {
+
+class TaskOptions {
+ public:
+  /// Name of the task in errors, logs and status ("" = "<function>-<id>").
+  TaskOptions& key(std::string k) { key_ = std::move(k); return *this; }
+  /// Higher runs first among tasks that are ready.
+  TaskOptions& priority(std::int32_t p) { priority_ = p; return *this; }
+  /// Times to re-run the task when it throws, before its future fails.
+  TaskOptions& retries(std::uint32_t n) { retries_ = n; return *this; }
+  /// A custom resource the task holds while it runs, e.g. resource("gpu", 1); workers
+  /// advertise theirs with `--resources gpu=2`.
+  TaskOptions& resource(const std::string& name, double amount) { resources_[name] = amount; return *this; }
+
+  const std::string& key() const { return key_; }
+  std::int32_t priority() const { return priority_; }
+  std::uint32_t retries() const { return retries_; }
+  const std::map<std::string, double>& resources() const { return resources_; }
+
+ private:
+  std::string key_;
+  std::int32_t priority_ = 0;
+  std::uint32_t retries_ = 0;
+  std::map<std::string, double> resources_;
+};
+
+}  // namespace herd

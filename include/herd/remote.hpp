@@ -1,0 +1,106 @@
+#pragma once
+/// @file remote.hpp
+/// @brief HERD_TASK: register a C++ function by name so workers can run it.
+///
+/// C++ cannot ship closures, so a task names a function that every process holds: the client,
+/// and the workers, which run the same executable (or load the same task library with
+/// `herd worker --load libtasks.so`). Arguments and results travel as msgpack.
+///
+/// @code
+/// int add(int a, int b) { return a + b; }
+/// HERD_TASK(add);                       // at namespace scope, once per function
+/// @endcode
+
+#include <cstddef>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+
+#include <msgpack.hpp>
+
+namespace herd {
+
+/// @brief What a running task may know about itself (valid inside a task only).
+struct TaskInfo {
+  std::string key;     ///< the task's key, e.g. "add-1a"
+  std::string worker;  ///< name of the worker running it
+};
+
+/// @brief The task running on this thread; empty fields outside a task.
+const TaskInfo& this_task();
+
+namespace detail {
+
+/// Calls the function with arguments unpacked from a msgpack array; packs the result.
+using InvokeFn = void (*)(const msgpack::object& args, msgpack::sbuffer& out);
+
+struct FunctionEntry {
+  std::string name;
+  InvokeFn invoke = nullptr;
+  std::size_t arity = 0;
+};
+
+/// Registers `name`; `address` identifies the function for Client::submit(fn, ...).
+bool register_function(const char* name, const void* address, InvokeFn invoke, std::size_t arity);
+/// nullptr when unknown.
+const FunctionEntry* find_function(const std::string& name);
+/// Name of a registered function; throws FunctionNotFound naming it (via its symbol) if not.
+const std::string& function_name(const void* address, const char* signature);
+std::vector<std::string> registered_functions();
+
+template <typename F>
+struct fn_traits;
+template <typename R, typename... A>
+struct fn_traits<R (*)(A...)> {
+  using result = R;
+  using args = std::tuple<std::decay_t<A>...>;
+  static constexpr std::size_t arity = sizeof...(A);
+};
+template <typename R, typename... A>
+struct fn_traits<R (*)(A...) noexcept> : fn_traits<R (*)(A...)> {};
+
+template <typename F>
+concept function_pointer = std::is_pointer_v<std::decay_t<F>> &&
+                           std::is_function_v<std::remove_pointer_t<std::decay_t<F>>>;
+
+[[noreturn]] void throw_arity_mismatch(std::size_t expected, std::size_t got);
+
+template <auto F>
+void invoke(const msgpack::object& args, msgpack::sbuffer& out) {
+  using T = fn_traits<decltype(F)>;
+  if (args.type != msgpack::type::ARRAY || args.via.array.size != T::arity) {
+    throw_arity_mismatch(T::arity, args.type == msgpack::type::ARRAY ? args.via.array.size : 0);
+  }
+  typename T::args values;
+  args.convert(values);
+  if constexpr (std::is_void_v<typename T::result>) {
+    std::apply(F, std::move(values));
+    msgpack::pack(out, msgpack::type::nil_t());
+  } else {
+    msgpack::pack(out, std::apply(F, std::move(values)));
+  }
+}
+
+template <auto F>
+bool register_task(const char* name) {
+  static_assert(function_pointer<decltype(F)>, "HERD_TASK needs a plain function");
+  return register_function(name, reinterpret_cast<const void*>(F), &invoke<F>,
+                           fn_traits<decltype(F)>::arity);
+}
+
+}  // namespace detail
+}  // namespace herd
+
+#define HERD_DETAIL_CAT2(a, b) a##b
+#define HERD_DETAIL_CAT(a, b) HERD_DETAIL_CAT2(a, b)
+
+/// Registers `fn` under its own spelling (e.g. "add" or "physics::step").
+#define HERD_TASK(fn)                                                       \
+  [[maybe_unused]] static const bool HERD_DETAIL_CAT(herd_task_, __COUNTER__) = \
+      ::herd::detail::register_task<&fn>(#fn)
+
+/// Registers `fn` under an explicit name (for overloads or stable names across builds).
+#define HERD_TASK_NAMED(fn, name)                                           \
+  [[maybe_unused]] static const bool HERD_DETAIL_CAT(herd_task_, __COUNTER__) = \
+      ::herd::detail::register_task<static_cast<decltype(&fn)>(&fn)>(name)

@@ -1,0 +1,662 @@
+// The client's machinery: ClientCore owns one I/O thread with a DEALER to the scheduler and
+// DEALERs to worker data ports. User threads never touch a socket: they append to an outbox
+// (submissions, releases, cancels, fetches) and wake the I/O thread through an eventfd only
+// when the outbox was empty, so a loop of submits costs one wake-up per batch.
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cxxabi.h>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "api/runtime.hpp"
+#include "common/config.hpp"
+#include "common/logging.hpp"
+#include "herd/client.hpp"
+#include "protocol/codec.hpp"
+
+namespace herd {
+namespace detail {
+
+using protocol::MessageType;
+using protocol::TaskId;
+
+namespace {
+std::string hostname() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+class MessagePayload : public Payload {
+ public:
+  explicit MessagePayload(zmq::message_t m) : m_(std::move(m)) {}
+  const char* data() const override { return static_cast<const char*>(m_.data()); }
+  std::size_t size() const override { return m_.size(); }
+
+ private:
+  zmq::message_t m_;
+};
+
+class VectorPayload : public Payload {
+ public:
+  explicit VectorPayload(std::vector<char> v) : v_(std::move(v)) {}
+  const char* data() const override { return v_.data(); }
+  std::size_t size() const override { return v_.size(); }
+
+ private:
+  std::vector<char> v_;
+};
+
+std::string display_key(const std::string& function, TaskId id) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "-%llx", static_cast<unsigned long long>(id));
+  return function + buf;
+}
+}  // namespace
+
+enum class Status : std::uint8_t { pending, finished, erred, cancelled, lost };
+
+struct FutureState {
+  std::shared_ptr<ClientCore> core;
+  TaskId id = 0;
+  std::string key;
+  // Guarded by core->mu_:
+  Status status = Status::pending;
+  std::shared_ptr<const Payload> data;
+  std::string location;  // data port holding the result
+  bool fetching = false;
+  protocol::ErrorInfo error;
+  std::vector<std::pair<std::weak_ptr<CompletionQueue>, std::size_t>> watchers;
+  ~FutureState();
+};
+
+class ClientCore {
+ public:
+  ClientCore(std::string address, const ClientOptions& options);
+  ~ClientCore() { close("client closed"); }
+
+  void close(const std::string& reason);
+  void wake_locked();
+  void finish_locked(FutureState& s);  // status left pending: notify watchers
+  void lose_all_locked(const std::string& reason);
+  void io_loop();
+  void handle_scheduler(protocol::Received& msg);
+  void handle_data(const std::string& address, protocol::Received& msg);
+  zmq::socket_t& data_socket(const std::string& address);
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::unordered_map<TaskId, FutureState*> states_;
+  // Outbox, guarded by mu_.
+  std::vector<protocol::TaskSpec> out_submits_;
+  std::vector<TaskId> out_releases_, out_cancels_;
+  std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> out_scatters_;
+  std::map<std::string, std::vector<TaskId>> out_fetches_;
+  bool wake_pending_ = false;
+  std::string lost_reason_;  // non-empty once the connection is gone
+  int n_workers_ = 0;
+
+  std::string address_;
+  Config config_ = Config::from_env();
+  zmq::context_t context_{1};
+  zmq::socket_t sched_;
+  std::map<std::string, zmq::socket_t> data_sockets_;
+  std::unordered_map<std::uint64_t, std::vector<TaskId>> fetch_requests_;
+  std::uint64_t next_request_ = 1;
+  int wake_fd_ = -1;
+  std::uint64_t client_index_ = 0;
+  std::atomic<std::uint64_t> next_seq_{1};
+  std::atomic<bool> stop_{false};
+  std::thread io_;
+  std::weak_ptr<ClientCore> self_;
+};
+
+FutureState::~FutureState() {
+  std::lock_guard lock(core->mu_);
+  core->states_.erase(id);
+  if (core->lost_reason_.empty()) {
+    core->out_releases_.push_back(id);
+    core->wake_locked();
+  }
+}
+
+ClientCore::ClientCore(std::string address, const ClientOptions& options)
+    : address_(std::move(address)), sched_(context_, zmq::socket_type::dealer) {
+  sched_.set(zmq::sockopt::linger, 0);
+  sched_.set(zmq::sockopt::sndhwm, 0);
+  sched_.set(zmq::sockopt::rcvhwm, 0);
+  try {
+    sched_.connect(address_);
+  } catch (const zmq::error_t& e) {
+    throw ConnectionError("invalid scheduler address '" + address_ + "': " + e.what());
+  }
+  protocol::HelloRequest hello;
+  hello.role = static_cast<std::uint8_t>(protocol::Role::client);
+  hello.name = options.name.empty() ? hostname() + ":" + std::to_string(::getpid()) : options.name;
+  hello.host = hostname();
+  hello.pid = ::getpid();
+  protocol::send(sched_, "", MessageType::hello_request, protocol::encode(hello));
+  zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  bool connected = false;
+  while (!connected) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      throw ConnectionError("no herd scheduler answered at " + address_ + " within " +
+                            std::to_string(options.connect_timeout.count()) + " ms");
+    }
+    try {
+      zmq::poll(&item, 1, left);
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    auto msg = protocol::try_receive(sched_, false);
+    if (!msg || msg->frames.size() < 2) continue;
+    std::string error;
+    auto type = protocol::parse_header(msg->frames[0], error);
+    if (!type) throw ConnectionError("the peer at " + address_ + " is not a herd scheduler: " + error);
+    if (*type != MessageType::hello_reply) continue;
+    protocol::HelloReply reply;
+    if (!protocol::decode(msg->frames[1], reply, error)) {
+      throw ConnectionError("bad hello reply from " + address_ + ": " + error);
+    }
+    if (!reply.ok) throw ConnectionError("scheduler at " + address_ + " refused the client: " + reply.error);
+    client_index_ = reply.peer_index;
+    config_.heartbeat_ms = reply.heartbeat_ms;
+    config_.timeout_ms = reply.timeout_ms;
+    connected = true;
+  }
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw Error("eventfd failed");
+  io_ = std::thread([this] { io_loop(); });
+}
+
+void ClientCore::close(const std::string& reason) {
+  if (io_.joinable()) {
+    stop_.store(true);
+    {
+      std::lock_guard lock(mu_);
+      wake_locked();
+    }
+    io_.join();
+  }
+  std::lock_guard lock(mu_);
+  if (lost_reason_.empty()) lose_all_locked(reason);
+  if (wake_fd_ >= 0) {
+    ::close(wake_fd_);
+    wake_fd_ = -1;
+  }
+}
+
+void ClientCore::wake_locked() {
+  if (wake_pending_ || wake_fd_ < 0) return;
+  wake_pending_ = true;
+  const std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
+
+void ClientCore::finish_locked(FutureState& s) {
+  for (auto& [weak, index] : s.watchers) {
+    if (auto q = weak.lock()) {
+      {
+        std::lock_guard ql(q->mu);
+        q->ready.push_back(index);
+      }
+      q->cv.notify_all();
+    }
+  }
+  s.watchers.clear();
+}
+
+void ClientCore::lose_all_locked(const std::string& reason) {
+  lost_reason_ = reason;
+  for (auto& [id, s] : states_) {
+    if (s->status == Status::pending || (s->status == Status::finished && !s->data)) {
+      s->status = Status::lost;
+      finish_locked(*s);
+    }
+  }
+  cv_.notify_all();
+}
+
+zmq::socket_t& ClientCore::data_socket(const std::string& address) {
+  auto it = data_sockets_.find(address);
+  if (it == data_sockets_.end()) {
+    zmq::socket_t s(context_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvhwm, 0);
+    s.connect(address);
+    it = data_sockets_.emplace(address, std::move(s)).first;
+  }
+  return it->second;
+}
+
+void ClientCore::io_loop() {
+  using Clock = std::chrono::steady_clock;
+  auto last_heard = Clock::now();
+  auto last_beat = Clock::now();
+  std::vector<zmq::pollitem_t> items;
+  std::vector<std::string> item_addresses;
+  while (!stop_.load()) {
+    items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
+    item_addresses.clear();
+    for (auto& [address, s] : data_sockets_) {
+      items.push_back({static_cast<void*>(s), 0, ZMQ_POLLIN, 0});
+      item_addresses.push_back(address);
+    }
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(config_.heartbeat_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      std::uint64_t n;
+      (void)!::read(wake_fd_, &n, sizeof n);
+    }
+    // Take the outbox; send submissions before releases so an input is never released ahead
+    // of the task that needs it.
+    std::vector<protocol::TaskSpec> submits;
+    std::vector<TaskId> releases, cancels;
+    std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> scatters;
+    std::map<std::string, std::vector<TaskId>> fetches;
+    {
+      std::lock_guard lock(mu_);
+      submits.swap(out_submits_);
+      releases.swap(out_releases_);
+      cancels.swap(out_cancels_);
+      scatters.swap(out_scatters_);
+      fetches.swap(out_fetches_);
+      wake_pending_ = false;
+    }
+    for (auto& [req, bytes] : scatters) {
+      std::vector<zmq::message_t> payload;
+      payload.emplace_back(bytes.data(), bytes.size());
+      protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req), std::move(payload));
+    }
+    if (!submits.empty()) {
+      protocol::SubmitTasksRequest req;
+      req.tasks = std::move(submits);
+      protocol::send(sched_, "", MessageType::submit_tasks, protocol::encode(req));
+    }
+    if (!cancels.empty()) {
+      protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
+    }
+    if (!releases.empty()) {
+      protocol::send(sched_, "", MessageType::release_keys, protocol::encode(protocol::KeysEvent{releases}));
+    }
+    for (auto& [address, ids] : fetches) {
+      const std::uint64_t rid = next_request_++;
+      protocol::send(data_socket(address), "", MessageType::get_data_request,
+                     protocol::encode(protocol::GetDataRequest{rid, ids}));
+      fetch_requests_[rid] = std::move(ids);
+    }
+    while (auto msg = protocol::try_receive(sched_, false)) {
+      last_heard = Clock::now();
+      handle_scheduler(*msg);
+    }
+    for (std::size_t i = 0; i < item_addresses.size(); ++i) {
+      if ((items[2 + i].revents & ZMQ_POLLIN) == 0) continue;
+      auto& s = data_sockets_.at(item_addresses[i]);
+      while (auto msg = protocol::try_receive(s, false)) handle_data(item_addresses[i], *msg);
+    }
+    const auto now = Clock::now();
+    {
+      std::lock_guard lock(mu_);
+      if (!lost_reason_.empty()) break;
+      if (now - last_heard > std::chrono::milliseconds(config_.timeout_ms)) {
+        lose_all_locked("scheduler lost: no message from " + address_ + " for " +
+                        std::to_string(config_.timeout_ms) + " ms");
+        break;
+      }
+    }
+    if (now - last_beat >= std::chrono::milliseconds(config_.heartbeat_ms)) {
+      last_beat = now;
+      protocol::send(sched_, "", MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
+    }
+  }
+  if (stop_.load()) {
+    try {
+      protocol::send(sched_, "", MessageType::goodbye, protocol::encode(protocol::GoodbyeEvent{"client closed"}));
+    } catch (const zmq::error_t&) {
+    }
+  }
+}
+
+void ClientCore::handle_scheduler(protocol::Received& msg) {
+  std::string error;
+  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
+  if (!type) {
+    HERD_LOG(warning) << "bad message from the scheduler: " << error;
+    return;
+  }
+  switch (*type) {
+    case MessageType::task_updates: {
+      protocol::TaskUpdatesEvent ev;
+      if (!protocol::decode(msg.frames[1], ev, error)) break;
+      std::lock_guard lock(mu_);
+      for (auto& u : ev.updates) {
+        auto it = states_.find(u.id);
+        if (it == states_.end()) continue;
+        FutureState& s = *it->second;
+        if (s.status == Status::cancelled) continue;
+        const auto st = static_cast<protocol::TaskState>(u.state);
+        if (st == protocol::TaskState::memory) {
+          s.status = Status::finished;
+          if (!u.inline_data.empty()) s.data = std::make_shared<VectorPayload>(std::move(u.inline_data));
+          if (u.location >= 0 && static_cast<std::size_t>(u.location) < ev.addresses.size()) {
+            s.location = ev.addresses[static_cast<std::size_t>(u.location)];
+          }
+          s.fetching = false;  // a new location (recomputed result) is fetched anew
+        } else if (st == protocol::TaskState::cancelled) {
+          s.status = Status::cancelled;
+          s.error = std::move(u.error);
+        } else {
+          s.status = Status::erred;
+          s.error = std::move(u.error);
+        }
+        finish_locked(s);
+      }
+      cv_.notify_all();
+      break;
+    }
+    case MessageType::cluster_state: {
+      protocol::ClusterStateEvent ev;
+      if (!protocol::decode(msg.frames[1], ev, error)) break;
+      std::lock_guard lock(mu_);
+      n_workers_ = static_cast<int>(ev.workers);
+      cv_.notify_all();
+      break;
+    }
+    case MessageType::shutdown: {
+      protocol::GoodbyeEvent bye;
+      (void)protocol::decode(msg.frames[1], bye, error);
+      std::lock_guard lock(mu_);
+      lose_all_locked("scheduler at " + address_ + " shut down: " + bye.reason);
+      break;
+    }
+    case MessageType::error: {
+      protocol::ErrorEvent ev;
+      (void)protocol::decode(msg.frames[1], ev, error);
+      HERD_LOG(error) << "scheduler refused a message: " << ev.message;
+      break;
+    }
+    default:
+      break;
+  }
+  if (!error.empty()) HERD_LOG(warning) << "bad message from the scheduler: " << error;
+}
+
+void ClientCore::handle_data(const std::string& address, protocol::Received& msg) {
+  std::string error;
+  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
+  protocol::GetDataReply reply;
+  if (!type || *type != MessageType::get_data_reply || !protocol::decode(msg.frames[1], reply, error) ||
+      msg.frames.size() != 2 + reply.found.size()) {
+    HERD_LOG(warning) << "bad data reply from " << address << ": " << error;
+    return;
+  }
+  fetch_requests_.erase(reply.request_id);
+  std::lock_guard lock(mu_);
+  for (std::size_t i = 0; i < reply.found.size(); ++i) {
+    auto it = states_.find(reply.found[i]);
+    if (it == states_.end()) continue;
+    it->second->data = std::make_shared<MessagePayload>(std::move(msg.frames[2 + i]));
+    it->second->fetching = false;
+  }
+  for (TaskId id : reply.missing) {
+    auto it = states_.find(id);
+    if (it == states_.end()) continue;
+    // The holder lost it (or is being replaced): wait for the scheduler's next word on it.
+    HERD_LOG(info) << "result " << it->second->key << " is no longer at " << address;
+    it->second->fetching = false;
+    it->second->location.clear();
+    it->second->status = Status::pending;
+  }
+  cv_.notify_all();
+}
+
+// ---- free functions used by the templates in client.hpp / future.hpp ----
+
+namespace {
+bool is_done(const FutureState& s) { return s.status != Status::pending; }
+
+void request_fetch_locked(FutureState& s) {
+  if (s.data || s.fetching || s.location.empty()) return;
+  s.fetching = true;
+  s.core->out_fetches_[s.location].push_back(s.id);
+  s.core->wake_locked();
+}
+
+[[noreturn]] void throw_for(const FutureState& s) {
+  switch (s.status) {
+    case Status::erred:
+      if (s.error.type == "herd::CancelledError") {
+        throw CancelledError("task " + s.key + " failed because " + s.error.message);
+      }
+      throw TaskError(s.error.type, s.error.message, s.key, s.error.worker, s.error.task);
+    case Status::cancelled:
+      throw CancelledError("task " + s.key + " was cancelled");
+    case Status::lost:
+      throw ConnectionError("task " + s.key + ": " + s.core->lost_reason_);
+    default:
+      throw Error("task " + s.key + ": unexpected state");
+  }
+}
+}  // namespace
+
+std::shared_ptr<const Payload> future_payload(FutureState& s, std::int64_t timeout_ms) {
+  ClientCore& core = *s.core;
+  std::unique_lock lock(core.mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    if (s.status == Status::finished) {
+      if (s.data) return s.data;
+      request_fetch_locked(s);
+    } else if (s.status != Status::pending) {
+      throw_for(s);
+    }
+    if (timeout_ms < 0) {
+      core.cv_.wait(lock);
+    } else if (core.cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
+               !(s.status == Status::finished && s.data) &&
+               (s.status == Status::pending || s.status == Status::finished)) {
+      throw TimeoutError("task " + s.key + " " +
+                         (s.status == Status::pending ? "did not finish" : "result did not arrive") +
+                         " within " + std::to_string(timeout_ms) + " ms");
+    }
+  }
+}
+
+bool future_done(const FutureState& s) {
+  std::lock_guard lock(s.core->mu_);
+  return is_done(s);
+}
+
+bool future_wait(const FutureState& s, std::int64_t timeout_ms) {
+  std::unique_lock lock(s.core->mu_);
+  if (timeout_ms < 0) {
+    s.core->cv_.wait(lock, [&] { return is_done(s); });
+    return true;
+  }
+  return s.core->cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return is_done(s); });
+}
+
+void future_cancel(FutureState& s) {
+  std::lock_guard lock(s.core->mu_);
+  if (s.status != Status::pending) return;
+  s.status = Status::cancelled;
+  s.core->finish_locked(s);
+  if (s.core->lost_reason_.empty()) {
+    s.core->out_cancels_.push_back(s.id);
+    s.core->wake_locked();
+  }
+  s.core->cv_.notify_all();
+}
+
+std::string future_key(const FutureState& s) { return s.key; }
+std::uint64_t future_id(const FutureState& s) { return s.id; }
+const ClientCore* future_owner(const FutureState& s) { return s.core.get(); }
+
+std::string future_status(const FutureState& s) {
+  std::lock_guard lock(s.core->mu_);
+  switch (s.status) {
+    case Status::pending: return "pending";
+    case Status::finished: return "finished";
+    case Status::erred: return "error";
+    case Status::cancelled: return "cancelled";
+    case Status::lost: return "lost";
+  }
+  return "?";
+}
+
+void throw_decode_error(const FutureState& s, const char* type, const char* what) {
+  int status = 0;
+  char* name = abi::__cxa_demangle(type, nullptr, nullptr, &status);
+  std::string t = status == 0 && name ? name : type;
+  std::free(name);
+  throw Error("result of task " + s.key + " cannot be read as " + t + ": " + what);
+}
+
+void throw_foreign_future() {
+  throw Error("a future passed as an argument belongs to another client");
+}
+
+std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& function,
+                                         std::vector<char>&& args, std::vector<ArgRefSpec>&& refs,
+                                         const TaskOptions& options) {
+  auto state = std::make_shared<FutureState>();
+  state->core = core.self_.lock();
+  state->id = (core.client_index_ << 40) | core.next_seq_.fetch_add(1);
+  state->key = options.key().empty() ? display_key(function, state->id) : options.key();
+  protocol::TaskSpec spec;
+  spec.id = state->id;
+  spec.function = function;
+  spec.args = std::move(args);
+  spec.refs.reserve(refs.size());
+  for (const auto& r : refs) spec.refs.push_back({r.id, r.arg, r.elem});
+  spec.key = options.key();
+  spec.priority = options.priority();
+  spec.retries = options.retries();
+  spec.resources = options.resources();
+  std::lock_guard lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
+  core.states_[state->id] = state.get();
+  core.out_submits_.push_back(std::move(spec));
+  core.wake_locked();
+  return state;
+}
+
+std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& bytes) {
+  auto state = std::make_shared<FutureState>();
+  state->core = core.self_.lock();
+  state->id = (core.client_index_ << 40) | core.next_seq_.fetch_add(1);
+  state->key = display_key("scatter", state->id);
+  std::lock_guard lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError("cannot scatter: " + core.lost_reason_);
+  core.states_[state->id] = state.get();
+  core.out_scatters_.push_back({protocol::ScatterRequest{state->id, ""}, std::move(bytes)});
+  core.wake_locked();
+  return state;
+}
+
+void core_prefetch(ClientCore& core, const std::vector<FutureState*>& states) {
+  std::lock_guard lock(core.mu_);
+  for (FutureState* s : states) {
+    if (s->status == Status::finished) request_fetch_locked(*s);
+  }
+}
+
+bool core_wait_all(ClientCore& core, const std::vector<FutureState*>& states, std::int64_t timeout_ms) {
+  std::unique_lock lock(core.mu_);
+  auto all = [&] {
+    for (FutureState* s : states) {
+      if (!is_done(*s)) return false;
+    }
+    return true;
+  };
+  if (timeout_ms < 0) {
+    core.cv_.wait(lock, all);
+    return true;
+  }
+  return core.cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), all);
+}
+
+void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
+                const std::shared_ptr<CompletionQueue>& queue) {
+  std::lock_guard lock(core.mu_);
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    if (is_done(*states[i])) {
+      std::lock_guard ql(queue->mu);
+      queue->ready.push_back(i);
+    } else {
+      states[i]->watchers.emplace_back(queue, i);
+    }
+  }
+  queue->cv.notify_all();
+}
+
+void core_cancel(ClientCore&, const std::vector<FutureState*>& states) {
+  for (FutureState* s : states) future_cancel(*s);
+}
+
+std::shared_ptr<ClientCore> make_core(const std::string& address, const ClientOptions& options) {
+  auto core = std::make_shared<ClientCore>(address, options);
+  core->self_ = core;
+  return core;
+}
+
+}  // namespace detail
+
+// ---- Client ----
+
+Client::Client() : Client(std::unique_ptr<Cluster>(new LocalCluster()), ClientOptions{}) {}
+
+Client::Client(const std::string& scheduler_address, ClientOptions options) {
+  detail::enter_role_if_requested();
+  core_ = detail::make_core(scheduler_address, options);
+}
+
+Client::Client(std::unique_ptr<Cluster> cluster, ClientOptions options) : cluster_(std::move(cluster)) {
+  detail::enter_role_if_requested();
+  const std::string address = cluster_->start();
+  core_ = detail::make_core(address, options);
+  if (cluster_->expected_workers() > 0) wait_for_workers(cluster_->expected_workers(), options.workers_timeout);
+}
+
+Client::~Client() { close(); }
+Client::Client(Client&&) noexcept = default;
+Client& Client::operator=(Client&&) noexcept = default;
+
+void Client::wait_for_workers(int n, std::chrono::milliseconds timeout) {
+  std::unique_lock lock(core_->mu_);
+  const bool ok = core_->cv_.wait_for(lock, timeout, [&] {
+    return core_->n_workers_ >= n || !core_->lost_reason_.empty();
+  });
+  if (!core_->lost_reason_.empty()) throw ConnectionError(core_->lost_reason_);
+  if (!ok) {
+    throw TimeoutError("only " + std::to_string(core_->n_workers_) + " of " + std::to_string(n) +
+                       " workers connected to " + core_->address_ + " within " +
+                       std::to_string(timeout.count()) + " ms");
+  }
+}
+
+int Client::n_workers() const {
+  std::lock_guard lock(core_->mu_);
+  return core_->n_workers_;
+}
+
+const std::string& Client::scheduler_address() const { return core_->address_; }
+
+void Client::close() {
+  if (core_) core_->close("client closed");
+  if (cluster_) cluster_->close();
+}
+
+}  // namespace herd

@@ -1,0 +1,36 @@
+// The `herd` command: `herd scheduler ...`, `herd worker ...`.
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "api/runtime.hpp"
+#include "herd/herd.hpp"
+
+namespace {
+const char* kUsage =
+    "usage: herd <command> [options]\n"
+    "\n"
+    "commands:\n"
+    "  scheduler   run a scheduler (herd scheduler --help)\n"
+    "  worker      run a worker    (herd worker --help)\n"
+    "  version     print the version\n";
+}
+
+int main(int argc, char** argv) {
+  herd::init(argc, argv);  // the CLI can be a LocalCluster's worker executable too
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string command = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (command == "scheduler") return herd::detail::scheduler_main(args);
+  if (command == "worker") return herd::detail::worker_main(args);
+  if (command == "version") {
+    std::cout << "herd 0.1.0 (protocol 1)\n";
+    return 0;
+  }
+  std::cerr << "herd: unknown command '" << command << "'\n" << kUsage;
+  return 2;
+}

@@ -1,0 +1,32 @@
+#include "common/config.hpp"
+
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+namespace herd {
+
+Config Config::from_env() {
+  Config c;
+#define HERD_CONFIG(name, type, def, env, doc)                                          \
+  if (const char* v = std::getenv(env); v != nullptr && *v != '\0') {                  \
+    try {                                                                              \
+      c.name = static_cast<type>(std::stoll(v));                                       \
+    } catch (const std::exception&) {                                                  \
+      throw std::invalid_argument(std::string(env) + "=" + v + " is not an integer");  \
+    }                                                                                  \
+  }
+#include "common/config_def.hpp"
+#undef HERD_CONFIG
+  return c;
+}
+
+std::string Config::describe() {
+  std::ostringstream out;
+#define HERD_CONFIG(name, type, def, env, doc) out << "  " << env << " (default " << def << "): " << doc << "\n";
+#include "common/config_def.hpp"
+#undef HERD_CONFIG
+  return out.str();
+}
+
+}  // namespace herd

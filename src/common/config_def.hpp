@@ -1,0 +1,17 @@
+// Liveness and sizing knobs, one X-macro so that the struct, the environment variables and the
+// documentation cannot drift apart. Every knob can be set through its environment variable;
+// the scheduler tells workers and clients its own values in the hello reply.
+//
+// HERD_CONFIG(name, type, default, environment variable, description with unit)
+HERD_CONFIG(heartbeat_ms, std::uint32_t, 500, "HERD_HEARTBEAT_MS",
+            "interval between heartbeats, both ways (milliseconds)")
+HERD_CONFIG(timeout_ms, std::uint32_t, 10000, "HERD_TIMEOUT_MS",
+            "silence after which a worker, client or the scheduler is declared lost (milliseconds)")
+HERD_CONFIG(connect_timeout_ms, std::uint32_t, 10000, "HERD_CONNECT_TIMEOUT_MS",
+            "how long a client or worker waits for the scheduler's hello reply (milliseconds)")
+HERD_CONFIG(max_message_bytes, std::int64_t, 2147483647, "HERD_MAX_MESSAGE_BYTES",
+            "largest ZeroMQ message the scheduler accepts (bytes, ZMQ_MAXMSGSIZE)")
+HERD_CONFIG(queue_horizon_us, std::uint32_t, 20000, "HERD_QUEUE_HORIZON_US",
+            "work queued on a worker beyond its free slots, in expected run time (microseconds)")
+HERD_CONFIG(max_queue_per_slot, std::uint32_t, 2000, "HERD_MAX_QUEUE_PER_SLOT",
+            "hard cap on tasks queued per worker slot, whatever their run time")

@@ -1,0 +1,49 @@
+#include "common/logging.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <mutex>
+
+namespace herd::log {
+namespace {
+std::string& process_name() {
+  static std::string name = "client";
+  return name;
+}
+Level parse_level() {
+  const char* v = std::getenv("HERD_LOG_LEVEL");
+  if (v == nullptr) return Level::warning;
+  if (std::strcmp(v, "error") == 0) return Level::error;
+  if (std::strcmp(v, "info") == 0) return Level::info;
+  if (std::strcmp(v, "debug") == 0) return Level::debug;
+  return Level::warning;
+}
+}  // namespace
+
+Level threshold() {
+  static const Level level = parse_level();
+  return level;
+}
+
+void set_process_name(std::string name) { process_name() = std::move(name); }
+
+Line::~Line() {
+  static std::mutex mu;
+  static const char* names[] = {"ERROR", "WARN", "INFO", "DEBUG"};
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
+  std::tm tm{};
+  localtime_r(&t, &tm);
+  char stamp[32];
+  std::snprintf(stamp, sizeof stamp, "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms.count()));
+  std::lock_guard<std::mutex> lock(mu);
+  std::fprintf(stderr, "[herd %s %s %s] %s\n", process_name().c_str(), stamp,
+               names[static_cast<int>(level_)], out_.str().c_str());
+}
+
+}  // namespace herd::log

@@ -1,0 +1,113 @@
+#include "protocol/codec.hpp"
+
+#include <cstring>
+
+namespace herd::protocol {
+
+zmq::message_t make_header(MessageType type) {
+  zmq::message_t m(kHeaderSize);
+  auto* p = static_cast<char*>(m.data());
+  std::memcpy(p, kMagic, 4);
+  p[4] = static_cast<char>(kProtocolVersion);
+  p[5] = static_cast<char>(type);
+  return m;
+}
+
+std::optional<MessageType> parse_header(const zmq::message_t& frame, std::string& error) {
+  if (frame.size() != kHeaderSize || std::memcmp(frame.data(), kMagic, 4) != 0) {
+    error = "not a herd message (bad header frame of " + std::to_string(frame.size()) + " bytes)";
+    return std::nullopt;
+  }
+  const auto* p = static_cast<const unsigned char*>(frame.data());
+  if (p[4] != kProtocolVersion) {
+    error = "protocol version " + std::to_string(p[4]) + " is not supported (this is version " +
+            std::to_string(kProtocolVersion) + ")";
+    return std::nullopt;
+  }
+  const auto t = p[5];
+  const bool known = (t >= 1 && t <= 8) || (t >= 20 && t <= 26) || t == 40 || t == 41 || t == 60;
+  if (!known) {
+    error = "unknown message type " + std::to_string(t);
+    return std::nullopt;
+  }
+  return static_cast<MessageType>(t);
+}
+
+bool decode_object(const void* data, std::size_t size, msgpack::object_handle& out,
+                   std::string& error, const UnpackLimits& l) {
+  try {
+    std::size_t offset = 0;
+    out = msgpack::unpack(static_cast<const char*>(data), size, offset, nullptr, nullptr,
+                          msgpack::unpack_limit(l.array, l.map, l.str, l.bin, l.ext, l.depth));
+    if (offset != size) {
+      error = "trailing bytes after the msgpack body";
+      return false;
+    }
+    return true;
+  } catch (const msgpack::insufficient_bytes&) {
+    error = "truncated msgpack body";
+  } catch (const msgpack::depth_size_overflow&) {
+    error = "msgpack body nested too deeply";
+  } catch (const msgpack::size_overflow& e) {
+    error = std::string("msgpack body exceeds a size limit (") + e.what() + ")";
+  } catch (const std::exception& e) {
+    error = std::string("malformed msgpack body: ") + e.what();
+  }
+  return false;
+}
+
+void send(zmq::socket_t& socket, const std::string& identity, MessageType type,
+          zmq::message_t body, std::vector<zmq::message_t> payloads) {
+  if (!identity.empty()) socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);
+  socket.send(make_header(type), zmq::send_flags::sndmore);
+  socket.send(std::move(body), payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  for (std::size_t i = 0; i < payloads.size(); ++i) {
+    socket.send(std::move(payloads[i]),
+                i + 1 == payloads.size() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  }
+}
+
+std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
+  Received r;
+  zmq::message_t part;
+  if (!socket.recv(part, zmq::recv_flags::dontwait)) return std::nullopt;
+  bool more = part.more();
+  if (router) {
+    r.identity.assign(static_cast<const char*>(part.data()), part.size());
+  } else {
+    r.frames.push_back(std::move(part));
+  }
+  while (more) {
+    zmq::message_t next;
+    (void)socket.recv(next, zmq::recv_flags::none);  // rest of a multipart is already here
+    more = next.more();
+    r.frames.push_back(std::move(next));
+  }
+  return r;
+}
+
+std::string to_string(MessageType type) {
+  switch (type) {
+    case MessageType::hello_request: return "hello_request";
+    case MessageType::heartbeat: return "heartbeat";
+    case MessageType::submit_tasks: return "submit_tasks";
+    case MessageType::release_keys: return "release_keys";
+    case MessageType::cancel_tasks: return "cancel_tasks";
+    case MessageType::scatter_data: return "scatter_data";
+    case MessageType::task_results: return "task_results";
+    case MessageType::goodbye: return "goodbye";
+    case MessageType::hello_reply: return "hello_reply";
+    case MessageType::task_updates: return "task_updates";
+    case MessageType::cluster_state: return "cluster_state";
+    case MessageType::execute_tasks: return "execute_tasks";
+    case MessageType::free_keys: return "free_keys";
+    case MessageType::put_data: return "put_data";
+    case MessageType::shutdown: return "shutdown";
+    case MessageType::get_data_request: return "get_data_request";
+    case MessageType::get_data_reply: return "get_data_reply";
+    case MessageType::error: return "error";
+  }
+  return "type " + std::to_string(static_cast<int>(type));
+}
+
+}  // namespace herd::protocol

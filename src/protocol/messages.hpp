@@ -1,0 +1,247 @@
+// herd wire protocol: every message between clients, the scheduler and workers is here.
+//
+// Transport: ZeroMQ. Clients and workers hold a DEALER connected to the scheduler's ROUTER;
+// workers also bind a ROUTER ("data port") that serves results to peers and clients, who
+// connect to it with a DEALER.
+//
+// Framing, byte-exact (ZeroMQ multipart; the ROUTER side sees an identity frame first):
+//   frame 0  header, 6 bytes: 'H' 'E' 'R' 'D' <version: uint8 = kProtocolVersion> <MessageType>
+//   frame 1  body: one msgpack object, the struct named for the MessageType below
+//   frame 2+ payloads: raw bytes (msgpack-encoded task results), only for messages that say so;
+//            kept out of the body so large results are sent and received without a copy.
+//
+// Encoding choices: structs that are rare (hello) use MSGPACK_DEFINE_MAP so fields can be
+// added later; structs on the hot path (one per task) use MSGPACK_DEFINE (a positional array),
+// because a map repeats every field name for every task. Changing a positional struct means
+// bumping kProtocolVersion, which the header carries and the hello checks.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <msgpack.hpp>
+
+namespace herd::protocol {
+
+inline constexpr std::uint8_t kProtocolVersion = 1;
+inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
+inline constexpr std::size_t kHeaderSize = 6;
+
+/// Task ids are unique within a scheduler: (client index << 40) | per-client sequence number.
+using TaskId = std::uint64_t;
+
+enum class MessageType : std::uint8_t {
+  // client|worker -> scheduler
+  hello_request = 1,     // HelloRequest
+  heartbeat = 2,         // HeartbeatEvent (both directions)
+  submit_tasks = 3,      // SubmitTasksRequest            client -> scheduler
+  release_keys = 4,      // KeysEvent: the client dropped its last future for these tasks
+  cancel_tasks = 5,      // KeysEvent                     client -> scheduler
+  scatter_data = 6,      // ScatterRequest + 1 payload    client -> scheduler -> worker
+  task_results = 7,      // TaskResultsEvent              worker -> scheduler
+  goodbye = 8,           // GoodbyeEvent: peer is leaving on purpose
+  // scheduler -> client|worker
+  hello_reply = 20,      // HelloReply
+  task_updates = 21,     // TaskUpdatesEvent              scheduler -> client
+  cluster_state = 22,    // ClusterStateEvent             scheduler -> client
+  execute_tasks = 23,    // ExecuteTasksEvent             scheduler -> worker
+  free_keys = 24,        // KeysEvent: drop these results scheduler -> worker
+  put_data = 25,         // PutDataEvent + 1 payload      scheduler -> worker (scatter)
+  shutdown = 26,         // GoodbyeEvent: exit now        scheduler -> worker|client
+  // data port (worker ROUTER) <-> peers and clients
+  get_data_request = 40, // GetDataRequest
+  get_data_reply = 41,   // GetDataReply + one payload per found key
+  // any direction
+  error = 60,            // ErrorEvent: the peer refused a message; says why
+};
+
+/// Role a peer declares in its hello.
+enum class Role : std::uint8_t { client = 1, worker = 2 };
+
+/// Task states as the scheduler tracks them (waiting -> ready -> processing -> memory | erred).
+enum class TaskState : std::uint8_t {
+  waiting = 0,     // some input is not in memory yet
+  ready = 1,       // inputs available, no worker has it
+  processing = 2,  // sent to a worker
+  memory = 3,      // result held by one or more workers
+  erred = 4,       // failed; error recorded
+  cancelled = 5,   // cancelled by the client before it finished
+};
+
+struct HelloRequest {
+  std::uint32_t protocol = kProtocolVersion;  // must equal the scheduler's kProtocolVersion
+  std::uint8_t role = 0;                      // Role
+  std::string name;                           // human name, e.g. "local-3" or the host:pid
+  std::string host;                           // hostname of the peer
+  std::int64_t pid = 0;                       // process id on that host
+  // worker only:
+  std::uint32_t nthreads = 0;                 // task slots (threads)
+  std::string data_address;                   // tcp://host:port of the worker's data port
+  std::map<std::string, double> resources;    // custom resources, e.g. {"gpu": 1}
+  std::uint64_t memory_limit = 0;             // bytes, 0 = none
+  std::string job_id;                         // batch-system job id, "" outside Slurm
+  std::string pool;                           // name of the pool that launched it ("" = none)
+  MSGPACK_DEFINE_MAP(protocol, role, name, host, pid, nthreads, data_address, resources,
+                     memory_limit, job_id, pool);
+};
+
+struct HelloReply {
+  std::uint32_t protocol = kProtocolVersion;  // the scheduler's version
+  bool ok = false;                            // false: see error, the peer must disconnect
+  std::string error;                          // why the hello was refused
+  std::uint32_t peer_index = 0;               // client index (task id prefix) or worker id
+  std::uint32_t heartbeat_ms = 0;             // how often the peer must send a heartbeat
+  std::uint32_t timeout_ms = 0;               // silence after which either side gives up
+  std::string scheduler_id;                   // random id of this scheduler instance
+  MSGPACK_DEFINE_MAP(protocol, ok, error, peer_index, heartbeat_ms, timeout_ms, scheduler_id);
+};
+
+struct HeartbeatEvent {
+  std::uint64_t memory_rss = 0;  // worker: resident bytes of the process (0 from clients)
+  std::uint32_t executing = 0;   // worker: tasks running now
+  std::uint64_t stored = 0;      // worker: results held
+  MSGPACK_DEFINE_MAP(memory_rss, executing, stored);
+};
+
+/// A dependency edge: the result of task `id` is substituted into the arguments.
+struct ArgRef {
+  TaskId id = 0;         // task whose result is needed
+  std::uint32_t arg = 0; // index of the function parameter it fills
+  std::int32_t elem = -1;  // -1: the whole parameter; >= 0: element of an array parameter
+  MSGPACK_DEFINE(id, arg, elem);
+};
+
+struct TaskSpec {
+  TaskId id = 0;                            // unique id (see TaskId)
+  std::string function;                     // registry name, e.g. "add" or "herd::shell"
+  std::vector<char> args;                   // msgpack array, one entry per parameter; nil where
+                                            //   an ArgRef fills it in
+  std::vector<ArgRef> refs;                 // dependency edges
+  std::string key;                          // user-chosen name, "" = "<function>-<id>"
+  std::int32_t priority = 0;                // higher runs first among ready tasks
+  std::uint32_t retries = 0;                // times to re-run a task that throws
+  std::map<std::string, double> resources;  // custom resources it needs on one worker
+  bool want_result = true;                  // client holds a future for it
+  MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result);
+};
+
+struct SubmitTasksRequest {
+  std::vector<TaskSpec> tasks;  // in submission order; dependencies come before dependents
+  MSGPACK_DEFINE(tasks);
+};
+
+struct KeysEvent {
+  std::vector<TaskId> ids;  // tasks concerned
+  MSGPACK_DEFINE(ids);
+};
+
+struct ScatterRequest {
+  TaskId id = 0;      // id the client chose for the scattered value; 1 payload frame follows
+  std::string key;    // user name for it, "" = "scatter-<id>"
+  MSGPACK_DEFINE(id, key);
+};
+
+struct ErrorInfo {
+  std::string type;     // demangled C++ exception type, e.g. "std::runtime_error"
+  std::string message;  // what()
+  std::string task;     // key of the task that raised it (root cause for dependents)
+  std::string worker;   // name of the worker it ran on ("" if it never ran)
+  MSGPACK_DEFINE(type, message, task, worker);
+};
+
+struct TaskResult {
+  TaskId id = 0;                // task
+  bool ok = false;              // true: result stored on the worker; false: see error
+  std::uint64_t nbytes = 0;     // size of the stored result
+  std::vector<char> inline_data;  // the result itself when small (<= kInlineResultBytes)
+  ErrorInfo error;              // when !ok
+  std::uint64_t duration_us = 0;  // wall time of the function call
+  bool missing_input = false;   // !ok because an input could not be fetched: not a task error
+  MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input);
+};
+
+/// Results up to this size travel with the completion notice, so the client's gather needs no
+/// extra round trip to the worker. Larger ones stay on the worker until fetched.
+inline constexpr std::size_t kInlineResultBytes = 4096;
+
+struct TaskResultsEvent {
+  std::vector<TaskResult> results;  // finished tasks, in completion order
+  std::vector<TaskId> acquired;     // inputs this worker fetched from peers and now holds too
+  MSGPACK_DEFINE(results, acquired);
+};
+
+struct TaskUpdate {
+  TaskId id = 0;                   // task
+  std::uint8_t state = 0;          // TaskState: memory, erred or cancelled
+  std::int32_t location = -1;      // index into TaskUpdatesEvent::addresses (memory only)
+  std::uint64_t nbytes = 0;        // size of the result
+  std::vector<char> inline_data;   // the result when small
+  ErrorInfo error;                 // erred / cancelled
+  MSGPACK_DEFINE(id, state, location, nbytes, inline_data, error);
+};
+
+struct TaskUpdatesEvent {
+  std::vector<std::string> addresses;  // data ports referenced by TaskUpdate::location
+  std::vector<TaskUpdate> updates;
+  MSGPACK_DEFINE(addresses, updates);
+};
+
+struct ClusterStateEvent {
+  std::uint32_t workers = 0;  // connected workers
+  std::uint32_t threads = 0;  // their task slots in total
+  MSGPACK_DEFINE_MAP(workers, threads);
+};
+
+struct DepLocation {
+  TaskId id = 0;                       // an input of the task
+  std::vector<std::string> holders;    // data ports of the workers holding it
+  MSGPACK_DEFINE(id, holders);
+};
+
+struct ExecuteTask {
+  TaskId id = 0;                            // task
+  std::string function;                     // registry name
+  std::vector<char> args;                   // as in TaskSpec
+  std::vector<ArgRef> refs;                 // as in TaskSpec
+  std::vector<DepLocation> inputs;          // where each distinct input lives
+  std::string key;                          // display key (for errors and logs)
+  std::map<std::string, double> resources;  // what it holds while it runs
+  MSGPACK_DEFINE(id, function, args, refs, inputs, key, resources);
+};
+
+struct ExecuteTasksEvent {
+  std::vector<ExecuteTask> tasks;
+  MSGPACK_DEFINE(tasks);
+};
+
+struct PutDataEvent {
+  TaskId id = 0;  // key under which the worker stores the payload frame that follows
+  MSGPACK_DEFINE(id);
+};
+
+struct GoodbyeEvent {
+  std::string reason;  // why the peer leaves / is told to leave
+  MSGPACK_DEFINE_MAP(reason);
+};
+
+struct GetDataRequest {
+  std::uint64_t request_id = 0;  // echoed in the reply
+  std::vector<TaskId> ids;       // results wanted
+  MSGPACK_DEFINE(request_id, ids);
+};
+
+struct GetDataReply {
+  std::uint64_t request_id = 0;  // from the request
+  std::vector<TaskId> found;     // one payload frame follows per entry, in this order
+  std::vector<TaskId> missing;   // not held by this worker
+  MSGPACK_DEFINE(request_id, found, missing);
+};
+
+struct ErrorEvent {
+  std::string message;  // e.g. "unknown message type 99"
+  MSGPACK_DEFINE_MAP(message);
+};
+
+}  // namespace herd::protocol

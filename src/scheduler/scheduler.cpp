@@ -1,0 +1,582 @@
+#include "scheduler/scheduler.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <random>
+
+#include "common/logging.hpp"
+
+namespace herd::scheduler {
+
+using protocol::MessageType;
+using protocol::Role;
+
+namespace {
+std::atomic<bool> g_stop{false};
+
+std::string random_id() {
+  std::random_device rd;
+  std::mt19937_64 gen(rd());
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(gen()));
+  return buf;
+}
+}  // namespace
+
+void Scheduler::request_stop() { g_stop.store(true); }
+
+Scheduler::Scheduler(SchedulerOptions options)
+    : options_(std::move(options)), socket_(context_, zmq::socket_type::router),
+      scheduler_id_(random_id()) {
+  socket_.set(zmq::sockopt::maxmsgsize, options_.config.max_message_bytes);
+  socket_.set(zmq::sockopt::sndhwm, 0);  // batches are few; never drop one silently
+  socket_.set(zmq::sockopt::rcvhwm, 0);
+  socket_.set(zmq::sockopt::linger, 1000);
+}
+
+Scheduler::~Scheduler() {
+  for (auto& p : pools_) p->close();
+}
+
+std::string Scheduler::bind() {
+  socket_.bind(options_.listen);
+  address_ = socket_.get(zmq::sockopt::last_endpoint);
+  // A wildcard bind reports 0.0.0.0; peers need a name they can reach.
+  if (const auto pos = address_.find("0.0.0.0"); pos != std::string::npos) {
+    char host[256] = {};
+    ::gethostname(host, sizeof host - 1);
+    address_.replace(pos, 7, host);
+  }
+  return address_;
+}
+
+void Scheduler::add_pool(std::unique_ptr<jobqueue::JobQueue> pool, std::size_t initial) {
+  pool->scale(initial);
+  pools_.push_back(std::move(pool));
+}
+
+int Scheduler::run() {
+  HERD_LOG(info) << "scheduler " << scheduler_id_ << " listening at " << address_;
+  std::vector<zmq::pollitem_t> items = {{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0}};
+  if (options_.parent_fd >= 0) items.push_back({nullptr, options_.parent_fd, ZMQ_POLLIN, 0});
+  while (!g_stop.load()) {
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(options_.config.heartbeat_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    if (items.size() > 1 && (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) {
+      char b;
+      if (::read(options_.parent_fd, &b, 1) <= 0) {
+        HERD_LOG(info) << "owner process is gone; shutting down";
+        break;
+      }
+    }
+    // Drain what is queued, bounded so that the timers below still run under a flood.
+    for (int n = 0; n < 10000; ++n) {
+      auto msg = protocol::try_receive(socket_, true);
+      if (!msg) break;
+      handle(*msg);
+    }
+    schedule();
+    flush();
+    tick();
+  }
+  // Tell everyone, then stop the workers we started.
+  for (auto& [id, w] : workers_) {
+    protocol::send(socket_, w.identity, MessageType::shutdown,
+                   protocol::encode(protocol::GoodbyeEvent{"scheduler is shutting down"}));
+  }
+  for (auto& [idx, c] : clients_) {
+    protocol::send(socket_, c.identity, MessageType::shutdown,
+                   protocol::encode(protocol::GoodbyeEvent{"scheduler is shutting down"}));
+  }
+  for (auto& p : pools_) p->close();
+  return 0;
+}
+
+void Scheduler::send_error(const std::string& identity, const std::string& message) {
+  try {
+    protocol::send(socket_, identity, MessageType::error, protocol::encode(protocol::ErrorEvent{message}));
+  } catch (const zmq::error_t&) {
+  }
+}
+
+void Scheduler::handle(protocol::Received& msg) {
+  std::string error;
+  if (msg.frames.size() < 2) {
+    drop_peer(msg.identity, "message with " + std::to_string(msg.frames.size()) + " frames");
+    return;
+  }
+  const auto type = protocol::parse_header(msg.frames[0], error);
+  if (!type) {
+    drop_peer(msg.identity, error);
+    return;
+  }
+  auto peer = peers_.find(msg.identity);
+  if (peer == peers_.end()) {
+    if (*type == MessageType::hello_request) {
+      handle_hello(msg.identity, msg.frames[1]);
+    } else {
+      HERD_LOG(warning) << "dropping " << protocol::to_string(*type) << " from a peer that never said hello";
+      send_error(msg.identity, "send a hello first");
+    }
+    return;
+  }
+  auto [role, index] = peer->second;
+  if (role == Role::worker) {
+    auto it = workers_.find(index);
+    if (it != workers_.end()) handle_worker(it->second, *type, msg);
+  } else {
+    auto it = clients_.find(index);
+    if (it != clients_.end()) handle_client(it->second, *type, msg);
+  }
+}
+
+void Scheduler::handle_hello(const std::string& identity, const zmq::message_t& body) {
+  protocol::HelloRequest hello;
+  std::string error;
+  protocol::HelloReply reply;
+  reply.heartbeat_ms = options_.config.heartbeat_ms;
+  reply.timeout_ms = options_.config.timeout_ms;
+  reply.scheduler_id = scheduler_id_;
+  if (!protocol::decode(body, hello, error)) {
+    reply.error = "malformed hello: " + error;
+  } else if (hello.protocol != protocol::kProtocolVersion) {
+    reply.error = "protocol version " + std::to_string(hello.protocol) +
+                  " is not supported by this scheduler (version " +
+                  std::to_string(protocol::kProtocolVersion) + ")";
+  } else if (hello.role == static_cast<std::uint8_t>(Role::worker)) {
+    WorkerRec w;
+    w.id = next_worker_id_++;
+    w.identity = identity;
+    w.name = hello.name;
+    w.host = hello.host;
+    w.address = hello.data_address;
+    w.job_id = hello.job_id;
+    w.pool = hello.pool;
+    w.nthreads = std::max<std::uint32_t>(1, hello.nthreads);
+    w.resources = hello.resources;
+    w.last_seen = Clock::now();
+    peers_[identity] = {Role::worker, w.id};
+    reply.ok = true;
+    reply.peer_index = w.id;
+    HERD_LOG(info) << "worker " << w.name << " (" << w.address << ", " << w.nthreads
+                   << " threads) registered as #" << w.id;
+    workers_.emplace(w.id, std::move(w));
+    cluster_changed_ = true;
+    // Scatters that waited for a first worker.
+    auto backlog = std::move(scatter_backlog_);
+    scatter_backlog_.clear();
+    for (auto& [client, item] : backlog) dispatch_scatter(client, item.first, std::move(item.second));
+    // Tasks that no worker could fit may fit this one.
+    for (TaskId id : no_worker_) {
+      if (const Task* t = graph_.find(id); t && t->st() == TaskState::ready) {
+        ready_.push({t->priority, t->seq, id});
+      }
+    }
+    no_worker_.clear();
+  } else if (hello.role == static_cast<std::uint8_t>(Role::client)) {
+    ClientRec c;
+    c.index = next_client_index_++;
+    c.identity = identity;
+    c.name = hello.name;
+    c.last_seen = Clock::now();
+    peers_[identity] = {Role::client, c.index};
+    reply.ok = true;
+    reply.peer_index = c.index;
+    HERD_LOG(info) << "client " << c.name << " connected as #" << c.index;
+    clients_.emplace(c.index, std::move(c));
+    cluster_changed_ = true;
+  } else {
+    reply.error = "unknown role " + std::to_string(hello.role);
+  }
+  if (!reply.ok) HERD_LOG(warning) << "refused a hello: " << reply.error;
+  protocol::send(socket_, identity, MessageType::hello_reply, protocol::encode(reply));
+}
+
+void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received& msg) {
+  w.last_seen = Clock::now();
+  std::string error;
+  switch (type) {
+    case MessageType::heartbeat: {
+      protocol::HeartbeatEvent hb;
+      if (protocol::decode(msg.frames[1], hb, error)) w.memory_rss = hb.memory_rss;
+      break;
+    }
+    case MessageType::task_results: {
+      protocol::TaskResultsEvent ev;
+      if (!protocol::decode(msg.frames[1], ev, error)) break;
+      for (auto& r : ev.results) {
+        w.processing.erase(r.id);
+        if (auto ps = pending_scatter_.find(r.id); ps != pending_scatter_.end()) {
+          if (r.ok) {
+            w.has.insert(r.id);
+            graph_.add_scattered(r.id, ps->second.key, ps->second.client, w.id, r.nbytes, fx_);
+          }
+          pending_scatter_.erase(ps);
+          continue;
+        }
+        if (r.ok) {
+          const double us = static_cast<double>(r.duration_us);
+          avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
+          graph_.finished(r.id, w.id, r.nbytes, fx_);
+          if (const Task* t = graph_.find(r.id); t && t->in_memory()) {
+            w.has.insert(r.id);
+            if (!r.inline_data.empty() && t->wanted) inline_results_[r.id] = std::move(r.inline_data);
+          }
+        } else if (r.missing_input) {
+          graph_.input_missing(r.id, fx_);
+        } else {
+          r.error.worker = w.name;
+          graph_.failed(r.id, std::move(r.error), fx_);
+        }
+      }
+      for (TaskId id : ev.acquired) {
+        graph_.add_holder(id, w.id);
+        if (const Task* t = graph_.find(id); t && t->in_memory()) w.has.insert(id);
+        else w.free_out.push_back(id);
+      }
+      apply(fx_);
+      break;
+    }
+    case MessageType::goodbye: {
+      protocol::GoodbyeEvent bye;
+      (void)protocol::decode(msg.frames[1], bye, error);
+      worker_lost(w.id, "said goodbye: " + bye.reason);
+      return;
+    }
+    default:
+      error = "a worker may not send " + protocol::to_string(type);
+  }
+  if (!error.empty()) drop_peer(w.identity, error);
+}
+
+void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received& msg) {
+  c.last_seen = Clock::now();
+  std::string error;
+  switch (type) {
+    case MessageType::heartbeat:
+      break;
+    case MessageType::submit_tasks: {
+      protocol::SubmitTasksRequest req;
+      if (!protocol::decode(msg.frames[1], req, error)) break;
+      for (const auto& spec : req.tasks) {
+        if ((spec.id >> 40) != c.index) {
+          error = "task id " + std::to_string(spec.id) + " does not belong to this client";
+          break;
+        }
+        graph_.add(spec, c.index, fx_);
+      }
+      apply(fx_);
+      break;
+    }
+    case MessageType::release_keys:
+    case MessageType::cancel_tasks: {
+      protocol::KeysEvent ev;
+      if (!protocol::decode(msg.frames[1], ev, error)) break;
+      for (TaskId id : ev.ids) {
+        const Task* t = graph_.find(id);
+        if (t == nullptr || t->client != c.index) continue;
+        if (type == MessageType::release_keys) {
+          graph_.release(id, fx_);
+        } else {
+          graph_.cancel(id, fx_);
+        }
+      }
+      apply(fx_);
+      break;
+    }
+    case MessageType::scatter_data: {
+      protocol::ScatterRequest req;
+      if (!protocol::decode(msg.frames[1], req, error)) break;
+      if (msg.frames.size() != 3) {
+        error = "scatter_data needs exactly one payload frame";
+        break;
+      }
+      if ((req.id >> 40) != c.index) {
+        error = "scatter id does not belong to this client";
+        break;
+      }
+      dispatch_scatter(c.index, req, std::move(msg.frames[2]));
+      break;
+    }
+    case MessageType::goodbye:
+      client_lost(c.index, "said goodbye");
+      return;
+    default:
+      error = "a client may not send " + protocol::to_string(type);
+  }
+  if (!error.empty()) drop_peer(c.identity, error);
+}
+
+void Scheduler::dispatch_scatter(std::uint32_t client, const protocol::ScatterRequest& req,
+                                 zmq::message_t payload) {
+  WorkerRec* best = nullptr;
+  for (auto& [id, w] : workers_) {
+    if (best == nullptr || w.has.size() < best->has.size()) best = &w;
+  }
+  if (best == nullptr) {
+    scatter_backlog_.emplace_back(client, std::make_pair(req, std::move(payload)));
+    return;
+  }
+  pending_scatter_[req.id] = {client, req.key, best->id};
+  std::vector<zmq::message_t> payloads;
+  payloads.push_back(std::move(payload));
+  protocol::send(socket_, best->identity, MessageType::put_data,
+                 protocol::encode(protocol::PutDataEvent{req.id}), std::move(payloads));
+}
+
+void Scheduler::drop_peer(const std::string& identity, const std::string& why) {
+  auto it = peers_.find(identity);
+  if (it == peers_.end()) {
+    HERD_LOG(warning) << "ignoring a message from an unknown peer: " << why;
+    send_error(identity, why);
+    return;
+  }
+  HERD_LOG(warning) << "dropping " << (it->second.first == Role::worker ? "worker" : "client")
+                    << " #" << it->second.second << ": " << why;
+  send_error(identity, why);
+  if (it->second.first == Role::worker) {
+    worker_lost(it->second.second, why);
+  } else {
+    client_lost(it->second.second, why);
+  }
+}
+
+void Scheduler::worker_lost(std::uint32_t id, const std::string& why) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  WorkerRec w = std::move(it->second);
+  workers_.erase(it);
+  peers_.erase(w.identity);
+  HERD_LOG(warning) << "worker " << w.name << " lost (" << why << "); "
+                    << w.processing.size() << " tasks running, " << w.has.size() << " results held";
+  std::vector<TaskId> processing(w.processing.begin(), w.processing.end());
+  std::vector<TaskId> held(w.has.begin(), w.has.end());
+  for (auto& [pid, ps] : pending_scatter_) {
+    if (ps.worker == id) ps.worker = kNoWorker;  // its ack will never come
+  }
+  graph_.worker_lost(id, processing, held, options_.max_deaths, fx_);
+  // Clients must not keep pointing at this worker's data port.
+  for (auto& [idx, c] : clients_) c.address_index.erase(id);
+  apply(fx_);
+  cluster_changed_ = true;
+}
+
+void Scheduler::client_lost(std::uint32_t index, const std::string& why) {
+  auto it = clients_.find(index);
+  if (it == clients_.end()) return;
+  HERD_LOG(info) << "client #" << index << " gone (" << why << "); releasing its tasks";
+  peers_.erase(it->second.identity);
+  clients_.erase(it);
+  std::vector<TaskId> owned;
+  for (const auto& [id, t] : graph_.tasks()) {
+    if (t.client == index && t.wanted) owned.push_back(id);
+  }
+  for (TaskId id : owned) graph_.release(id, fx_);
+  apply(fx_);
+}
+
+void Scheduler::apply(Effects& fx) {
+  for (TaskId id : fx.ready) {
+    if (const Task* t = graph_.find(id)) ready_.push({t->priority, t->seq, id});
+  }
+  for (TaskId id : fx.notify) {
+    const Task* t = graph_.find(id);
+    if (t == nullptr) continue;
+    auto c = clients_.find(t->client);
+    if (c == clients_.end()) continue;
+    protocol::TaskUpdate u;
+    u.id = id;
+    u.state = t->state;
+    u.nbytes = t->nbytes;
+    if (t->in_memory() && !t->who_has.empty()) {
+      const std::uint32_t holder = t->who_has.front();
+      auto& idx = c->second.address_index;
+      auto found = idx.find(holder);
+      if (found == idx.end()) {
+        auto& addrs = c->second.out.addresses;
+        found = idx.emplace(holder, static_cast<std::int32_t>(addrs.size())).first;
+        addrs.push_back(workers_.at(holder).address);
+      }
+      u.location = found->second;
+      if (auto in = inline_results_.find(id); in != inline_results_.end()) {
+        u.inline_data = std::move(in->second);
+      }
+    }
+    if (t->error) u.error = *t->error;
+    c->second.out.updates.push_back(std::move(u));
+  }
+  for (auto [wid, id] : fx.free) {
+    if (auto w = workers_.find(wid); w != workers_.end()) {
+      w->second.has.erase(id);
+      w->second.free_out.push_back(id);
+    }
+  }
+  for (auto [wid, id] : fx.cancel) {
+    if (auto w = workers_.find(wid); w != workers_.end()) w->second.cancel_out.push_back(id);
+  }
+  inline_results_.clear();
+  fx.clear();
+}
+
+std::size_t Scheduler::capacity(const WorkerRec& w) const {
+  // Keep about queue_horizon_us of expected work queued beyond the free slots, so a worker
+  // never idles between batches, yet a slow worker does not hoard what others could run.
+  std::size_t extra_per_slot = 1;
+  if (avg_task_us_ >= 0) {
+    const double n = options_.config.queue_horizon_us / std::max(avg_task_us_, 1.0);
+    extra_per_slot = static_cast<std::size_t>(
+        std::clamp(n, 1.0, static_cast<double>(options_.config.max_queue_per_slot)));
+  }
+  return w.nthreads * (1 + extra_per_slot);
+}
+
+Scheduler::WorkerRec* Scheduler::pick_worker(const Task& t) {
+  WorkerRec* best = nullptr;
+  double best_score = 0;
+  for (auto& [id, w] : workers_) {
+    if (w.processing.size() >= capacity(w)) continue;
+    bool fits = true;
+    for (const auto& [r, amount] : t.resources) {
+      auto have = w.resources.find(r);
+      if (have == w.resources.end() || have->second < amount) fits = false;
+    }
+    if (!fits) continue;
+    // Lower is better: bytes of input to move, then load per slot.
+    double to_move = 0;
+    for (TaskId d : t.deps) {
+      if (!w.has.count(d)) {
+        if (const Task* dep = graph_.find(d)) to_move += static_cast<double>(dep->nbytes) + 1;
+      }
+    }
+    const double load = static_cast<double>(w.processing.size()) / w.nthreads;
+    const double score = to_move * 1e3 + load;
+    if (best == nullptr || score < best_score) {
+      best = &w;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+void Scheduler::schedule() {
+  while (!ready_.empty()) {
+    const ReadyItem item = ready_.top();
+    Task* t = graph_.find(item.id);
+    if (t == nullptr || t->st() != TaskState::ready) {
+      ready_.pop();
+      continue;
+    }
+    WorkerRec* w = pick_worker(*t);
+    if (w == nullptr) {
+      // Full, or nobody could ever run it: set such a task aside so it does not block others.
+      bool anyone_fits = false;
+      for (const auto& [id, wr] : workers_) {
+        bool fits = true;
+        for (const auto& [r, amount] : t->resources) {
+          auto have = wr.resources.find(r);
+          if (have == wr.resources.end() || have->second < amount) fits = false;
+        }
+        anyone_fits = anyone_fits || fits;
+      }
+      if (anyone_fits || workers_.empty()) break;
+      ready_.pop();
+      no_worker_.push_back(t->id);
+      continue;
+    }
+    ready_.pop();
+    graph_.started(t->id, w->id);
+    w->processing.insert(t->id);
+    protocol::ExecuteTask e;
+    e.id = t->id;
+    e.function = t->function;
+    e.args = t->args;
+    e.refs = t->refs;
+    e.key = t->key;
+    e.resources = t->resources;
+    for (TaskId d : t->deps) {
+      protocol::DepLocation loc;
+      loc.id = d;
+      if (const Task* dep = graph_.find(d)) {
+        for (std::uint32_t h : dep->who_has) {
+          if (auto hw = workers_.find(h); hw != workers_.end()) loc.holders.push_back(hw->second.address);
+        }
+      }
+      e.inputs.push_back(std::move(loc));
+    }
+    w->exec_out.push_back(std::move(e));
+  }
+}
+
+void Scheduler::flush() {
+  for (auto& [id, w] : workers_) {
+    if (!w.exec_out.empty()) {
+      protocol::ExecuteTasksEvent ev;
+      ev.tasks.swap(w.exec_out);
+      protocol::send(socket_, w.identity, MessageType::execute_tasks, protocol::encode(ev));
+    }
+    if (!w.free_out.empty()) {
+      protocol::KeysEvent ev;
+      ev.ids.swap(w.free_out);
+      protocol::send(socket_, w.identity, MessageType::free_keys, protocol::encode(ev));
+    }
+    if (!w.cancel_out.empty()) {
+      protocol::KeysEvent ev;
+      ev.ids.swap(w.cancel_out);
+      protocol::send(socket_, w.identity, MessageType::cancel_tasks, protocol::encode(ev));
+    }
+  }
+  for (auto& [idx, c] : clients_) {
+    if (c.out.updates.empty()) continue;
+    protocol::send(socket_, c.identity, MessageType::task_updates, protocol::encode(c.out));
+    c.out.updates.clear();
+    c.out.addresses.clear();
+    c.address_index.clear();
+  }
+  if (cluster_changed_) broadcast_cluster_state();
+}
+
+void Scheduler::broadcast_cluster_state() {
+  cluster_changed_ = false;
+  protocol::ClusterStateEvent ev;
+  ev.workers = static_cast<std::uint32_t>(workers_.size());
+  for (const auto& [id, w] : workers_) ev.threads += w.nthreads;
+  for (auto& [idx, c] : clients_) {
+    protocol::send(socket_, c.identity, MessageType::cluster_state, protocol::encode(ev));
+  }
+}
+
+void Scheduler::tick() {
+  const auto now = Clock::now();
+  if (now - last_heartbeat_ >= std::chrono::milliseconds(options_.config.heartbeat_ms)) {
+    last_heartbeat_ = now;
+    const auto timeout = std::chrono::milliseconds(options_.config.timeout_ms);
+    std::vector<std::uint32_t> silent_workers, silent_clients;
+    for (auto& [id, w] : workers_) {
+      if (now - w.last_seen > timeout) silent_workers.push_back(id);
+      else protocol::send(socket_, w.identity, MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
+    }
+    for (auto& [idx, c] : clients_) {
+      if (now - c.last_seen > timeout) silent_clients.push_back(idx);
+      else protocol::send(socket_, c.identity, MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
+    }
+    for (auto id : silent_workers) worker_lost(id, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
+    for (auto idx : silent_clients) client_lost(idx, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
+  }
+  if (now - last_pool_poll_ >= std::chrono::milliseconds(200)) {
+    last_pool_poll_ = now;
+    for (auto& p : pools_) {
+      for (const auto& line : p->poll()) HERD_LOG(info) << "pool " << p->name() << ": " << line;
+    }
+  }
+  // Worker losses and client losses may have made tasks ready.
+  schedule();
+  flush();
+}
+
+}  // namespace herd::scheduler

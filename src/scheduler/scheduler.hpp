@@ -1,0 +1,126 @@
+// The scheduler: one thread, one ROUTER socket for clients and workers, the task graph, the
+// worker registry, placement, and the job queue that sizes the worker pool.
+//
+// Each turn of the loop drains every message already queued on the socket, applies them to the
+// graph, places what became ready, and only then sends: one ExecuteTasks per worker, one
+// TaskUpdates per client, one FreeKeys per worker. So under load many tasks share one frame
+// on every hop, and the per-task cost is a hash lookup and a vector push.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <queue>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/config.hpp"
+#include "jobqueue/job_queue.hpp"
+#include "protocol/codec.hpp"
+#include "scheduler/task_graph.hpp"
+
+namespace herd::scheduler {
+
+struct SchedulerOptions {
+  std::string listen = "tcp://127.0.0.1:*";  // ZeroMQ endpoint to bind
+  int parent_fd = -1;          // read end of the owner's pipe: EOF means the owner died
+  std::uint32_t max_deaths = 3;  // a task present at this many worker losses fails
+  Config config = Config::from_env();
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerOptions options);
+  ~Scheduler();
+
+  /// Binds the socket; returns the address peers connect to (port resolved).
+  std::string bind();
+  /// Gives the scheduler a worker pool and its initial size.
+  void add_pool(std::unique_ptr<jobqueue::JobQueue> pool, std::size_t initial);
+  /// Runs until stop() (from a signal handler: it only sets a flag) or the owner dies.
+  int run();
+  static void request_stop();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct WorkerRec {
+    std::uint32_t id = 0;
+    std::string identity, name, host, address, job_id, pool;
+    std::uint32_t nthreads = 1;
+    std::map<std::string, double> resources;
+    std::unordered_set<TaskId> processing;
+    std::unordered_set<TaskId> has;
+    Clock::time_point last_seen;
+    std::uint64_t memory_rss = 0;
+    std::vector<protocol::ExecuteTask> exec_out;
+    std::vector<TaskId> free_out, cancel_out;
+  };
+  struct ClientRec {
+    std::uint32_t index = 0;
+    std::string identity, name;
+    Clock::time_point last_seen;
+    protocol::TaskUpdatesEvent out;
+    std::unordered_map<std::uint32_t, std::int32_t> address_index;  // worker -> out.addresses
+  };
+  struct ReadyItem {
+    std::int32_t priority;
+    std::uint64_t seq;
+    TaskId id;
+    bool operator<(const ReadyItem& o) const {
+      return priority != o.priority ? priority < o.priority : seq > o.seq;
+    }
+  };
+  struct PendingScatter {
+    std::uint32_t client;
+    std::string key;
+    std::uint32_t worker;
+  };
+
+  void handle(protocol::Received& msg);
+  void handle_hello(const std::string& identity, const zmq::message_t& body);
+  void handle_worker(WorkerRec& w, protocol::MessageType type, protocol::Received& msg);
+  void handle_client(ClientRec& c, protocol::MessageType type, protocol::Received& msg);
+  void drop_peer(const std::string& identity, const std::string& why);
+  void worker_lost(std::uint32_t id, const std::string& why);
+  void client_lost(std::uint32_t index, const std::string& why);
+  void apply(Effects& fx);
+  void schedule();
+  WorkerRec* pick_worker(const Task& t);
+  std::size_t capacity(const WorkerRec& w) const;
+  void dispatch_scatter(std::uint32_t client, const protocol::ScatterRequest& req,
+                        zmq::message_t payload);
+  void flush();
+  void tick();
+  void broadcast_cluster_state();
+  void send_error(const std::string& identity, const std::string& message);
+
+  SchedulerOptions options_;
+  zmq::context_t context_{1};
+  zmq::socket_t socket_;
+  std::string address_;
+  std::string scheduler_id_;
+  TaskGraph graph_;
+  Effects fx_;
+  std::priority_queue<ReadyItem> ready_;
+  std::vector<TaskId> no_worker_;  // ready tasks no worker can ever fit (yet)
+  std::unordered_map<std::string, std::pair<protocol::Role, std::uint32_t>> peers_;
+  std::unordered_map<std::uint32_t, WorkerRec> workers_;
+  std::unordered_map<std::uint32_t, ClientRec> clients_;
+  std::unordered_map<TaskId, std::vector<char>> inline_results_;  // this turn's small results
+  std::unordered_map<TaskId, PendingScatter> pending_scatter_;
+  std::vector<std::pair<std::uint32_t, std::pair<protocol::ScatterRequest, zmq::message_t>>>
+      scatter_backlog_;
+  std::vector<std::unique_ptr<jobqueue::JobQueue>> pools_;
+  std::uint32_t next_worker_id_ = 1;
+  std::uint32_t next_client_index_ = 1;
+  double avg_task_us_ = -1;  // moving average of task run time; < 0 until one finishes
+  bool cluster_changed_ = false;
+  Clock::time_point last_heartbeat_{};
+  Clock::time_point last_pool_poll_{};
+};
+
+}  // namespace herd::scheduler

@@ -1,0 +1,589 @@
+#include "worker/worker.hpp"
+
+#include <cxxabi.h>
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <fstream>
+#include <typeinfo>
+
+#include "api/runtime.hpp"
+#include "common/logging.hpp"
+#include "herd/remote.hpp"
+
+namespace herd::worker {
+
+using protocol::MessageType;
+using protocol::TaskId;
+
+namespace {
+std::atomic<bool> g_stop{false};
+constexpr const char* kWakeEndpoint = "inproc://herd-worker-wake";
+
+std::string demangle(const char* name) {
+  int status = 0;
+  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  std::string s = (status == 0 && out != nullptr) ? out : name;
+  std::free(out);
+  return s;
+}
+
+std::string hostname() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+/// Substitutes input values into the argument array; false if the refs do not fit the args.
+bool substitute(msgpack::object& args, const protocol::ArgRef& ref, const msgpack::object& value) {
+  if (args.type != msgpack::type::ARRAY || ref.arg >= args.via.array.size) return false;
+  msgpack::object& slot = args.via.array.ptr[ref.arg];
+  if (ref.elem < 0) {
+    slot = value;
+    return true;
+  }
+  if (slot.type != msgpack::type::ARRAY || static_cast<std::uint32_t>(ref.elem) >= slot.via.array.size) {
+    return false;
+  }
+  slot.via.array.ptr[ref.elem] = value;
+  return true;
+}
+}  // namespace
+
+void Worker::request_stop() { g_stop.store(true); }
+
+Worker::Worker(WorkerOptions options)
+    : options_(std::move(options)), sched_(context_, zmq::socket_type::dealer),
+      data_(context_, zmq::socket_type::router), wake_(context_, zmq::socket_type::pull) {
+  if (options_.name.empty()) options_.name = hostname() + ":" + std::to_string(::getpid());
+  free_resources_ = options_.resources;
+  for (const auto& lib : options_.load) {
+    if (::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+      throw std::runtime_error("cannot load task library " + lib + ": " + ::dlerror());
+    }
+  }
+  std::string host = options_.listen_host;
+  if (host.empty()) {
+    const bool loopback = options_.scheduler.find("127.0.0.1") != std::string::npos ||
+                          options_.scheduler.find("localhost") != std::string::npos;
+    host = loopback ? "127.0.0.1" : "0.0.0.0";
+  }
+  data_.set(zmq::sockopt::sndhwm, 0);
+  data_.set(zmq::sockopt::linger, 0);
+  data_.bind("tcp://" + host + ":*");
+  data_address_ = data_.get(zmq::sockopt::last_endpoint);
+  if (const auto pos = data_address_.find("0.0.0.0"); pos != std::string::npos) {
+    data_address_.replace(pos, 7, hostname());
+  }
+  wake_.bind(kWakeEndpoint);
+  sched_.set(zmq::sockopt::linger, 1000);
+  sched_.set(zmq::sockopt::sndhwm, 0);
+  sched_.set(zmq::sockopt::rcvhwm, 0);
+}
+
+Worker::~Worker() {
+  {
+    std::lock_guard lock(run_mu_);
+    stopping_ = true;
+  }
+  run_cv_.notify_all();
+  for (auto& t : executors_) t.join();
+}
+
+bool Worker::connect() {
+  sched_.connect(options_.scheduler);
+  protocol::HelloRequest hello;
+  hello.role = static_cast<std::uint8_t>(protocol::Role::worker);
+  hello.name = options_.name;
+  hello.host = hostname();
+  hello.pid = ::getpid();
+  hello.nthreads = options_.nthreads;
+  hello.data_address = data_address_;
+  hello.resources = options_.resources;
+  if (const char* job = std::getenv("SLURM_JOB_ID")) hello.job_id = job;
+  if (const char* pool = std::getenv("HERD_POOL")) hello.pool = pool;
+  protocol::send(sched_, "", MessageType::hello_request, protocol::encode(hello));
+  zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
+  const auto deadline = Clock::now() + std::chrono::milliseconds(options_.config.connect_timeout_ms);
+  while (Clock::now() < deadline && !g_stop.load()) {
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(100));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    auto msg = protocol::try_receive(sched_, false);
+    if (!msg) continue;
+    std::string error;
+    auto type = msg->frames.size() >= 2 ? protocol::parse_header(msg->frames[0], error) : std::nullopt;
+    if (!type || *type != MessageType::hello_reply) continue;
+    protocol::HelloReply reply;
+    if (!protocol::decode(msg->frames[1], reply, error)) {
+      HERD_LOG(error) << "bad hello reply from " << options_.scheduler << ": " << error;
+      return false;
+    }
+    if (!reply.ok) {
+      HERD_LOG(error) << "scheduler at " << options_.scheduler << " refused this worker: " << reply.error;
+      return false;
+    }
+    options_.config.heartbeat_ms = reply.heartbeat_ms;
+    options_.config.timeout_ms = reply.timeout_ms;
+    return true;
+  }
+  HERD_LOG(error) << "no scheduler answered at " << options_.scheduler << " within "
+                  << options_.config.connect_timeout_ms << " ms";
+  return false;
+}
+
+int Worker::run() {
+  if (!connect()) return 1;
+  HERD_LOG(info) << "worker " << options_.name << " serving data at " << data_address_;
+  for (std::size_t i = 0; i < options_.nthreads; ++i) {
+    executors_.emplace_back([this, i] { executor_loop(i); });
+  }
+  last_from_scheduler_ = Clock::now();
+  std::vector<zmq::pollitem_t> items;
+  std::vector<std::string> item_peers;
+  int exit_code = 0;
+  while (!g_stop.load()) {
+    items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0},
+                  {static_cast<void*>(data_), 0, ZMQ_POLLIN, 0},
+                  {static_cast<void*>(wake_), 0, ZMQ_POLLIN, 0}});
+    item_peers.clear();
+    for (auto& [address, socket] : peers_) {
+      items.push_back({static_cast<void*>(socket), 0, ZMQ_POLLIN, 0});
+      item_peers.push_back(address);
+    }
+    try {
+      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(options_.config.heartbeat_ms));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+    // Wake-ups only say "look at the completion queue".
+    while (true) {
+      zmq::message_t m;
+      if (!wake_.recv(m, zmq::recv_flags::dontwait)) break;
+    }
+    drain_completions();
+    bool shutdown = false;
+    std::map<std::string, std::vector<TaskId>> wanted;
+    for (int n = 0; n < 1000; ++n) {
+      auto msg = protocol::try_receive(sched_, false);
+      if (!msg) break;
+      last_from_scheduler_ = Clock::now();
+      std::string error;
+      auto type = msg->frames.size() >= 2 ? protocol::parse_header(msg->frames[0], error) : std::nullopt;
+      if (!type) {
+        HERD_LOG(error) << "malformed message from the scheduler: " << error;
+        continue;
+      }
+      switch (*type) {
+        case MessageType::execute_tasks: {
+          protocol::ExecuteTasksEvent ev;
+          if (protocol::decode(msg->frames[1], ev, error)) on_execute(ev);
+          break;
+        }
+        case MessageType::free_keys: {
+          protocol::KeysEvent ev;
+          if (protocol::decode(msg->frames[1], ev, error)) {
+            for (TaskId id : ev.ids) store_.erase(id);
+          }
+          break;
+        }
+        case MessageType::cancel_tasks: {
+          protocol::KeysEvent ev;
+          if (protocol::decode(msg->frames[1], ev, error)) on_cancel(ev);
+          break;
+        }
+        case MessageType::put_data: {
+          protocol::PutDataEvent ev;
+          if (protocol::decode(msg->frames[1], ev, error) && msg->frames.size() == 3) {
+            auto bytes = std::make_shared<const Bytes>(std::move(msg->frames[2]));
+            protocol::TaskResult r;
+            r.id = ev.id;
+            r.ok = true;
+            r.nbytes = bytes->size();
+            store_.put(ev.id, std::move(bytes));
+            results_out_.push_back(std::move(r));
+          }
+          break;
+        }
+        case MessageType::shutdown: {
+          protocol::GoodbyeEvent bye;
+          (void)protocol::decode(msg->frames[1], bye, error);
+          HERD_LOG(info) << "scheduler asked this worker to stop: " << bye.reason;
+          shutdown = true;
+          break;
+        }
+        case MessageType::heartbeat:
+        case MessageType::error:
+          break;
+        default:
+          HERD_LOG(warning) << "unexpected " << protocol::to_string(*type) << " from the scheduler";
+      }
+      if (!error.empty()) HERD_LOG(error) << "bad message from the scheduler: " << error;
+    }
+    if (shutdown) break;
+    for (int n = 0; n < 1000; ++n) {
+      auto msg = protocol::try_receive(data_, true);
+      if (!msg) break;
+      on_data_request(*msg);
+    }
+    for (std::size_t i = 0; i < item_peers.size(); ++i) {
+      if ((items[3 + i].revents & ZMQ_POLLIN) == 0) continue;
+      auto& socket = peers_.at(item_peers[i]);
+      while (auto msg = protocol::try_receive(socket, false)) on_data_reply(item_peers[i], *msg);
+    }
+    const auto now = Clock::now();
+    // Inputs that did not come in time are asked of the next holder.
+    std::vector<std::uint64_t> expired;
+    for (const auto& [rid, f] : fetches_) {
+      if (now - f.sent > std::chrono::milliseconds(options_.config.timeout_ms)) expired.push_back(rid);
+    }
+    for (auto rid : expired) {
+      Fetch f = std::move(fetches_.at(rid));
+      fetches_.erase(rid);
+      HERD_LOG(warning) << "no answer from " << f.address << " for " << f.ids.size() << " inputs";
+      for (TaskId id : f.ids) fetch_from_next_holder(id, wanted);
+    }
+    request_inputs(wanted);
+    drain_completions();
+    if (now - last_from_scheduler_ > std::chrono::milliseconds(options_.config.timeout_ms)) {
+      HERD_LOG(error) << "scheduler at " << options_.scheduler << " silent for "
+                      << options_.config.timeout_ms << " ms; exiting";
+      exit_code = 2;
+      break;
+    }
+    if (now - last_heartbeat_ >= std::chrono::milliseconds(options_.config.heartbeat_ms)) {
+      last_heartbeat_ = now;
+      protocol::HeartbeatEvent hb;
+      hb.memory_rss = rss_bytes();
+      hb.executing = executing_.load();
+      hb.stored = store_.size();
+      protocol::send(sched_, "", MessageType::heartbeat, protocol::encode(hb));
+    }
+  }
+  if (g_stop.load()) {
+    protocol::send(sched_, "", MessageType::goodbye, protocol::encode(protocol::GoodbyeEvent{"worker stopped by signal"}));
+  }
+  return exit_code;
+}
+
+void Worker::on_execute(protocol::ExecuteTasksEvent& ev) {
+  std::map<std::string, std::vector<TaskId>> wanted;
+  for (auto& task : ev.tasks) {
+    std::uint32_t missing = 0;
+    for (const auto& in : task.inputs) {
+      if (store_.contains(in.id)) continue;
+      ++missing;
+      auto& w = waiters_[in.id];
+      w.push_back(task.id);
+      if (w.size() == 1) {  // first task to need it: start fetching
+        holders_[in.id] = {in.holders, 0};
+        fetch_from_next_holder(in.id, wanted);
+      }
+    }
+    if (missing == 0) {
+      make_runnable(std::move(task));
+    } else {
+      const TaskId id = task.id;
+      pending_[id] = Pending{std::move(task), missing};
+    }
+  }
+  request_inputs(wanted);
+}
+
+void Worker::fetch_from_next_holder(TaskId dep, std::map<std::string, std::vector<TaskId>>& wanted) {
+  auto h = holders_.find(dep);
+  if (h == holders_.end()) return;
+  auto& [list, next] = h->second;
+  while (next < list.size() && list[next] == data_address_) ++next;
+  if (next >= list.size()) {
+    input_unavailable(dep);
+    return;
+  }
+  wanted[list[next++]].push_back(dep);
+}
+
+void Worker::request_inputs(std::map<std::string, std::vector<TaskId>>& wanted) {
+  for (auto& [address, ids] : wanted) {
+    const std::uint64_t rid = next_request_++;
+    protocol::GetDataRequest req{rid, ids};
+    protocol::send(peer(address), "", MessageType::get_data_request, protocol::encode(req));
+    fetches_[rid] = Fetch{address, std::move(ids), Clock::now()};
+  }
+  wanted.clear();
+}
+
+zmq::socket_t& Worker::peer(const std::string& address) {
+  auto it = peers_.find(address);
+  if (it == peers_.end()) {
+    zmq::socket_t s(context_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvhwm, 0);
+    s.connect(address);
+    it = peers_.emplace(address, std::move(s)).first;
+  }
+  return it->second;
+}
+
+void Worker::on_data_request(protocol::Received& msg) {
+  std::string error;
+  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
+  protocol::GetDataRequest req;
+  if (!type || *type != MessageType::get_data_request || !protocol::decode(msg.frames[1], req, error)) {
+    HERD_LOG(warning) << "ignoring a bad request on the data port: "
+                      << (error.empty() ? "not a get_data_request" : error);
+    return;
+  }
+  protocol::GetDataReply reply;
+  reply.request_id = req.request_id;
+  std::vector<zmq::message_t> payloads;
+  for (TaskId id : req.ids) {
+    if (auto bytes = store_.get(id)) {
+      reply.found.push_back(id);
+      payloads.push_back(zero_copy_message(bytes));
+    } else {
+      reply.missing.push_back(id);
+    }
+  }
+  protocol::send(data_, msg.identity, MessageType::get_data_reply, protocol::encode(reply),
+                 std::move(payloads));
+}
+
+void Worker::on_data_reply(const std::string& address, protocol::Received& msg) {
+  std::string error;
+  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
+  protocol::GetDataReply reply;
+  if (!type || *type != MessageType::get_data_reply || !protocol::decode(msg.frames[1], reply, error) ||
+      msg.frames.size() != 2 + reply.found.size()) {
+    HERD_LOG(warning) << "bad data reply from " << address << ": " << error;
+    return;
+  }
+  auto f = fetches_.find(reply.request_id);
+  if (f == fetches_.end()) return;  // answered after we gave up on it
+  fetches_.erase(f);
+  for (std::size_t i = 0; i < reply.found.size(); ++i) {
+    const TaskId id = reply.found[i];
+    store_.put(id, std::make_shared<const Bytes>(std::move(msg.frames[2 + i])));
+    acquired_out_.push_back(id);
+    input_arrived(id);
+  }
+  std::map<std::string, std::vector<TaskId>> wanted;
+  for (TaskId id : reply.missing) fetch_from_next_holder(id, wanted);
+  request_inputs(wanted);
+}
+
+void Worker::input_arrived(TaskId dep) {
+  holders_.erase(dep);
+  auto w = waiters_.find(dep);
+  if (w == waiters_.end()) return;
+  std::vector<TaskId> tasks = std::move(w->second);
+  waiters_.erase(w);
+  for (TaskId id : tasks) {
+    auto p = pending_.find(id);
+    if (p == pending_.end()) continue;
+    if (--p->second.missing == 0) {
+      protocol::ExecuteTask task = std::move(p->second.task);
+      pending_.erase(p);
+      make_runnable(std::move(task));
+    }
+  }
+}
+
+void Worker::input_unavailable(TaskId dep) {
+  holders_.erase(dep);
+  auto w = waiters_.find(dep);
+  if (w == waiters_.end()) return;
+  std::vector<TaskId> tasks = std::move(w->second);
+  waiters_.erase(w);
+  for (TaskId id : tasks) {
+    if (pending_.erase(id) == 0) continue;
+    protocol::TaskResult r;
+    r.id = id;
+    r.missing_input = true;
+    r.error = {"herd::MissingInput", "input could not be fetched from any holder", "", options_.name};
+    results_out_.push_back(std::move(r));
+  }
+}
+
+void Worker::on_cancel(const protocol::KeysEvent& ev) {
+  for (TaskId id : ev.ids) {
+    bool dropped = pending_.erase(id) > 0;
+    if (!dropped) {
+      std::lock_guard lock(run_mu_);
+      auto it = std::find_if(runnable_.begin(), runnable_.end(), [id](const auto& t) { return t.id == id; });
+      if (it != runnable_.end()) {
+        runnable_.erase(it);
+        dropped = true;
+      }
+    }
+    if (dropped) {
+      protocol::TaskResult r;
+      r.id = id;
+      r.error = {"herd::CancelledError", "cancelled before it started", "", options_.name};
+      results_out_.push_back(std::move(r));
+    }
+  }
+}
+
+void Worker::make_runnable(protocol::ExecuteTask task) {
+  {
+    std::lock_guard lock(run_mu_);
+    runnable_.push_back(std::move(task));
+  }
+  run_cv_.notify_one();
+}
+
+void Worker::executor_loop(std::size_t index) {
+  zmq::socket_t wake(context_, zmq::socket_type::push);
+  wake.set(zmq::sockopt::linger, 0);
+  wake.connect(kWakeEndpoint);
+  while (true) {
+    protocol::ExecuteTask task;
+    {
+      std::unique_lock lock(run_mu_);
+      std::deque<protocol::ExecuteTask>::iterator chosen;
+      run_cv_.wait(lock, [&] {
+        if (stopping_) return true;
+        chosen = std::find_if(runnable_.begin(), runnable_.end(), [&](const auto& t) {
+          for (const auto& [r, amount] : t.resources) {
+            auto have = free_resources_.find(r);
+            if (have == free_resources_.end() || have->second < amount) return false;
+          }
+          return true;
+        });
+        return chosen != runnable_.end();
+      });
+      if (stopping_) return;
+      task = std::move(*chosen);
+      runnable_.erase(chosen);
+      for (const auto& [r, amount] : task.resources) free_resources_[r] -= amount;
+    }
+    ++executing_;
+    Completion c = execute(task);
+    --executing_;
+    if (!task.resources.empty()) {
+      {
+        std::lock_guard lock(run_mu_);
+        for (const auto& [r, amount] : task.resources) free_resources_[r] += amount;
+      }
+      run_cv_.notify_all();
+    }
+    bool was_empty;
+    {
+      std::lock_guard lock(done_mu_);
+      was_empty = done_.empty();
+      done_.push_back(std::move(c));
+    }
+    if (was_empty) (void)wake.send(zmq::message_t(), zmq::send_flags::dontwait);
+  }
+  (void)index;
+}
+
+Worker::Completion Worker::execute(const protocol::ExecuteTask& task) {
+  Completion c;
+  c.id = task.id;
+  const auto start = Clock::now();
+  const detail::FunctionEntry* entry = detail::find_function(task.function);
+  if (entry == nullptr) {
+    c.error = {"herd::FunctionNotFound",
+               "function '" + task.function + "' is not registered in this worker's program (" +
+                   std::string(program_invocation_name) +
+                   "); build it into the worker executable or load its library with --load",
+               task.key, options_.name};
+    return c;
+  }
+  try {
+    msgpack::object_handle args_handle = msgpack::unpack(task.args.data(), task.args.size());
+    msgpack::object args = args_handle.get();
+    std::vector<msgpack::object_handle> inputs;
+    std::vector<BytesPtr> keep;
+    for (const auto& ref : task.refs) {
+      BytesPtr bytes = store_.get(ref.id);
+      if (!bytes) {
+        c.missing_input = true;
+        c.error = {"herd::MissingInput", "input was freed before the task ran", task.key, options_.name};
+        return c;
+      }
+      inputs.push_back(msgpack::unpack(bytes->data(), bytes->size()));
+      keep.push_back(std::move(bytes));
+      if (!substitute(args, ref, inputs.back().get())) {
+        throw std::invalid_argument("argument reference does not match the arguments");
+      }
+    }
+    detail::current_task() = TaskInfo{task.key, options_.name};
+    msgpack::sbuffer out;
+    entry->invoke(args, out);
+    detail::current_task() = TaskInfo{};
+    const std::size_t size = out.size();
+    c.bytes = std::make_shared<const Bytes>(out.release(), size);
+    c.ok = true;
+  } catch (...) {
+    detail::current_task() = TaskInfo{};
+    const std::type_info* type = abi::__cxa_current_exception_type();
+    c.error.type = type != nullptr ? demangle(type->name()) : "unknown";
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      c.error.message = e.what();
+    } catch (...) {
+      c.error.message = "(an exception that is not a std::exception)";
+    }
+    c.error.task = task.key;
+    c.error.worker = options_.name;
+  }
+  c.duration_us = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
+  if (c.ok) store_.put(c.id, c.bytes);
+  return c;
+}
+
+void Worker::drain_completions() {
+  std::vector<Completion> done;
+  {
+    std::lock_guard lock(done_mu_);
+    done.swap(done_);
+  }
+  for (auto& c : done) {
+    protocol::TaskResult r;
+    r.id = c.id;
+    r.ok = c.ok;
+    r.duration_us = c.duration_us;
+    r.missing_input = c.missing_input;
+    if (c.ok) {
+      r.nbytes = c.bytes->size();
+      if (r.nbytes <= protocol::kInlineResultBytes) {
+        r.inline_data.assign(c.bytes->data(), c.bytes->data() + c.bytes->size());
+      }
+    } else {
+      r.error = std::move(c.error);
+    }
+    results_out_.push_back(std::move(r));
+  }
+  flush_results();
+}
+
+void Worker::flush_results() {
+  if (results_out_.empty() && acquired_out_.empty()) return;
+  protocol::TaskResultsEvent ev;
+  ev.results.swap(results_out_);
+  ev.acquired.swap(acquired_out_);
+  protocol::send(sched_, "", MessageType::task_results, protocol::encode(ev));
+}
+
+std::uint64_t Worker::rss_bytes() const {
+  std::ifstream statm("/proc/self/statm");
+  std::uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+int run_worker(WorkerOptions options) {
+  Worker w(std::move(options));
+  return w.run();
+}
+
+}  // namespace herd::worker

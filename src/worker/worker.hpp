@@ -1,0 +1,117 @@
+// A worker: one I/O thread (scheduler DEALER, data-port ROUTER, peer DEALERs) and a pool of
+// executor threads. Tasks whose inputs live elsewhere wait while the I/O thread fetches the
+// inputs from peers, in one request per peer per turn; finished tasks come back to the I/O
+// thread through a queue and are reported to the scheduler in batches.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/config.hpp"
+#include "protocol/codec.hpp"
+#include "worker/data_store.hpp"
+
+namespace herd::worker {
+
+struct WorkerOptions {
+  std::string scheduler;                    // scheduler address, e.g. tcp://127.0.0.1:40000
+  std::string name;                         // "" = host:pid
+  std::uint32_t nthreads = 1;               // task slots
+  std::map<std::string, double> resources;  // custom resources it offers
+  std::string listen_host;                  // interface for the data port ("" = guess)
+  std::vector<std::string> load;            // task libraries to dlopen
+  Config config = Config::from_env();
+};
+
+class Worker {
+ public:
+  explicit Worker(WorkerOptions options);
+  ~Worker();
+  /// Connects, registers, serves until the scheduler says stop or is lost. Exit code.
+  int run();
+  static void request_stop();
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Completion {
+    protocol::TaskId id = 0;
+    bool ok = false;
+    BytesPtr bytes;
+    protocol::ErrorInfo error;
+    std::uint64_t duration_us = 0;
+    bool missing_input = false;
+  };
+  struct Pending {
+    protocol::ExecuteTask task;
+    std::uint32_t missing = 0;
+  };
+  struct Fetch {
+    std::string address;
+    std::vector<protocol::TaskId> ids;
+    Clock::time_point sent;
+  };
+
+  bool connect();
+  void executor_loop(std::size_t index);
+  Completion execute(const protocol::ExecuteTask& task);
+  void on_execute(protocol::ExecuteTasksEvent& ev);
+  void on_cancel(const protocol::KeysEvent& ev);
+  void on_data_request(protocol::Received& msg);
+  void on_data_reply(const std::string& address, protocol::Received& msg);
+  void request_inputs(std::map<std::string, std::vector<protocol::TaskId>>& wanted);
+  void fetch_from_next_holder(protocol::TaskId dep,
+                              std::map<std::string, std::vector<protocol::TaskId>>& wanted);
+  void input_arrived(protocol::TaskId dep);
+  void input_unavailable(protocol::TaskId dep);
+  void make_runnable(protocol::ExecuteTask task);
+  void drain_completions();
+  void flush_results();
+  zmq::socket_t& peer(const std::string& address);
+  std::uint64_t rss_bytes() const;
+
+  WorkerOptions options_;
+  zmq::context_t context_{1};
+  zmq::socket_t sched_, data_, wake_;
+  std::string data_address_;
+  DataStore store_;
+
+  // Executor side.
+  std::mutex run_mu_;
+  std::condition_variable run_cv_;
+  std::deque<protocol::ExecuteTask> runnable_;
+  std::map<std::string, double> free_resources_;
+  std::unordered_set<protocol::TaskId> cancelled_;  // cancelled while queued
+  bool stopping_ = false;
+  std::atomic<std::uint32_t> executing_{0};
+  std::vector<std::thread> executors_;
+  std::mutex done_mu_;
+  std::vector<Completion> done_;
+
+  // I/O side.
+  std::unordered_map<protocol::TaskId, Pending> pending_;                       // awaiting inputs
+  std::unordered_map<protocol::TaskId, std::vector<protocol::TaskId>> waiters_;  // input -> tasks
+  std::unordered_map<protocol::TaskId, std::pair<std::vector<std::string>, std::size_t>> holders_;
+  std::unordered_map<std::uint64_t, Fetch> fetches_;
+  std::uint64_t next_request_ = 1;
+  std::map<std::string, zmq::socket_t> peers_;
+  std::vector<protocol::TaskResult> results_out_;
+  std::vector<protocol::TaskId> acquired_out_;
+  Clock::time_point last_from_scheduler_;
+  Clock::time_point last_heartbeat_{};
+};
+
+int run_worker(WorkerOptions options);
+
+}  // namespace herd::worker

@@ -1,0 +1,58 @@
+// `herd worker`: parses options and runs a worker until the scheduler lets it go.
+#include <signal.h>
+
+#include <CLI/CLI.hpp>
+#include <iostream>
+
+#include "api/runtime.hpp"
+#include "common/logging.hpp"
+#include "worker/worker.hpp"
+
+namespace herd::detail {
+
+int worker_main(const std::vector<std::string>& args) {
+  CLI::App app{"herd worker: runs tasks for a herd scheduler"};
+  app.name("herd worker");
+  worker::WorkerOptions options;
+  std::vector<std::string> resources;
+  app.add_option("--scheduler", options.scheduler, "scheduler address, e.g. tcp://login1:8786")
+      ->required();
+  app.add_option("--nthreads", options.nthreads, "task slots (threads)")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--name", options.name, "worker name (default: host:pid)");
+  app.add_option("--resources", resources, "custom resources it offers, e.g. gpu=2 (repeatable)")
+      ->delimiter(',');
+  app.add_option("--load", options.load, "task library to load (repeatable)")->check(CLI::ExistingFile);
+  app.add_option("--listen-host", options.listen_host,
+                 "interface for the data port (default: loopback for a local scheduler, else all)");
+  app.footer("Environment:\n" + Config::describe());
+  std::vector<std::string> reversed(args.rbegin(), args.rend());
+  try {
+    app.parse(reversed);
+    for (const auto& r : resources) {
+      const auto eq = r.find('=');
+      if (eq == std::string::npos || eq == 0) throw CLI::ValidationError("--resources", "expected NAME=AMOUNT, got '" + r + "'");
+      try {
+        options.resources[r.substr(0, eq)] = std::stod(r.substr(eq + 1));
+      } catch (const std::exception&) {
+        throw CLI::ValidationError("--resources", "amount in '" + r + "' is not a number");
+      }
+    }
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  log::set_process_name("worker " + (options.name.empty() ? std::string("?") : options.name));
+  ::signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa {};
+  sa.sa_handler = [](int) { worker::Worker::request_stop(); };
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+  try {
+    return worker::run_worker(std::move(options));
+  } catch (const std::exception& e) {
+    std::cerr << "herd worker: " << e.what() << std::endl;
+    return 1;
+  }
+}
+
+}  // namespace herd::detail
