@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace herd {
@@ -41,19 +42,26 @@ class LocalCluster : public Cluster {
   LocalCluster& operator=(LocalCluster&&) noexcept;
   ~LocalCluster() override;
 
-  LocalCluster& workers(int n);
-  LocalCluster& threads_per_worker(int n);
+  LocalCluster& workers(int n) &;
+  LocalCluster&& workers(int n) && { return std::move(workers(n)); }
+  LocalCluster& threads_per_worker(int n) &;
+  LocalCluster&& threads_per_worker(int n) && { return std::move(threads_per_worker(n)); }
   /// Executable the workers run (default: this program). Use the `herd` binary with
   /// worker_args({"--load", "libtasks.so"}) for task libraries.
-  LocalCluster& worker_executable(std::string path);
+  LocalCluster& worker_executable(std::string path) &;
+  LocalCluster&& worker_executable(std::string path) && { return std::move(worker_executable(std::move(path))); }
   /// Extra arguments for every worker, e.g. {"--resources", "gpu=1"}.
-  LocalCluster& worker_args(std::vector<std::string> args);
+  LocalCluster& worker_args(std::vector<std::string> args) &;
+  LocalCluster&& worker_args(std::vector<std::string> args) && { return std::move(worker_args(std::move(args))); }
   /// Environment variables for the scheduler and the workers.
-  LocalCluster& env(std::string name, std::string value);
+  LocalCluster& env(std::string name, std::string value) &;
+  LocalCluster&& env(std::string name, std::string value) && { return std::move(env(std::move(name), std::move(value))); }
   /// How long start() waits for the scheduler to listen.
-  LocalCluster& start_timeout(std::chrono::milliseconds t);
+  LocalCluster& start_timeout(std::chrono::milliseconds t) &;
+  LocalCluster&& start_timeout(std::chrono::milliseconds t) && { return std::move(start_timeout(t)); }
   /// Directory for the scheduler's and workers' log files ("" = inherit stderr).
-  LocalCluster& log_directory(std::string path);
+  LocalCluster& log_directory(std::string path) &;
+  LocalCluster&& log_directory(std::string path) && { return std::move(log_directory(std::move(path))); }
 
   std::string start() override;
   int expected_workers() const override;

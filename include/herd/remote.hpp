@@ -25,6 +25,8 @@ namespace herd {
 struct TaskInfo {
   std::string key;     ///< the task's key, e.g. "add-1a"
   std::string worker;  ///< name of the worker running it
+  std::size_t results_held = 0;        ///< results the worker held when the task started
+  std::uint64_t result_bytes_held = 0; ///< their size in bytes
 };
 
 /// @brief The task running on this thread; empty fields outside a task.

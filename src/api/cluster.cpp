@@ -46,33 +46,33 @@ LocalCluster::~LocalCluster() {
   if (impl_) close();
 }
 
-LocalCluster& LocalCluster::workers(int n) {
+LocalCluster& LocalCluster::workers(int n) & {
   if (n < 0) throw std::invalid_argument("LocalCluster: workers must be >= 0, got " + std::to_string(n));
   impl_->n_workers = n;
   return *this;
 }
-LocalCluster& LocalCluster::threads_per_worker(int n) {
+LocalCluster& LocalCluster::threads_per_worker(int n) & {
   if (n < 1) throw std::invalid_argument("LocalCluster: threads_per_worker must be >= 1, got " + std::to_string(n));
   impl_->threads = n;
   return *this;
 }
-LocalCluster& LocalCluster::worker_executable(std::string path) {
+LocalCluster& LocalCluster::worker_executable(std::string path) & {
   impl_->worker_exe = std::move(path);
   return *this;
 }
-LocalCluster& LocalCluster::worker_args(std::vector<std::string> args) {
+LocalCluster& LocalCluster::worker_args(std::vector<std::string> args) & {
   impl_->worker_args = std::move(args);
   return *this;
 }
-LocalCluster& LocalCluster::env(std::string name, std::string value) {
+LocalCluster& LocalCluster::env(std::string name, std::string value) & {
   impl_->env[std::move(name)] = std::move(value);
   return *this;
 }
-LocalCluster& LocalCluster::start_timeout(std::chrono::milliseconds t) {
+LocalCluster& LocalCluster::start_timeout(std::chrono::milliseconds t) & {
   impl_->start_timeout = t;
   return *this;
 }
-LocalCluster& LocalCluster::log_directory(std::string path) {
+LocalCluster& LocalCluster::log_directory(std::string path) & {
   impl_->log_dir = std::move(path);
   return *this;
 }

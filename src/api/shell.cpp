@@ -80,8 +80,10 @@ ShellResult shell(ShellCommand command) {
     args.erase(args.begin());
   }
   const std::string cwd = command.cwd.empty() ? "." : command.cwd;
+  // Its own process group, so a timeout also stops what the command started (sleep, srun...).
+  bp::group group;
   bp::child child(exe, bp::args(args), bp::std_out > out, bp::std_err > err, bp::std_in.close(),
-                  bp::start_dir(cwd), env);
+                  bp::start_dir(cwd), env, group);
   Tail out_tail(out, command.tail_bytes), err_tail(err, command.tail_bytes);
   out_tail.start();
   err_tail.start();
@@ -93,7 +95,7 @@ ShellResult shell(ShellCommand command) {
     }
     if (!io.stopped() && child.running()) {
       result.timed_out = true;
-      child.terminate();
+      group.terminate();
     }
     io.run();
   } else {

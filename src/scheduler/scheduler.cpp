@@ -171,7 +171,7 @@ void Scheduler::handle_hello(const std::string& identity, const zmq::message_t& 
     // Scatters that waited for a first worker.
     auto backlog = std::move(scatter_backlog_);
     scatter_backlog_.clear();
-    for (auto& [client, item] : backlog) dispatch_scatter(client, item.first, std::move(item.second));
+    for (auto& [id, payload] : backlog) dispatch_scatter(id, std::move(payload));
     // Tasks that no worker could fit may fit this one.
     for (TaskId id : no_worker_) {
       if (const Task* t = graph_.find(id); t && t->st() == TaskState::ready) {
@@ -212,17 +212,11 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
       if (!protocol::decode(msg.frames[1], ev, error)) break;
       for (auto& r : ev.results) {
         w.processing.erase(r.id);
-        if (auto ps = pending_scatter_.find(r.id); ps != pending_scatter_.end()) {
-          if (r.ok) {
-            w.has.insert(r.id);
-            graph_.add_scattered(r.id, ps->second.key, ps->second.client, w.id, r.nbytes, fx_);
-          }
-          pending_scatter_.erase(ps);
-          continue;
-        }
         if (r.ok) {
           const double us = static_cast<double>(r.duration_us);
-          avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
+          if (const Task* t = graph_.find(r.id); t != nullptr && !t->scattered) {
+            avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
+          }
           graph_.finished(r.id, w.id, r.nbytes, fx_);
           if (const Task* t = graph_.find(r.id); t && t->in_memory()) {
             w.has.insert(r.id);
@@ -301,7 +295,8 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
         error = "scatter id does not belong to this client";
         break;
       }
-      dispatch_scatter(c.index, req, std::move(msg.frames[2]));
+      graph_.add_scattered(req.id, req.key, c.index);
+      dispatch_scatter(req.id, std::move(msg.frames[2]));
       break;
     }
     case MessageType::goodbye:
@@ -313,21 +308,21 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
   if (!error.empty()) drop_peer(c.identity, error);
 }
 
-void Scheduler::dispatch_scatter(std::uint32_t client, const protocol::ScatterRequest& req,
-                                 zmq::message_t payload) {
+void Scheduler::dispatch_scatter(TaskId id, zmq::message_t payload) {
   WorkerRec* best = nullptr;
-  for (auto& [id, w] : workers_) {
+  for (auto& [wid, w] : workers_) {
     if (best == nullptr || w.has.size() < best->has.size()) best = &w;
   }
   if (best == nullptr) {
-    scatter_backlog_.emplace_back(client, std::make_pair(req, std::move(payload)));
+    scatter_backlog_.emplace_back(id, std::move(payload));
     return;
   }
-  pending_scatter_[req.id] = {client, req.key, best->id};
+  graph_.started(id, best->id);
+  best->processing.insert(id);  // so that losing the worker fails the scatter, not hangs it
   std::vector<zmq::message_t> payloads;
   payloads.push_back(std::move(payload));
   protocol::send(socket_, best->identity, MessageType::put_data,
-                 protocol::encode(protocol::PutDataEvent{req.id}), std::move(payloads));
+                 protocol::encode(protocol::PutDataEvent{id}), std::move(payloads));
 }
 
 void Scheduler::drop_peer(const std::string& identity, const std::string& why) {
@@ -357,9 +352,6 @@ void Scheduler::worker_lost(std::uint32_t id, const std::string& why) {
                     << w.processing.size() << " tasks running, " << w.has.size() << " results held";
   std::vector<TaskId> processing(w.processing.begin(), w.processing.end());
   std::vector<TaskId> held(w.has.begin(), w.has.end());
-  for (auto& [pid, ps] : pending_scatter_) {
-    if (ps.worker == id) ps.worker = kNoWorker;  // its ack will never come
-  }
   graph_.worker_lost(id, processing, held, options_.max_deaths, fx_);
   // Clients must not keep pointing at this worker's data port.
   for (auto& [idx, c] : clients_) c.address_index.erase(id);

@@ -74,11 +74,6 @@ class Scheduler {
       return priority != o.priority ? priority < o.priority : seq > o.seq;
     }
   };
-  struct PendingScatter {
-    std::uint32_t client;
-    std::string key;
-    std::uint32_t worker;
-  };
 
   void handle(protocol::Received& msg);
   void handle_hello(const std::string& identity, const zmq::message_t& body);
@@ -91,8 +86,7 @@ class Scheduler {
   void schedule();
   WorkerRec* pick_worker(const Task& t);
   std::size_t capacity(const WorkerRec& w) const;
-  void dispatch_scatter(std::uint32_t client, const protocol::ScatterRequest& req,
-                        zmq::message_t payload);
+  void dispatch_scatter(TaskId id, zmq::message_t payload);
   void flush();
   void tick();
   void broadcast_cluster_state();
@@ -111,9 +105,7 @@ class Scheduler {
   std::unordered_map<std::uint32_t, WorkerRec> workers_;
   std::unordered_map<std::uint32_t, ClientRec> clients_;
   std::unordered_map<TaskId, std::vector<char>> inline_results_;  // this turn's small results
-  std::unordered_map<TaskId, PendingScatter> pending_scatter_;
-  std::vector<std::pair<std::uint32_t, std::pair<protocol::ScatterRequest, zmq::message_t>>>
-      scatter_backlog_;
+  std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
   std::vector<std::unique_ptr<jobqueue::JobQueue>> pools_;
   std::uint32_t next_worker_id_ = 1;
   std::uint32_t next_client_index_ = 1;

@@ -77,8 +77,8 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, Effect
   make_runnable(t, fx);
 }
 
-void TaskGraph::add_scattered(TaskId id, std::string key, std::uint32_t client,
-                              std::uint32_t worker, std::uint64_t nbytes, Effects& fx) {
+void TaskGraph::add_scattered(TaskId id, std::string key, std::uint32_t client) {
+  if (tasks_.count(id) != 0) return;
   Task& t = tasks_[id];
   t.id = id;
   t.client = client;
@@ -87,10 +87,7 @@ void TaskGraph::add_scattered(TaskId id, std::string key, std::uint32_t client,
   t.function = "scatter";
   t.key = key.empty() ? display_key("scatter", id) : std::move(key);
   t.seq = next_seq_++;
-  t.state = u8(TaskState::memory);
-  t.who_has = {worker};
-  t.nbytes = nbytes;
-  fx.notify.push_back(id);
+  t.state = u8(TaskState::processing);
 }
 
 void TaskGraph::make_runnable(Task& t, Effects& fx) {
@@ -119,6 +116,7 @@ void TaskGraph::ensure_data(Task& t, Effects& fx) {
     const bool lost = cur->st() == TaskState::memory && cur->who_has.empty();
     if (!(cur->state == kReleased || lost)) continue;
     if (cur->scattered) {
+      cur->state = u8(TaskState::waiting);  // unfinished, so that it can fail
       fail_with(*cur, {"herd::ScatteredDataLost",
                        "the worker holding scattered data " + cur->key +
                            " was lost; scattered data has no recipe to recompute it",
@@ -296,6 +294,12 @@ void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& pro
   for (TaskId id : processing) {
     Task* t = find(id);
     if (t == nullptr || t->st() != TaskState::processing || t->worker != worker) continue;
+    if (t->scattered) {
+      fail_with(*t, {"herd::ScatteredDataLost",
+                     "the worker receiving scattered data " + t->key + " was lost", t->key, ""},
+                TaskState::erred, fx);
+      continue;
+    }
     if (++t->deaths >= max_deaths) {
       fail_with(*t, {"herd::KilledWorker",
                      "task " + t->key + " was running on " + std::to_string(t->deaths) +

@@ -79,9 +79,9 @@ class TaskGraph {
  public:
   /// Adds a task. Unknown inputs fail it at once (the client released them, or never sent).
   void add(const protocol::TaskSpec& spec, std::uint32_t client, Effects& fx);
-  /// A scattered value stored on `worker`.
-  void add_scattered(TaskId id, std::string key, std::uint32_t client, std::uint32_t worker,
-                     std::uint64_t nbytes, Effects& fx);
+  /// A scattered value on its way to a worker: `processing` until the worker confirms it
+  /// holds it (finished()), so tasks submitted right after the scatter can depend on it.
+  void add_scattered(TaskId id, std::string key, std::uint32_t client);
 
   void started(TaskId id, std::uint32_t worker);
   void finished(TaskId id, std::uint32_t worker, std::uint64_t nbytes, Effects& fx);

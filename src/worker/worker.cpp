@@ -514,7 +514,7 @@ Worker::Completion Worker::execute(const protocol::ExecuteTask& task) {
         throw std::invalid_argument("argument reference does not match the arguments");
       }
     }
-    detail::current_task() = TaskInfo{task.key, options_.name};
+    detail::current_task() = TaskInfo{task.key, options_.name, store_.size(), store_.bytes()};
     msgpack::sbuffer out;
     entry->invoke(args, out);
     detail::current_task() = TaskInfo{};

@@ -1,0 +1,181 @@
+// Real processes from the outside: the `herd` CLI as scheduler and generic workers loading a
+// task library, and a client killed with SIGKILL leaving nothing behind.
+#include <doctest/doctest.h>
+
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <herd/herd.hpp>
+
+#include "common/process.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+int sleep_forever(int) {
+  std::this_thread::sleep_for(std::chrono::hours(1));
+  return 0;
+}
+HERD_TASK(sleep_forever);
+
+/// Parent pid and state letter of a process, from /proc; nullopt when it does not exist.
+std::optional<std::pair<pid_t, char>> proc_stat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  const auto close = line.rfind(')');
+  std::istringstream rest(line.substr(close + 2));
+  char state;
+  pid_t ppid;
+  rest >> state >> ppid;
+  return std::make_pair(ppid, state);
+}
+
+std::set<pid_t> descendants(pid_t root) {
+  std::set<pid_t> out{root};
+  bool grew = true;
+  while (grew) {
+    grew = false;
+    DIR* d = ::opendir("/proc");
+    while (dirent* e = ::readdir(d)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0 || out.count(pid)) continue;
+      if (auto st = proc_stat(pid); st && out.count(st->first)) {
+        out.insert(pid);
+        grew = true;
+      }
+    }
+    ::closedir(d);
+  }
+  out.erase(root);
+  return out;
+}
+
+bool alive(pid_t pid) {
+  auto st = proc_stat(pid);
+  return st && st->second != 'Z';
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return pred();
+}
+
+}  // namespace
+
+// Runs only as the child of NoOrphans below (it holds a cluster busy until it is killed).
+TEST_CASE("Child.HoldCluster" * doctest::skip(std::getenv("HERD_TEST_CHILD_FILE") == nullptr)) {
+  herd::Client client{herd::LocalCluster{2}};
+  auto f = client.submit(sleep_forever, 0);
+  std::ofstream(std::getenv("HERD_TEST_CHILD_FILE")) << "ready\n";
+  f.wait();
+}
+
+TEST_CASE("Processes.KilledClient.NoOrphans" * doctest::timeout(60)) {
+  const std::string flag = "/tmp/herd-child-" + std::to_string(::getpid());
+  std::filesystem::remove(flag);
+  herd::process::SpawnOptions spawn;
+  spawn.argv = {herd::process::self_executable(), "--test-case=Child.HoldCluster"};
+  spawn.env["HERD_TEST_CHILD_FILE"] = flag;
+  spawn.stdout_path = flag + ".log";
+  const pid_t child = herd::process::spawn(spawn);
+  REQUIRE_MESSAGE(eventually([&] { return read_file(flag) == "ready\n"; }, 30s), read_file(flag + ".log"));
+  // The client's tree: the scheduler and two workers (and nothing else of ours).
+  const std::set<pid_t> tree = descendants(child);
+  CHECK(tree.size() == 3);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  const bool all_gone = eventually([&] {
+    for (pid_t p : tree) {
+      if (alive(p)) return false;
+    }
+    return true;
+  }, 20s);
+  CHECK(all_gone);
+  std::filesystem::remove(flag);
+  std::filesystem::remove(flag + ".log");
+}
+
+TEST_CASE("Processes.CliScheduler.GenericWorkersLoadTaskLibrary" * doctest::timeout(60)) {
+  const std::string log = "/tmp/herd-cli-sched-" + std::to_string(::getpid()) + ".log";
+  std::filesystem::remove(log);
+  herd::process::SpawnOptions spawn;
+  spawn.argv = {HERD_CLI_PATH, "scheduler", "--local-workers", "2", "--worker-exe", HERD_CLI_PATH,
+                "--worker-arg=--load", std::string("--worker-arg=") + HERD_TASKLIB_PATH};
+  spawn.stdout_path = log;
+  spawn.death_signal = SIGKILL;
+  const pid_t sched = herd::process::spawn(spawn);
+  std::string address;
+  REQUIRE(eventually([&] {
+    const std::string text = read_file(log);
+    const auto at = text.find("listening at ");
+    if (at == std::string::npos) return false;
+    address = text.substr(at + 13, text.find('\n', at) - at - 13);
+    return true;
+  }, 20s));
+  {
+    herd::Client client{address};
+    client.wait_for_workers(2, 20s);
+    // The client does not link `shout`: it names it.
+    auto f = client.submit_by_name<std::string>("shout", {}, std::string("hi"));
+    CHECK(f.result() == "HI!");
+    auto missing = client.submit_by_name<int>("no_such_function", {}, 1);
+    try {
+      missing.result();
+      FAIL("expected TaskError");
+    } catch (const herd::TaskError& e) {
+      CHECK(e.type() == "herd::FunctionNotFound");
+      CHECK(e.message().find("no_such_function") != std::string::npos);
+    }
+  }
+  const auto workers = descendants(sched);
+  CHECK(workers.size() == 2);
+  ::kill(sched, SIGTERM);
+  int status = 0;
+  ::waitpid(sched, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(eventually([&] {
+    for (pid_t p : workers) {
+      if (alive(p)) return false;
+    }
+    return true;
+  }, 10s));
+  std::filesystem::remove(log);
+}
+
+TEST_CASE("Processes.SchedulerGone.ClientErrorsInBoundedTime" * doctest::timeout(60)) {
+  herd::LocalCluster cluster{1};
+  cluster.env("HERD_TIMEOUT_MS", "2000");
+  const std::string address = cluster.start();
+  const pid_t sched = cluster.scheduler_pid();
+  herd::Client client{address};
+  client.wait_for_workers(1, 20s);
+  auto f = client.submit(sleep_forever, 0);
+  ::kill(sched, SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_AS(f.result(), herd::ConnectionError);
+  CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+}

@@ -1,0 +1,131 @@
+// Protocol round trips and the decoder's defences against malformed input.
+#include <doctest/doctest.h>
+
+#include <cstring>
+
+#include "protocol/codec.hpp"
+
+using namespace herd::protocol;
+
+namespace {
+template <typename T>
+T round_trip(const T& in) {
+  zmq::message_t m = encode(in);
+  T out;
+  std::string error;
+  REQUIRE_MESSAGE(decode(m, out, error), error);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("Protocol.Header.RoundTrip") {
+  zmq::message_t h = make_header(MessageType::submit_tasks);
+  CHECK(h.size() == kHeaderSize);
+  CHECK(std::memcmp(h.data(), "HERD", 4) == 0);
+  std::string error;
+  auto type = parse_header(h, error);
+  REQUIRE(type.has_value());
+  CHECK(*type == MessageType::submit_tasks);
+}
+
+TEST_CASE("Protocol.Header.Rejects") {
+  std::string error;
+  zmq::message_t short_frame(3);
+  CHECK_FALSE(parse_header(short_frame, error));
+  CHECK(error.find("bad header") != std::string::npos);
+
+  zmq::message_t h = make_header(MessageType::heartbeat);
+  static_cast<unsigned char*>(h.data())[4] = 99;  // version
+  CHECK_FALSE(parse_header(h, error));
+  CHECK(error.find("protocol version 99") != std::string::npos);
+
+  zmq::message_t u = make_header(MessageType::heartbeat);
+  static_cast<unsigned char*>(u.data())[5] = 77;  // type
+  CHECK_FALSE(parse_header(u, error));
+  CHECK(error.find("unknown message type 77") != std::string::npos);
+}
+
+TEST_CASE("Protocol.Hello.RoundTrip") {
+  HelloRequest h;
+  h.role = static_cast<std::uint8_t>(Role::worker);
+  h.name = "w1";
+  h.nthreads = 4;
+  h.data_address = "tcp://127.0.0.1:5555";
+  h.resources = {{"gpu", 2.0}};
+  const HelloRequest out = round_trip(h);
+  CHECK(out.protocol == kProtocolVersion);
+  CHECK(out.name == "w1");
+  CHECK(out.nthreads == 4);
+  CHECK(out.data_address == h.data_address);
+  CHECK(out.resources.at("gpu") == 2.0);
+}
+
+TEST_CASE("Protocol.SubmitTasks.RoundTrip") {
+  SubmitTasksRequest req;
+  for (int i = 0; i < 3; ++i) {
+    TaskSpec t;
+    t.id = (1ull << 40) | static_cast<unsigned>(i);
+    t.function = "add";
+    t.args = {'\x92', '\x01', '\x02'};
+    t.refs = {{7, 1, -1}};
+    t.priority = i;
+    t.resources = {{"gpu", 1}};
+    req.tasks.push_back(t);
+  }
+  const auto out = round_trip(req);
+  REQUIRE(out.tasks.size() == 3);
+  CHECK(out.tasks[2].id == ((1ull << 40) | 2u));
+  CHECK(out.tasks[2].priority == 2);
+  CHECK(out.tasks[1].args == req.tasks[1].args);
+  CHECK(out.tasks[0].refs[0].id == 7);
+  CHECK(out.tasks[0].refs[0].arg == 1);
+  CHECK(out.tasks[0].refs[0].elem == -1);
+}
+
+TEST_CASE("Protocol.Results.RoundTrip") {
+  TaskResultsEvent ev;
+  TaskResult ok;
+  ok.id = 5;
+  ok.ok = true;
+  ok.nbytes = 1;
+  ok.inline_data = {'\x05'};
+  TaskResult bad;
+  bad.id = 6;
+  bad.error = {"std::runtime_error", "boom", "f-6", "w"};
+  ev.results = {ok, bad};
+  ev.acquired = {9};
+  const auto out = round_trip(ev);
+  REQUIRE(out.results.size() == 2);
+  CHECK(out.results[0].inline_data == ok.inline_data);
+  CHECK(out.results[1].error.message == "boom");
+  CHECK(out.acquired == std::vector<TaskId>{9});
+}
+
+TEST_CASE("Protocol.Decode.Malformed") {
+  std::string error;
+  SubmitTasksRequest out;
+
+  // Not msgpack at all / truncated.
+  const char garbage[] = {'\xc1'};  // 0xc1 is never used in msgpack
+  CHECK_FALSE(decode(zmq::message_t(garbage, 1), out, error));
+  zmq::message_t whole = encode(SubmitTasksRequest{{TaskSpec{}}});
+  zmq::message_t cut(whole.data(), whole.size() - 2);
+  CHECK_FALSE(decode(cut, out, error));
+  CHECK(error.find("truncated") != std::string::npos);
+
+  // Wrong shape: a string where a struct is expected.
+  zmq::message_t str = encode(std::string("hello"));
+  CHECK_FALSE(decode(str, out, error));
+  CHECK(error.find("does not match") != std::string::npos);
+
+  // A huge declared length with no bytes behind it (array32 of 2^32-1 elements).
+  const unsigned char huge[] = {0xdd, 0xff, 0xff, 0xff, 0xff};
+  CHECK_FALSE(decode(zmq::message_t(huge, sizeof huge), out, error));
+  CHECK(error.find("limit") != std::string::npos);
+
+  // Deep nesting beyond the depth limit.
+  std::string nested(100, '\x91');  // 100 nested fixarrays of one element
+  nested.push_back('\x00');
+  CHECK_FALSE(decode(zmq::message_t(nested.data(), nested.size()), out, error));
+  CHECK(error.find("nested") != std::string::npos);
+}
