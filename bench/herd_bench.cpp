@@ -1,0 +1,261 @@
+// herd_bench: the benchmarks of bench/README.md, one JSON line per figure.
+//
+//   herd_bench throughput --tasks 100000 --workers 2     map+gather and a submit loop
+//   herd_bench latency --rounds 1000                      sequential submit().result()
+//   herd_bench tree --leaves 8192                         binary-tree sum, 2*leaves-1 tasks
+//   herd_bench data --mib 1,16,256                        gather one big result vs raw ZeroMQ
+//   herd_bench startup --workers 2                        LocalCluster creation to N workers
+//   herd_bench memory --pending 1000000                   scheduler bytes per pending task
+//   herd_bench all --small                                everything, small sizes (CI smoke)
+#include <dirent.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <thread>
+#include <vector>
+#include <zmq.hpp>
+
+#include <herd/herd.hpp>
+
+using Clock = std::chrono::steady_clock;
+
+int noop(int x) { return x; }
+HERD_TASK(noop);
+long add(long a, long b) { return a + b; }
+HERD_TASK(add);
+std::vector<char> blob(std::uint64_t bytes) { return std::vector<char>(bytes, 'x'); }
+HERD_TASK(blob);
+
+namespace {
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void emit(const std::string& bench, const std::vector<std::pair<std::string, double>>& fields,
+          const std::string& extra = "") {
+  std::ostringstream out;
+  out << "{\"system\":\"herd\",\"bench\":\"" << bench << "\"";
+  for (const auto& [k, v] : fields) out << ",\"" << k << "\":" << v;
+  out << extra << "}";
+  std::printf("%s\n", out.str().c_str());
+  std::fflush(stdout);
+}
+
+std::uint64_t rss_of(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* d = ::opendir("/proc");
+  while (dirent* e = ::readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    std::istringstream rest(line.substr(line.rfind(')') + 2));
+    char state;
+    pid_t ppid;
+    rest >> state >> ppid;
+    if (ppid == parent) out.push_back(pid);
+  }
+  ::closedir(d);
+  return out;
+}
+
+void throughput(int tasks, int workers, int repeat) {
+  herd::Client client{herd::LocalCluster{workers, 1}};
+  std::vector<int> xs(static_cast<std::size_t>(tasks));
+  std::iota(xs.begin(), xs.end(), 0);
+  client.gather(client.map(noop, std::vector<int>(1000, 1)));  // warm-up
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = Clock::now();
+    auto out = client.gather(client.map(noop, xs));
+    const double s = seconds_since(t0);
+    if (out.back() != tasks - 1) throw std::runtime_error("wrong result");
+    emit("map_gather", {{"workers", workers}, {"tasks", tasks}, {"seconds", s}, {"tasks_per_s", tasks / s}});
+  }
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = Clock::now();
+    std::vector<herd::Future<int>> fs;
+    fs.reserve(xs.size());
+    for (int x : xs) fs.push_back(client.submit(noop, x));
+    const double submit_s = seconds_since(t0);
+    client.wait(fs);
+    const double s = seconds_since(t0);
+    emit("submit_loop", {{"workers", workers}, {"tasks", tasks}, {"seconds", s}, {"tasks_per_s", tasks / s},
+                         {"submit_calls_per_s", tasks / submit_s}});
+  }
+}
+
+void latency(int rounds) {
+  herd::Client client{herd::LocalCluster{1, 1}};
+  for (int i = 0; i < 100; ++i) client.submit(noop, i).result();
+  std::vector<double> us;
+  for (int i = 0; i < rounds; ++i) {
+    auto t0 = Clock::now();
+    client.submit(noop, i).result();
+    us.push_back(seconds_since(t0) * 1e6);
+  }
+  std::sort(us.begin(), us.end());
+  auto pct = [&](double p) { return us[static_cast<std::size_t>(p * static_cast<double>(us.size() - 1))]; };
+  emit("round_trip", {{"rounds", rounds}, {"p50_us", pct(0.5)}, {"p99_us", pct(0.99)}, {"max_us", us.back()}});
+}
+
+void tree(int leaves, int workers, int repeat) {
+  herd::Client client{herd::LocalCluster{workers, 1}};
+  std::vector<long> xs(static_cast<std::size_t>(leaves));
+  std::iota(xs.begin(), xs.end(), 0L);
+  std::vector<long> zeros(xs.size(), 0);
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = Clock::now();
+    auto level = client.map(add, xs, zeros);
+    std::size_t ntasks = level.size();
+    while (level.size() > 1) {
+      std::vector<herd::Future<long>> next;
+      next.reserve(level.size() / 2 + 1);
+      for (std::size_t i = 0; i + 1 < level.size(); i += 2) next.push_back(client.submit(add, level[i], level[i + 1]));
+      if (level.size() % 2) next.push_back(level.back());
+      ntasks += level.size() / 2;
+      level = std::move(next);
+    }
+    const long total = level.front().result();
+    const double s = seconds_since(t0);
+    if (total != static_cast<long>(leaves) * (leaves - 1) / 2) throw std::runtime_error("wrong tree sum");
+    emit("tree_reduction", {{"workers", workers}, {"leaves", leaves}, {"tasks", static_cast<double>(ntasks)},
+                            {"seconds", s}, {"tasks_per_s", static_cast<double>(ntasks) / s}});
+  }
+}
+
+double raw_zmq_mbps(std::size_t bytes) {
+  zmq::context_t ctx;
+  zmq::socket_t server(ctx, zmq::socket_type::router), client(ctx, zmq::socket_type::dealer);
+  server.bind("tcp://127.0.0.1:*");
+  client.connect(server.get(zmq::sockopt::last_endpoint));
+  std::vector<char> data(bytes, 'x');
+  // Same shape as a gather: request, then the server answers with the bytes.
+  client.send(zmq::str_buffer("warm"), zmq::send_flags::none);
+  zmq::message_t id, m;
+  (void)server.recv(id);
+  (void)server.recv(m);
+  auto t0 = Clock::now();
+  server.send(id, zmq::send_flags::sndmore);
+  server.send(zmq::message_t(data.data(), data.size()), zmq::send_flags::none);
+  zmq::message_t got;
+  (void)client.recv(got);
+  const double s = seconds_since(t0);
+  if (got.size() != bytes) throw std::runtime_error("raw transfer short");
+  return static_cast<double>(bytes) / 1e6 / s;
+}
+
+void data(const std::vector<int>& mibs) {
+  herd::Client client{herd::LocalCluster{1, 1}};
+  for (int mib : mibs) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(mib) << 20;
+    auto f = client.submit(blob, bytes);
+    f.wait();
+    auto t0 = Clock::now();
+    auto v = f.result();
+    const double s = seconds_since(t0);
+    if (v.size() != bytes) throw std::runtime_error("short result");
+    const double raw = raw_zmq_mbps(bytes);
+    emit("gather_bytes", {{"mib", mib}, {"seconds", s}, {"mb_per_s", static_cast<double>(bytes) / 1e6 / s},
+                          {"raw_zmq_mb_per_s", raw}, {"fraction_of_raw", static_cast<double>(bytes) / 1e6 / s / raw}});
+  }
+}
+
+void startup(int workers, int repeat) {
+  for (int r = 0; r < repeat; ++r) {
+    auto t0 = Clock::now();
+    herd::Client client{herd::LocalCluster{workers, 1}};
+    const double s = seconds_since(t0);
+    emit("startup", {{"workers", workers}, {"seconds", s}});
+  }
+}
+
+void memory(int pending) {
+  herd::LocalCluster cluster{1, 1};
+  // A resource no worker has: every task stays pending in the scheduler.
+  herd::Client client{std::move(cluster)};
+  const pid_t sched = children_of(::getpid()).front();
+  const pid_t worker = children_of(sched).front();
+  const std::uint64_t before = rss_of(sched);
+  const std::uint64_t worker_rss = rss_of(worker);
+  std::vector<herd::Future<int>> fs;
+  fs.reserve(static_cast<std::size_t>(pending));
+  const auto options = herd::TaskOptions{}.resource("nowhere", 1);
+  auto t0 = Clock::now();
+  for (int i = 0; i < pending; ++i) fs.push_back(client.submit(options, noop, i));
+  // All accepted: a dependent of the last one is only placed when the scheduler has it.
+  fs.back().wait_for(std::chrono::milliseconds(1));
+  std::uint64_t after = 0;
+  for (int i = 0; i < 200; ++i) {  // wait for the scheduler to take in the last batch
+    after = rss_of(sched);
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (rss_of(sched) == after) break;
+  }
+  const double s = seconds_since(t0);
+  emit("scheduler_memory", {{"pending", pending}, {"rss_before_bytes", static_cast<double>(before)},
+                            {"rss_after_bytes", static_cast<double>(after)},
+                            {"bytes_per_task", static_cast<double>(after - before) / pending},
+                            {"seconds", s}});
+  emit("idle_worker_memory", {{"rss_bytes", static_cast<double>(worker_rss)}});
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  herd::init(argc, argv);
+  CLI::App app{"herd benchmarks (JSON lines on stdout)"};
+  std::string what = "all";
+  int tasks = 100000, workers = 2, rounds = 1000, leaves = 8192, pending = 1000000, repeat = 3;
+  std::string mibs = "1,16,256", worker_list = "1,2";
+  bool small = false;
+  app.add_option("workload", what, "throughput|latency|tree|data|startup|memory|all")
+      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "all"}));
+  app.add_option("--tasks", tasks, "tasks for throughput")->capture_default_str();
+  app.add_option("--workers", worker_list, "worker counts, comma separated")->capture_default_str();
+  app.add_option("--rounds", rounds, "round trips for latency")->capture_default_str();
+  app.add_option("--leaves", leaves, "leaves of the tree reduction")->capture_default_str();
+  app.add_option("--mib", mibs, "result sizes for data, comma separated")->capture_default_str();
+  app.add_option("--pending", pending, "pending tasks for memory")->capture_default_str();
+  app.add_option("--repeat", repeat, "repetitions (report the median yourself)")->capture_default_str();
+  app.add_flag("--small", small, "tiny sizes: a smoke test that every benchmark runs");
+  CLI11_PARSE(app, argc, argv);
+  if (small) {
+    tasks = 2000, rounds = 50, leaves = 256, pending = 10000, repeat = 1, mibs = "1,4", worker_list = "1,2";
+  }
+  const auto wl = parse_list(worker_list);
+  workers = wl.back();
+  try {
+    if (what == "throughput" || what == "all") for (int w : wl) throughput(tasks, w, repeat);
+    if (what == "latency" || what == "all") latency(rounds);
+    if (what == "tree" || what == "all") tree(leaves, workers, repeat);
+    if (what == "data" || what == "all") data(parse_list(mibs));
+    if (what == "startup" || what == "all") startup(workers, repeat);
+    if (what == "memory" || what == "all") memory(pending);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "herd_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
