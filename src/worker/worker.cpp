@@ -582,8 +582,12 @@ std::uint64_t Worker::rss_bytes() const {
 }
 
 int run_worker(WorkerOptions options) {
-  Worker w(std::move(options));
-  return w.run();
+  // Tasks may still be running when the scheduler lets us go, and a C++ thread cannot be
+  // interrupted: leave without joining them (or running static destructors under them).
+  auto* w = new Worker(std::move(options));
+  const int rc = w->run();
+  std::fflush(nullptr);
+  ::_exit(rc);
 }
 
 }  // namespace herd::worker

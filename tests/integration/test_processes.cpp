@@ -23,6 +23,11 @@ using namespace std::chrono_literals;
 
 namespace {
 
+std::vector<char> produce(int n) { return std::vector<char>(static_cast<std::size_t>(n), 'p'); }
+HERD_TASK(produce);
+std::string consume(std::vector<char> v) { return std::to_string(v.size()) + "@" + herd::this_task().worker; }
+HERD_TASK(consume);
+
 int sleep_forever(int) {
   std::this_thread::sleep_for(std::chrono::hours(1));
   return 0;
@@ -178,4 +183,63 @@ TEST_CASE("Processes.SchedulerGone.ClientErrorsInBoundedTime" * doctest::timeout
   const auto t0 = std::chrono::steady_clock::now();
   CHECK_THROWS_AS(f.result(), herd::ConnectionError);
   CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+}
+
+namespace {
+/// A worker process of this test binary, outside any cluster object.
+pid_t spawn_worker(const std::string& address, const std::string& name, const std::string& resources,
+                   const std::string& log) {
+  herd::process::SpawnOptions spawn;
+  spawn.argv = {herd::process::self_executable()};
+  spawn.env["HERD_ROLE"] = "worker";
+  spawn.env["HERD_ROLE_ARGS"] = "--scheduler\x1f" + address + "\x1f--name\x1f" + name + "\x1f--resources\x1f" + resources;
+  spawn.stdout_path = log;
+  return herd::process::spawn(spawn);
+}
+}  // namespace
+
+TEST_CASE("Processes.Data.MovesBetweenWorkers" * doctest::timeout(60)) {
+  // Two workers with different resources: the producer runs on one, the consumer must run on
+  // the other, so the 1 MiB input travels worker to worker.
+  herd::LocalCluster cluster{0};
+  const std::string address = cluster.start();
+  const std::string log = "/tmp/herd-move-" + std::to_string(::getpid());
+  const pid_t a = spawn_worker(address, "wa", "a=1", log + "-a.log");
+  const pid_t b = spawn_worker(address, "wb", "b=1", log + "-b.log");
+  {
+    herd::Client client{address};
+    client.wait_for_workers(2, 20s);
+    auto p = client.submit(herd::TaskOptions{}.resource("a", 1), produce, 1 << 20);
+    auto c = client.submit(herd::TaskOptions{}.resource("b", 1), consume, p);
+    CHECK(c.result() == std::to_string(1 << 20) + "@wb");
+    CHECK(p.result().size() == static_cast<std::size_t>(1 << 20));
+  }
+  cluster.close();  // the scheduler tells its workers to stop
+  int status = 0;
+  CHECK(::waitpid(a, &status, 0) == a);
+  CHECK(::waitpid(b, &status, 0) == b);
+  std::filesystem::remove(log + "-a.log");
+  std::filesystem::remove(log + "-b.log");
+}
+
+TEST_CASE("Processes.SchedulerKilled.WorkerExitsOnItsOwn" * doctest::timeout(60)) {
+  herd::LocalCluster cluster{0};
+  cluster.env("HERD_TIMEOUT_MS", "1500").env("HERD_HEARTBEAT_MS", "100");
+  const std::string address = cluster.start();
+  const pid_t sched = cluster.scheduler_pid();
+  const std::string log = "/tmp/herd-orphan-" + std::to_string(::getpid()) + ".log";
+  const pid_t w = spawn_worker(address, "lonely", "x=1", log);
+  {
+    herd::Client client{address};
+    client.wait_for_workers(1, 20s);
+  }
+  ::kill(sched, SIGKILL);  // no goodbye: the worker must notice the silence
+  const auto t0 = std::chrono::steady_clock::now();
+  int status = 0;
+  CHECK(eventually([&] { return ::waitpid(w, &status, WNOHANG) == w; }, 20s));
+  CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(read_file(log).find("silent") != std::string::npos);
+  std::filesystem::remove(log);
 }
