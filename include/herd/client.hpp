@@ -13,6 +13,7 @@
 #include <concepts>
 #include <cstdint>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -39,6 +40,21 @@ struct ClientOptions {
 
 template <typename T>
 class AsCompleted;
+
+/// @brief A worker pool as the scheduler sees it (Client::pools()).
+struct PoolInfo {
+  std::string name;     ///< pool name, e.g. "cpu"
+  std::string kind;     ///< "local" or "slurm"
+  int target = 0;       ///< workers wanted now
+  bool adaptive = false;
+  int minimum = 0, maximum = 0;
+  int pending = 0;      ///< jobs waiting in the queue
+  int running = 0;      ///< jobs running
+  int workers = 0;      ///< workers connected
+  std::map<std::string, int> pending_reasons;  ///< Slurm's reasons, e.g. {"Priority": 3}
+  std::string paused;      ///< why submissions are paused ("" = not paused)
+  std::string last_error;  ///< last submission error, in the batch system's words
+};
 
 namespace detail {
 template <typename T>
@@ -212,8 +228,18 @@ class Client {
   }
 
   /// @brief Waits until at least `n` workers are connected.
-  /// @throws TimeoutError naming how many are there.
+  /// @throws TimeoutError naming how many are there; JobQueueError if a pool cannot submit.
   void wait_for_workers(int n, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  /// @brief Sizes a worker pool to `n` workers ("" = the first pool). Jobs are submitted in
+  /// bulk; surplus workers retire gracefully (no new tasks, results copied) before scancel.
+  /// @throws JobQueueError with the batch system's own message if it refuses.
+  void scale(int n, const std::string& pool = "");
+  /// @brief Lets a pool follow the backlog between `minimum` and `maximum` workers; workers
+  /// idle for `idle_timeout` are released.
+  void adapt(int minimum, int maximum, const std::string& pool = "",
+             std::chrono::seconds idle_timeout = std::chrono::seconds(0));
+  /// The scheduler's pools, as of its last report (about once a second).
+  std::vector<PoolInfo> pools() const;
   /// Workers connected now (as last told by the scheduler).
   int n_workers() const;
   /// Address of the scheduler this client talks to.

@@ -85,4 +85,10 @@ class ClusterError : public Error {
   using Error::Error;
 };
 
+/// @brief The batch system refused a request (sbatch, scancel...); what() carries its words.
+class JobQueueError : public ClusterError {
+ public:
+  using ClusterError::ClusterError;
+};
+
 }  // namespace herd

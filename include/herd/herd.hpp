@@ -19,3 +19,4 @@
 #include "herd/options.hpp"
 #include "herd/remote.hpp"
 #include "herd/shell.hpp"
+#include "herd/slurm.hpp"

@@ -24,7 +24,12 @@ class TaskOptions {
   /// advertise theirs with `--resources gpu=2`.
   TaskOptions& resource(const std::string& name, double amount) { resources_[name] = amount; return *this; }
 
+  /// How long the task needs to run (seconds): it is not placed on a worker whose batch job
+  /// ends before that.
+  TaskOptions& duration(std::uint32_t seconds) { duration_s_ = seconds; return *this; }
+
   const std::string& key() const { return key_; }
+  std::uint32_t duration() const { return duration_s_; }
   std::int32_t priority() const { return priority_; }
   std::uint32_t retries() const { return retries_; }
   const std::map<std::string, double>& resources() const { return resources_; }
@@ -34,6 +39,7 @@ class TaskOptions {
   std::int32_t priority_ = 0;
   std::uint32_t retries_ = 0;
   std::map<std::string, double> resources_;
+  std::uint32_t duration_s_ = 0;
 };
 
 }  // namespace herd

@@ -11,6 +11,7 @@
 #include <cxxabi.h>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -98,9 +99,13 @@ class ClientCore {
   std::vector<TaskId> out_releases_, out_cancels_;
   std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> out_scatters_;
   std::map<std::string, std::vector<TaskId>> out_fetches_;
+  std::vector<protocol::ScalePoolRequest> out_scales_;
+  std::map<std::uint64_t, std::optional<protocol::ScalePoolReply>> scale_replies_;
+  std::uint64_t next_scale_id_ = 1;
   bool wake_pending_ = false;
   std::string lost_reason_;  // non-empty once the connection is gone
   int n_workers_ = 0;
+  std::vector<protocol::PoolStatus> pools_;
 
   std::string address_;
   Config config_ = Config::from_env();
@@ -266,8 +271,10 @@ void ClientCore::io_loop() {
     std::vector<TaskId> releases, cancels;
     std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> scatters;
     std::map<std::string, std::vector<TaskId>> fetches;
+    std::vector<protocol::ScalePoolRequest> scales;
     {
       std::lock_guard lock(mu_);
+      scales.swap(out_scales_);
       submits.swap(out_submits_);
       releases.swap(out_releases_);
       cancels.swap(out_cancels_);
@@ -290,6 +297,9 @@ void ClientCore::io_loop() {
     }
     if (!releases.empty()) {
       protocol::send(sched_, "", MessageType::release_keys, protocol::encode(protocol::KeysEvent{releases}));
+    }
+    for (const auto& req : scales) {
+      protocol::send(sched_, "", MessageType::scale_pool, protocol::encode(req));
     }
     for (auto& [address, ids] : fetches) {
       const std::uint64_t rid = next_request_++;
@@ -371,6 +381,15 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (!protocol::decode(msg.frames[1], ev, error)) break;
       std::lock_guard lock(mu_);
       n_workers_ = static_cast<int>(ev.workers);
+      pools_ = std::move(ev.pools);
+      cv_.notify_all();
+      break;
+    }
+    case MessageType::scale_reply: {
+      protocol::ScalePoolReply reply;
+      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      std::lock_guard lock(mu_);
+      if (auto it = scale_replies_.find(reply.request_id); it != scale_replies_.end()) it->second = reply;
       cv_.notify_all();
       break;
     }
@@ -545,6 +564,7 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   spec.priority = options.priority();
   spec.retries = options.retries();
   spec.resources = options.resources();
+  spec.duration_s = options.duration();
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   core.states_[state->id] = state.get();
@@ -634,17 +654,96 @@ Client::~Client() { close(); }
 Client::Client(Client&&) noexcept = default;
 Client& Client::operator=(Client&&) noexcept = default;
 
+namespace {
+/// A pool that cannot get workers: every pool has a submission error and no worker.
+std::string pool_failure(const std::vector<protocol::PoolStatus>& pools) {
+  std::string why;
+  for (const auto& p : pools) {
+    if (p.last_error.empty() || p.workers > 0 || p.running > 0) return {};
+    why += (why.empty() ? "" : "; ") + p.last_error;
+  }
+  return why;
+}
+}  // namespace
+
 void Client::wait_for_workers(int n, std::chrono::milliseconds timeout) {
   std::unique_lock lock(core_->mu_);
   const bool ok = core_->cv_.wait_for(lock, timeout, [&] {
-    return core_->n_workers_ >= n || !core_->lost_reason_.empty();
+    return core_->n_workers_ >= n || !core_->lost_reason_.empty() || !pool_failure(core_->pools_).empty();
   });
   if (!core_->lost_reason_.empty()) throw ConnectionError(core_->lost_reason_);
+  if (core_->n_workers_ < n) {
+    if (const std::string why = pool_failure(core_->pools_); !why.empty()) throw JobQueueError(why);
+  }
   if (!ok) {
     throw TimeoutError("only " + std::to_string(core_->n_workers_) + " of " + std::to_string(n) +
                        " workers connected to " + core_->address_ + " within " +
                        std::to_string(timeout.count()) + " ms");
   }
+}
+
+namespace {
+void scale_request(detail::ClientCore& core, protocol::ScalePoolRequest req) {
+  std::unique_lock lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  req.request_id = core.next_scale_id_++;
+  core.scale_replies_[req.request_id] = std::nullopt;
+  core.out_scales_.push_back(req);
+  core.wake_locked();
+  // sbatch answers within seconds; the scheduler replies after its first submission attempt.
+  const bool answered = core.cv_.wait_for(lock, std::chrono::seconds(120), [&] {
+    return core.scale_replies_[req.request_id].has_value() || !core.lost_reason_.empty();
+  });
+  auto reply = core.scale_replies_[req.request_id];
+  core.scale_replies_.erase(req.request_id);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  if (!answered) throw TimeoutError("the scheduler did not answer a scale request within 120 s");
+  if (!reply->ok) throw JobQueueError(reply->error);
+}
+}  // namespace
+
+void Client::scale(int n, const std::string& pool) {
+  if (n < 0) throw std::invalid_argument("scale: n must be >= 0, got " + std::to_string(n));
+  protocol::ScalePoolRequest req;
+  req.pool = pool;
+  req.target = static_cast<std::uint32_t>(n);
+  scale_request(*core_, req);
+}
+
+void Client::adapt(int minimum, int maximum, const std::string& pool, std::chrono::seconds idle_timeout) {
+  if (minimum < 0 || maximum < minimum) {
+    throw std::invalid_argument("adapt: need 0 <= minimum <= maximum, got " + std::to_string(minimum) +
+                                ", " + std::to_string(maximum));
+  }
+  protocol::ScalePoolRequest req;
+  req.pool = pool;
+  req.adaptive = true;
+  req.minimum = static_cast<std::uint32_t>(minimum);
+  req.maximum = static_cast<std::uint32_t>(maximum);
+  req.idle_timeout_s = static_cast<std::uint32_t>(idle_timeout.count());
+  scale_request(*core_, req);
+}
+
+std::vector<PoolInfo> Client::pools() const {
+  std::lock_guard lock(core_->mu_);
+  std::vector<PoolInfo> out;
+  for (const auto& p : core_->pools_) {
+    PoolInfo i;
+    i.name = p.name;
+    i.kind = p.kind;
+    i.target = static_cast<int>(p.target);
+    i.adaptive = p.adaptive;
+    i.minimum = static_cast<int>(p.minimum);
+    i.maximum = static_cast<int>(p.maximum);
+    i.pending = static_cast<int>(p.pending);
+    i.running = static_cast<int>(p.running);
+    i.workers = static_cast<int>(p.workers);
+    for (const auto& [r, n] : p.pending_reasons) i.pending_reasons[r] = static_cast<int>(n);
+    i.paused = p.paused;
+    i.last_error = p.last_error;
+    out.push_back(std::move(i));
+  }
+  return out;
 }
 
 int Client::n_workers() const {

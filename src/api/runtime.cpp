@@ -28,16 +28,19 @@ void enter_role_if_requested() {
   const std::string r = role;
   std::vector<std::string> args;
   if (const char* a = std::getenv(kRoleArgsEnv); a != nullptr && *a != '\0') {
-    std::string s = a, cur;
+    // Separated by the unit separator when herd wrote them, by spaces in a job script.
+    const std::string s = a;
+    const char sep = s.find(kRoleArgSeparator) != std::string::npos ? kRoleArgSeparator : ' ';
+    std::string cur;
     for (char c : s) {
-      if (c == kRoleArgSeparator) {
-        args.push_back(cur);
+      if (c == sep) {
+        if (!cur.empty() || sep == kRoleArgSeparator) args.push_back(cur);
         cur.clear();
       } else {
         cur += c;
       }
     }
-    args.push_back(cur);
+    if (!cur.empty() || sep == kRoleArgSeparator) args.push_back(cur);
   }
   // Not inherited by what the role starts (shell tasks, nested herd programs).
   ::unsetenv(kRoleEnv);

@@ -14,6 +14,8 @@ const char* kUsage =
     "commands:\n"
     "  scheduler   run a scheduler (herd scheduler --help)\n"
     "  worker      run a worker    (herd worker --help)\n"
+    "  jobscript   print the batch script a configuration's pools submit\n"
+    "              (herd jobscript --config cluster.toml [--pool NAME] [--scheduler ADDR])\n"
     "  version     print the version\n";
 }
 
@@ -27,6 +29,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "scheduler") return herd::detail::scheduler_main(args);
   if (command == "worker") return herd::detail::worker_main(args);
+  if (command == "jobscript") return herd::detail::jobscript_main(args);
   if (command == "version") {
     std::cout << "herd 0.1.0 (protocol 1)\n";
     return 0;

@@ -1,28 +1,42 @@
-// A pool of workers that the scheduler sizes: local processes now, Slurm jobs in
-// slurm_job_queue. The scheduler calls poll() from its event loop; nothing here blocks long.
+// A source of workers: jobs that each run one worker. LocalProcessJobQueue starts processes on
+// this machine; SlurmJobQueue submits batch jobs. The scheduler's Pool decides how many jobs
+// there should be; a JobQueue only starts, watches and stops them.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <vector>
 
 namespace herd::jobqueue {
 
+enum class JobState { pending, running, ended };
+
+struct JobInfo {
+  std::string id;          // "12345_0" (Slurm array task) or "local-3"
+  JobState state = JobState::pending;
+  std::string detail;      // Slurm's state (PENDING, RUNNING, COMPLETED, FAILED, ...)
+  std::string reason;      // pending reason, or how it ended
+};
+
+struct PollResult {
+  std::vector<JobInfo> jobs;         // every job known: live ones, and ended ones once
+  std::vector<std::string> log;      // lines worth logging
+};
+
 class JobQueue {
  public:
   virtual ~JobQueue() = default;
-  /// Name of the pool ("local", "cpu", "gpu", ...).
-  virtual const std::string& name() const = 0;
-  /// Wants `n` workers: starts or stops some.
-  virtual void scale(std::size_t n) = 0;
-  /// Workers asked for (the target of the last scale()).
-  virtual std::size_t target() const = 0;
-  /// Workers started and not known to have ended.
-  virtual std::size_t live() const = 0;
-  /// Reaps ended workers, replaces those that died while still wanted. Returns lines for the
-  /// log about what happened ("worker local-2 exited with code 1").
-  virtual std::vector<std::string> poll() = 0;
-  /// Stops every worker; idempotent.
+  /// "local" or "slurm".
+  virtual std::string kind() const = 0;
+  /// Starts `count` jobs at once (Slurm: one job array). Returns their ids; throws
+  /// JobQueueError with the batch system's own message when it refuses.
+  virtual std::vector<std::string> submit(std::size_t count) = 0;
+  /// Stops these jobs (scancel / SIGTERM). Unknown ids are ignored.
+  virtual void cancel(const std::vector<std::string>& ids) = 0;
+  /// Current state of the jobs; rate-limited by the implementation.
+  virtual PollResult poll() = 0;
+  /// Stops every job it started and waits (bounded) until the batch system has them gone.
   virtual void close() = 0;
 };
 

@@ -3,7 +3,6 @@
 
 #include <sys/types.h>
 
-#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -23,26 +22,16 @@ class LocalProcessJobQueue : public JobQueue {
  public:
   explicit LocalProcessJobQueue(LocalProcessOptions options);
   ~LocalProcessJobQueue() override;
-  const std::string& name() const override { return name_; }
-  void scale(std::size_t n) override;
-  std::size_t target() const override { return target_; }
-  std::size_t live() const override { return children_.size(); }
-  std::vector<std::string> poll() override;
+  std::string kind() const override { return "local"; }
+  std::vector<std::string> submit(std::size_t count) override;
+  void cancel(const std::vector<std::string>& ids) override;
+  PollResult poll() override;
   void close() override;
 
  private:
-  struct Child {
-    pid_t pid;
-    std::string name;
-  };
-  void start_one();
-
-  std::string name_ = "local";
   LocalProcessOptions options_;
-  std::size_t target_ = 0;
   std::size_t started_ = 0;
-  std::vector<Child> children_;
-  std::chrono::steady_clock::time_point last_restart_{};
+  std::map<std::string, pid_t> children_;  // job id -> pid
 };
 
 }  // namespace herd::jobqueue

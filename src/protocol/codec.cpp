@@ -25,7 +25,7 @@ std::optional<MessageType> parse_header(const zmq::message_t& frame, std::string
     return std::nullopt;
   }
   const auto t = p[5];
-  const bool known = (t >= 1 && t <= 8) || (t >= 20 && t <= 26) || t == 40 || t == 41 || t == 60;
+  const bool known = (t >= 1 && t <= 10) || (t >= 20 && t <= 28) || t == 40 || t == 41 || t == 60;
   if (!known) {
     error = "unknown message type " + std::to_string(t);
     return std::nullopt;
@@ -96,6 +96,10 @@ std::string to_string(MessageType type) {
     case MessageType::scatter_data: return "scatter_data";
     case MessageType::task_results: return "task_results";
     case MessageType::goodbye: return "goodbye";
+    case MessageType::scale_pool: return "scale_pool";
+    case MessageType::retire_request: return "retire_request";
+    case MessageType::scale_reply: return "scale_reply";
+    case MessageType::acquire_keys: return "acquire_keys";
     case MessageType::hello_reply: return "hello_reply";
     case MessageType::task_updates: return "task_updates";
     case MessageType::cluster_state: return "cluster_state";

@@ -42,6 +42,8 @@ enum class MessageType : std::uint8_t {
   scatter_data = 6,      // ScatterRequest + 1 payload    client -> scheduler -> worker
   task_results = 7,      // TaskResultsEvent              worker -> scheduler
   goodbye = 8,           // GoodbyeEvent: peer is leaving on purpose
+  scale_pool = 9,        // ScalePoolRequest              client -> scheduler
+  retire_request = 10,   // GoodbyeEvent: worker asks to be retired (walltime, SIGTERM)
   // scheduler -> client|worker
   hello_reply = 20,      // HelloReply
   task_updates = 21,     // TaskUpdatesEvent              scheduler -> client
@@ -50,6 +52,8 @@ enum class MessageType : std::uint8_t {
   free_keys = 24,        // KeysEvent: drop these results scheduler -> worker
   put_data = 25,         // PutDataEvent + 1 payload      scheduler -> worker (scatter)
   shutdown = 26,         // GoodbyeEvent: exit now        scheduler -> worker|client
+  scale_reply = 27,      // ScalePoolReply                scheduler -> client
+  acquire_keys = 28,     // AcquireKeysEvent: copy these results from their holders
   // data port (worker ROUTER) <-> peers and clients
   get_data_request = 40, // GetDataRequest
   get_data_reply = 41,   // GetDataReply + one payload per found key
@@ -83,8 +87,9 @@ struct HelloRequest {
   std::uint64_t memory_limit = 0;             // bytes, 0 = none
   std::string job_id;                         // batch-system job id, "" outside Slurm
   std::string pool;                           // name of the pool that launched it ("" = none)
+  std::int64_t end_time = 0;                  // unix seconds when its job's time runs out (0 = never)
   MSGPACK_DEFINE_MAP(protocol, role, name, host, pid, nthreads, data_address, resources,
-                     memory_limit, job_id, pool);
+                     memory_limit, job_id, pool, end_time);
 };
 
 struct HelloReply {
@@ -124,7 +129,9 @@ struct TaskSpec {
   std::uint32_t retries = 0;                // times to re-run a task that throws
   std::map<std::string, double> resources;  // custom resources it needs on one worker
   bool want_result = true;                  // client holds a future for it
-  MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result);
+  std::uint32_t duration_s = 0;             // run time it needs: not placed on a worker whose
+                                            //   job ends sooner (0 = unknown)
+  MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s);
 };
 
 struct SubmitTasksRequest {
@@ -159,7 +166,8 @@ struct TaskResult {
   ErrorInfo error;              // when !ok
   std::uint64_t duration_us = 0;  // wall time of the function call
   bool missing_input = false;   // !ok because an input could not be fetched: not a task error
-  MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input);
+  bool handed_back = false;     // !ok because the worker gave it back unstarted: not an error
+  MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input, handed_back);
 };
 
 /// Results up to this size travel with the completion notice, so the client's gather needs no
@@ -188,16 +196,58 @@ struct TaskUpdatesEvent {
   MSGPACK_DEFINE(addresses, updates);
 };
 
-struct ClusterStateEvent {
-  std::uint32_t workers = 0;  // connected workers
-  std::uint32_t threads = 0;  // their task slots in total
-  MSGPACK_DEFINE_MAP(workers, threads);
+/// One worker pool (local processes or Slurm jobs) as the scheduler sees it.
+struct PoolStatus {
+  std::string name;                          // pool name
+  std::string kind;                          // "local" or "slurm"
+  std::uint32_t target = 0;                  // workers wanted now
+  bool adaptive = false;                     // target follows the backlog
+  std::uint32_t minimum = 0, maximum = 0;    // adapt bounds
+  std::uint32_t pending = 0;                 // jobs queued (submitted, not running)
+  std::uint32_t running = 0;                 // jobs running
+  std::uint32_t workers = 0;                 // workers of this pool connected
+  std::map<std::string, std::uint32_t> pending_reasons;  // e.g. {"Priority": 3}
+  std::string paused;                        // why submissions are paused ("" = not paused)
+  std::string last_error;                    // last submission error (sbatch's own words)
+  std::uint64_t submitted = 0, failed_submissions = 0;  // totals
+  MSGPACK_DEFINE_MAP(name, kind, target, adaptive, minimum, maximum, pending, running, workers,
+                     pending_reasons, paused, last_error, submitted, failed_submissions);
 };
+
+struct ClusterStateEvent {
+  std::uint32_t workers = 0;        // connected workers
+  std::uint32_t threads = 0;        // their task slots in total
+  std::vector<PoolStatus> pools;    // every pool of the scheduler
+  MSGPACK_DEFINE_MAP(workers, threads, pools);
+};
+
+struct ScalePoolRequest {
+  std::uint64_t request_id = 0;  // echoed in the reply
+  std::string pool;              // "" = the only (or first) pool
+  bool adaptive = false;         // false: fixed size `target`; true: adapt(minimum, maximum)
+  std::uint32_t target = 0;
+  std::uint32_t minimum = 0, maximum = 0;
+  std::uint32_t idle_timeout_s = 0;  // adapt: retire workers idle this long (0 = default)
+  MSGPACK_DEFINE_MAP(request_id, pool, adaptive, target, minimum, maximum, idle_timeout_s);
+};
+
+struct ScalePoolReply {
+  std::uint64_t request_id = 0;  // from the request
+  bool ok = false;
+  std::string error;             // e.g. sbatch's "invalid partition specified: nope"
+  MSGPACK_DEFINE_MAP(request_id, ok, error);
+};
+
 
 struct DepLocation {
   TaskId id = 0;                       // an input of the task
   std::vector<std::string> holders;    // data ports of the workers holding it
   MSGPACK_DEFINE(id, holders);
+};
+
+struct AcquireKeysEvent {
+  std::vector<DepLocation> keys;  // fetch each from its holders and keep a copy
+  MSGPACK_DEFINE(keys);
 };
 
 struct ExecuteTask {

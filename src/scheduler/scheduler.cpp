@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/logging.hpp"
+#include "herd/error.hpp"
 
 namespace herd::scheduler {
 
@@ -53,9 +54,17 @@ std::string Scheduler::bind() {
   return address_;
 }
 
-void Scheduler::add_pool(std::unique_ptr<jobqueue::JobQueue> pool, std::size_t initial) {
-  pool->scale(initial);
+void Scheduler::add_pool(std::unique_ptr<Pool> pool) {
   pools_.push_back(std::move(pool));
+  cluster_changed_ = true;
+}
+
+Pool* Scheduler::find_pool(const std::string& name) {
+  if (name.empty()) return pools_.empty() ? nullptr : pools_.front().get();
+  for (auto& p : pools_) {
+    if (p->name() == name) return p.get();
+  }
+  return nullptr;
 }
 
 int Scheduler::run() {
@@ -94,7 +103,7 @@ int Scheduler::run() {
     protocol::send(socket_, c.identity, MessageType::shutdown,
                    protocol::encode(protocol::GoodbyeEvent{"scheduler is shutting down"}));
   }
-  for (auto& p : pools_) p->close();
+  for (auto& p : pools_) p->close();  // no job of ours stays in the queue
   return 0;
 }
 
@@ -160,7 +169,9 @@ void Scheduler::handle_hello(const std::string& identity, const zmq::message_t& 
     w.pool = hello.pool;
     w.nthreads = std::max<std::uint32_t>(1, hello.nthreads);
     w.resources = hello.resources;
+    w.end_time = hello.end_time;
     w.last_seen = Clock::now();
+    w.idle_since = w.last_seen;
     peers_[identity] = {Role::worker, w.id};
     reply.ok = true;
     reply.peer_index = w.id;
@@ -222,6 +233,8 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
             w.has.insert(r.id);
             if (!r.inline_data.empty() && t->wanted) inline_results_[r.id] = std::move(r.inline_data);
           }
+        } else if (r.handed_back) {
+          graph_.requeue(r.id, fx_);  // unstarted task given back by a retiring worker
         } else if (r.missing_input) {
           graph_.input_missing(r.id, fx_);
         } else {
@@ -229,6 +242,7 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
           graph_.failed(r.id, std::move(r.error), fx_);
         }
       }
+      if (w.processing.empty()) w.idle_since = Clock::now();
       for (TaskId id : ev.acquired) {
         graph_.add_holder(id, w.id);
         if (const Task* t = graph_.find(id); t && t->in_memory()) w.has.insert(id);
@@ -242,6 +256,11 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
       (void)protocol::decode(msg.frames[1], bye, error);
       worker_lost(w.id, "said goodbye: " + bye.reason);
       return;
+    }
+    case MessageType::retire_request: {
+      protocol::GoodbyeEvent why;
+      if (protocol::decode(msg.frames[1], why, error)) retire(w, why.reason);
+      break;
     }
     default:
       error = "a worker may not send " + protocol::to_string(type);
@@ -299,6 +318,11 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
       dispatch_scatter(req.id, std::move(msg.frames[2]));
       break;
     }
+    case MessageType::scale_pool: {
+      protocol::ScalePoolRequest req;
+      if (protocol::decode(msg.frames[1], req, error)) handle_scale(c, req);
+      break;
+    }
     case MessageType::goodbye:
       client_lost(c.index, "said goodbye");
       return;
@@ -342,17 +366,24 @@ void Scheduler::drop_peer(const std::string& identity, const std::string& why) {
   }
 }
 
-void Scheduler::worker_lost(std::uint32_t id, const std::string& why) {
+void Scheduler::worker_lost(std::uint32_t id, const std::string& why, bool count_deaths) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
   WorkerRec w = std::move(it->second);
   workers_.erase(it);
   peers_.erase(w.identity);
-  HERD_LOG(warning) << "worker " << w.name << " lost (" << why << "); "
-                    << w.processing.size() << " tasks running, " << w.has.size() << " results held";
+  if (count_deaths) {
+    HERD_LOG(warning) << "worker " << w.name << " lost (" << why << "); " << w.processing.size()
+                      << " tasks running, " << w.has.size() << " results held";
+  } else {
+    HERD_LOG(info) << "worker " << w.name << " left (" << why << ")";
+  }
+  if (Pool* pool = find_pool(w.pool); pool != nullptr && !w.pool.empty() && !w.job_id.empty()) {
+    pool->worker_left(w.job_id);
+  }
   std::vector<TaskId> processing(w.processing.begin(), w.processing.end());
   std::vector<TaskId> held(w.has.begin(), w.has.end());
-  graph_.worker_lost(id, processing, held, options_.max_deaths, fx_);
+  graph_.worker_lost(id, processing, held, options_.max_deaths, fx_, count_deaths);
   // Clients must not keep pointing at this worker's data port.
   for (auto& [idx, c] : clients_) c.address_index.erase(id);
   apply(fx_);
@@ -431,8 +462,12 @@ std::size_t Scheduler::capacity(const WorkerRec& w) const {
 Scheduler::WorkerRec* Scheduler::pick_worker(const Task& t) {
   WorkerRec* best = nullptr;
   double best_score = 0;
+  const std::int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                                    std::chrono::system_clock::now().time_since_epoch()).count();
   for (auto& [id, w] : workers_) {
-    if (w.processing.size() >= capacity(w)) continue;
+    if (w.retiring || w.processing.size() >= capacity(w)) continue;
+    // A task that says how long it needs does not go to a worker whose job ends sooner.
+    if (t.duration_s > 0 && w.end_time > 0 && now_unix + t.duration_s > w.end_time) continue;
     bool fits = true;
     for (const auto& [r, amount] : t.resources) {
       auto have = w.resources.find(r);
@@ -484,6 +519,7 @@ void Scheduler::schedule() {
     ready_.pop();
     graph_.started(t->id, w->id);
     w->processing.insert(t->id);
+    w->idle_since = Clock::time_point::max();
     protocol::ExecuteTask e;
     e.id = t->id;
     e.function = t->function;
@@ -535,9 +571,15 @@ void Scheduler::flush() {
 
 void Scheduler::broadcast_cluster_state() {
   cluster_changed_ = false;
+  last_state_broadcast_ = Clock::now();
   protocol::ClusterStateEvent ev;
   ev.workers = static_cast<std::uint32_t>(workers_.size());
   for (const auto& [id, w] : workers_) ev.threads += w.nthreads;
+  for (const auto& p : pools_) {
+    std::uint32_t connected = 0;
+    for (const auto& [id, w] : workers_) connected += (w.pool == p->name());
+    ev.pools.push_back(p->status(connected));
+  }
   for (auto& [idx, c] : clients_) {
     protocol::send(socket_, c.identity, MessageType::cluster_state, protocol::encode(ev));
   }
@@ -560,15 +602,147 @@ void Scheduler::tick() {
     for (auto id : silent_workers) worker_lost(id, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
     for (auto idx : silent_clients) client_lost(idx, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
   }
-  if (now - last_pool_poll_ >= std::chrono::milliseconds(200)) {
-    last_pool_poll_ = now;
-    for (auto& p : pools_) {
-      for (const auto& line : p->poll()) HERD_LOG(info) << "pool " << p->name() << ": " << line;
+  if (now - last_pool_step_ >= std::chrono::milliseconds(200)) {
+    last_pool_step_ = now;
+    try {
+      step_pools();
+    } catch (const std::exception& e) {
+      // Already logged, and shown in the pool's status; the pool retries after a pause.
     }
+    progress_retirements();
   }
+  if (!pools_.empty() && now - last_state_broadcast_ >= std::chrono::seconds(1)) cluster_changed_ = true;
   // Worker losses and client losses may have made tasks ready.
   schedule();
   flush();
+}
+
+
+void Scheduler::handle_scale(ClientRec& c, const protocol::ScalePoolRequest& req) {
+  protocol::ScalePoolReply reply;
+  reply.request_id = req.request_id;
+  Pool* pool = find_pool(req.pool);
+  if (pool == nullptr) {
+    reply.error = pools_.empty() ? std::string("this scheduler has no worker pool to scale")
+                                 : "no pool named '" + req.pool + "'";
+  } else {
+    if (req.adaptive) {
+      pool->adapt(req.minimum, req.maximum, std::chrono::seconds(req.idle_timeout_s));
+    } else {
+      pool->scale(req.target);
+    }
+    try {
+      step_pools();  // submit now, so that a refusal reaches the caller in this reply
+      reply.ok = true;
+    } catch (const std::exception& e) {
+      reply.error = e.what();
+    }
+  }
+  cluster_changed_ = true;
+  protocol::send(socket_, c.identity, MessageType::scale_reply, protocol::encode(reply));
+}
+
+void Scheduler::step_pools() {
+  if (pools_.empty()) return;
+  const auto now = Clock::now();
+  const std::int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                                    std::chrono::system_clock::now().time_since_epoch()).count();
+  std::string first_error;
+  for (auto& pool : pools_) {
+    for (const auto& line : pool->poll()) HERD_LOG(info) << "pool " << pool->name() << ": " << line;
+    // Backlog this pool could serve: ready and processing tasks whose resources it offers.
+    std::size_t backlog = 0;
+    if (pool->policy().adaptive) {
+      for (const auto& [id, t] : graph_.tasks()) {
+        if (t.st() != TaskState::ready && t.st() != TaskState::processing) continue;
+        bool fits = true;
+        for (const auto& [r, amount] : t.resources) {
+          auto have = pool->policy().resources.find(r);
+          if (have == pool->policy().resources.end() || have->second < amount) fits = false;
+        }
+        backlog += fits;
+      }
+    }
+    std::vector<PoolWorker> view;
+    for (const auto& [id, w] : workers_) {
+      if (w.pool != pool->name()) continue;
+      PoolWorker pw;
+      pw.id = id;
+      pw.job_id = w.job_id;
+      pw.idle = w.processing.empty();
+      pw.idle_since = w.idle_since;
+      // Replace a worker ahead of its walltime: once it is within twice the retirement margin
+      // it no longer counts as capacity, so its successor is queued in time.
+      const std::int64_t margin = 2 * static_cast<std::int64_t>(pool->policy().retire_before_s);
+      pw.leaving = w.retiring || (w.end_time > 0 && now_unix + margin >= w.end_time);
+      view.push_back(pw);
+    }
+    try {
+      for (std::uint32_t id : pool->step(backlog, avg_task_us_, view)) {
+        if (auto it = workers_.find(id); it != workers_.end()) retire(it->second, "pool " + pool->name() + " shrinks");
+      }
+    } catch (const std::exception& e) {
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  (void)now;
+  if (!first_error.empty()) throw JobQueueError(first_error);
+}
+
+void Scheduler::retire(WorkerRec& w, const std::string& why) {
+  if (w.retiring) return;
+  HERD_LOG(info) << "retiring worker " << w.name << ": " << why;
+  w.retiring = true;
+  w.retire_since = Clock::now();
+  // Tasks it has not started come back; running ones finish.
+  for (TaskId id : w.processing) w.cancel_out.push_back(id);
+  cluster_changed_ = true;
+}
+
+void Scheduler::progress_retirements() {
+  const auto now = Clock::now();
+  std::vector<std::uint32_t> done;
+  for (auto& [id, w] : workers_) {
+    if (!w.retiring) continue;
+    // Running tasks may finish; past the grace they are handed back (not counted as failures).
+    const bool grace_over = now - w.retire_since > std::chrono::seconds(options_.retire_grace_s);
+    if (!w.processing.empty() && !grace_over) continue;
+    // Results only this worker holds, that someone still needs, go to another worker first.
+    std::map<std::uint32_t, std::vector<protocol::DepLocation>> copies;
+    std::size_t unique = 0;
+    for (TaskId key : w.has) {
+      const Task* t = graph_.find(key);
+      if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
+      ++unique;
+      if (w.acquire_sent) continue;
+      WorkerRec* target = nullptr;
+      for (auto& [oid, other] : workers_) {
+        if (oid == id || other.retiring) continue;
+        if (target == nullptr || other.has.size() < target->has.size()) target = &other;
+      }
+      if (target != nullptr) copies[target->id].push_back({key, {w.address}});
+    }
+    if (!w.acquire_sent) {
+      w.acquire_sent = true;
+      if (!copies.empty()) {
+        for (auto& [target, keys] : copies) {
+          protocol::AcquireKeysEvent ev;
+          ev.keys = std::move(keys);
+          protocol::send(socket_, workers_.at(target).identity, MessageType::acquire_keys, protocol::encode(ev));
+        }
+        continue;  // leave once the copies are confirmed (or the grace is over)
+      }
+      // Nowhere to copy to: what it holds is recomputed from lineage if needed again.
+    } else if (unique > 0 && !grace_over) {
+      continue;
+    }
+    done.push_back(id);
+  }
+  for (std::uint32_t id : done) {
+    auto& w = workers_.at(id);
+    protocol::send(socket_, w.identity, MessageType::shutdown, protocol::encode(protocol::GoodbyeEvent{"retired"}));
+    worker_lost(id, "retired", /*count_deaths=*/false);
+  }
 }
 
 }  // namespace herd::scheduler

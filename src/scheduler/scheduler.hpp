@@ -19,7 +19,7 @@
 #include <zmq.hpp>
 
 #include "common/config.hpp"
-#include "jobqueue/job_queue.hpp"
+#include "scheduler/pool.hpp"
 #include "protocol/codec.hpp"
 #include "scheduler/task_graph.hpp"
 
@@ -29,6 +29,7 @@ struct SchedulerOptions {
   std::string listen = "tcp://127.0.0.1:*";  // ZeroMQ endpoint to bind
   int parent_fd = -1;          // read end of the owner's pipe: EOF means the owner died
   std::uint32_t max_deaths = 3;  // a task present at this many worker losses fails
+  std::uint32_t retire_grace_s = 30;  // a retiring worker's running tasks may take this long
   Config config = Config::from_env();
 };
 
@@ -39,8 +40,8 @@ class Scheduler {
 
   /// Binds the socket; returns the address peers connect to (port resolved).
   std::string bind();
-  /// Gives the scheduler a worker pool and its initial size.
-  void add_pool(std::unique_ptr<jobqueue::JobQueue> pool, std::size_t initial);
+  /// Gives the scheduler a worker pool; the pool sizes itself from its policy.
+  void add_pool(std::unique_ptr<Pool> pool);
   /// Runs until stop() (from a signal handler: it only sets a flag) or the owner dies.
   int run();
   static void request_stop();
@@ -56,6 +57,11 @@ class Scheduler {
     std::unordered_set<TaskId> has;
     Clock::time_point last_seen;
     std::uint64_t memory_rss = 0;
+    std::int64_t end_time = 0;          // unix seconds when its job ends (0 = never)
+    Clock::time_point idle_since;       // when processing last became empty
+    bool retiring = false;              // no new tasks; leaves once drained and copied
+    Clock::time_point retire_since;
+    bool acquire_sent = false;          // its unique results were sent to other workers
     std::vector<protocol::ExecuteTask> exec_out;
     std::vector<TaskId> free_out, cancel_out;
   };
@@ -80,7 +86,12 @@ class Scheduler {
   void handle_worker(WorkerRec& w, protocol::MessageType type, protocol::Received& msg);
   void handle_client(ClientRec& c, protocol::MessageType type, protocol::Received& msg);
   void drop_peer(const std::string& identity, const std::string& why);
-  void worker_lost(std::uint32_t id, const std::string& why);
+  void worker_lost(std::uint32_t id, const std::string& why, bool count_deaths = true);
+  void retire(WorkerRec& w, const std::string& why);
+  void progress_retirements();
+  void step_pools();
+  Pool* find_pool(const std::string& name);
+  void handle_scale(ClientRec& c, const protocol::ScalePoolRequest& req);
   void client_lost(std::uint32_t index, const std::string& why);
   void apply(Effects& fx);
   void schedule();
@@ -106,13 +117,14 @@ class Scheduler {
   std::unordered_map<std::uint32_t, ClientRec> clients_;
   std::unordered_map<TaskId, std::vector<char>> inline_results_;  // this turn's small results
   std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
-  std::vector<std::unique_ptr<jobqueue::JobQueue>> pools_;
+  std::vector<std::unique_ptr<Pool>> pools_;
+  Clock::time_point last_pool_step_{};
+  Clock::time_point last_state_broadcast_{};
   std::uint32_t next_worker_id_ = 1;
   std::uint32_t next_client_index_ = 1;
   double avg_task_us_ = -1;  // moving average of task run time; < 0 until one finishes
   bool cluster_changed_ = false;
   Clock::time_point last_heartbeat_{};
-  Clock::time_point last_pool_poll_{};
 };
 
 }  // namespace herd::scheduler

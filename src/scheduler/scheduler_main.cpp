@@ -1,4 +1,5 @@
-// `herd scheduler`: parses options, binds, starts the local worker pool if asked, runs.
+// `herd scheduler`: parses options and the configuration file, binds, creates the worker
+// pools, runs.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -10,24 +11,72 @@
 #include "common/logging.hpp"
 #include "common/process.hpp"
 #include "jobqueue/local_process_job_queue.hpp"
+#include "jobqueue/pool_config.hpp"
+#include "jobqueue/slurm_job_queue.hpp"
 #include "scheduler/scheduler.hpp"
 
 namespace herd::detail {
+namespace {
+
+std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const std::string& address,
+                                           const std::string& log_dir) {
+  const SlurmOptions& o = pc.options;
+  scheduler::PoolPolicy policy;
+  policy.name = o.pool();
+  policy.target = static_cast<std::uint32_t>(std::max(0, o.jobs()));
+  policy.slots_per_worker = static_cast<std::uint32_t>(o.nthreads() > 0 ? o.nthreads() : o.cores());
+  policy.resources = o.resources();
+  if (o.gpus() > 0) policy.resources["gpu"] = o.gpus();
+  policy.retire_before_s = static_cast<std::uint32_t>(std::max(0, o.retire_before()));
+  if (pc.adapt_minimum >= 0) {
+    policy.adaptive = true;
+    policy.minimum = static_cast<std::uint32_t>(pc.adapt_minimum);
+    policy.maximum = static_cast<std::uint32_t>(pc.adapt_maximum);
+  }
+  policy.idle_timeout = std::chrono::seconds(pc.idle_timeout_s);
+  std::unique_ptr<jobqueue::JobQueue> queue;
+  if (pc.kind == "local") {
+    jobqueue::LocalProcessOptions lp;
+    lp.executable = o.worker_executable().empty() ? process::self_executable() : o.worker_executable();
+    lp.worker_args = {"--scheduler", address, "--nthreads", std::to_string(policy.slots_per_worker)};
+    std::string resources;
+    for (const auto& [r, amount] : policy.resources) {
+      resources += (resources.empty() ? "" : ",") + r + "=" + std::to_string(amount);
+    }
+    if (!resources.empty()) lp.worker_args.insert(lp.worker_args.end(), {"--resources", resources});
+    lp.worker_args.insert(lp.worker_args.end(), o.worker_extra_args().begin(), o.worker_extra_args().end());
+    lp.env = o.env();
+    lp.env["HERD_POOL"] = o.pool();
+    lp.log_directory = log_dir;
+    queue = std::make_unique<jobqueue::LocalProcessJobQueue>(lp);
+  } else {
+    jobqueue::SlurmQueueOptions so;
+    so.options = o;
+    so.scheduler_address = address;
+    if (const char* ms = std::getenv("HERD_SLURM_POLL_MS")) so.poll_interval = std::chrono::milliseconds(std::atoi(ms));
+    queue = std::make_unique<jobqueue::SlurmJobQueue>(so);
+  }
+  return std::make_unique<scheduler::Pool>(policy, std::move(queue));
+}
+
+}  // namespace
 
 int scheduler_main(const std::vector<std::string>& args) {
-  CLI::App app{"herd scheduler: places tasks on workers and sizes the worker pool"};
+  CLI::App app{"herd scheduler: places tasks on workers and sizes the worker pools"};
   app.name("herd scheduler");
   scheduler::SchedulerOptions options;
   int ready_fd = -1;
-  int local_workers = 0;
+  int local_workers = -1;
   int nthreads = 1;
-  std::string worker_exe;
+  std::string worker_exe, config_path, listen;
   std::vector<std::string> worker_args;
   std::string log_dir;
-  app.add_option("--listen", options.listen,
-                 "ZeroMQ endpoint to bind, e.g. tcp://0.0.0.0:8786 (default: a free loopback port)")
-      ->capture_default_str();
-  app.add_option("--local-workers", local_workers, "start this many worker processes here")
+  app.add_option("--config", config_path, "TOML file with [scheduler] and [pool.NAME] sections")
+      ->check(CLI::ExistingFile);
+  app.add_option("--listen", listen,
+                 "ZeroMQ endpoint to bind, e.g. tcp://0.0.0.0:8786 (default: a free loopback port, "
+                 "or every interface when a Slurm pool is configured)");
+  app.add_option("--local-workers", local_workers, "a pool 'local' of this many worker processes here")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--nthreads", nthreads, "task slots per local worker")->check(CLI::PositiveNumber);
   app.add_option("--worker-exe", worker_exe, "executable for local workers (default: herd itself)");
@@ -36,6 +85,8 @@ int scheduler_main(const std::vector<std::string>& args) {
   app.add_option("--log-dir", log_dir, "directory for local workers' log files");
   app.add_option("--max-deaths", options.max_deaths,
                  "a task present at this many worker losses fails")->capture_default_str();
+  app.add_option("--retire-grace", options.retire_grace_s,
+                 "seconds a retiring worker's running tasks may take")->capture_default_str();
   app.add_option("--ready-fd", ready_fd, "write the bound address to this fd (internal)");
   app.add_option("--parent-fd", options.parent_fd, "exit when this fd reaches EOF (internal)");
   app.footer("Environment:\n" + Config::describe());
@@ -51,35 +102,48 @@ int scheduler_main(const std::vector<std::string>& args) {
   sa.sa_handler = [](int) { scheduler::Scheduler::request_stop(); };
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);  // the login session ended
   if (options.parent_fd >= 0) ::fcntl(options.parent_fd, F_SETFD, FD_CLOEXEC);  // not for workers
 
+  auto fail = [&](const std::string& what) {
+    std::cerr << "herd scheduler: " << what << std::endl;
+    if (ready_fd >= 0) {
+      const std::string line = "error: " + what + "\n";
+      (void)!::write(ready_fd, line.data(), line.size());
+    }
+    return 1;
+  };
   try {
+    jobqueue::SchedulerConfig config;
+    if (!config_path.empty()) config = jobqueue::load_config(config_path);
+    if (local_workers >= 0) {
+      jobqueue::PoolConfig local;
+      local.kind = "local";
+      local.options.pool("local").jobs(local_workers).nthreads(nthreads).worker_executable(worker_exe);
+      local.options.worker_extra_args(worker_args);
+      config.pools.insert(config.pools.begin(), local);
+    }
+    bool any_slurm = false;
+    for (const auto& p : config.pools) any_slurm = any_slurm || p.kind == "slurm";
+    options.listen = !listen.empty() ? listen
+                     : !config.listen.empty() ? config.listen
+                     : any_slurm ? "tcp://0.0.0.0:*" : options.listen;
     scheduler::Scheduler sched(options);
     const std::string address = sched.bind();
+    std::vector<std::unique_ptr<scheduler::Pool>> pools;
+    for (const auto& pc : config.pools) pools.push_back(make_pool(pc, address, log_dir));
     if (ready_fd >= 0) {
       const std::string line = address + "\n";
       (void)!::write(ready_fd, line.data(), line.size());
       ::close(ready_fd);
+      ready_fd = -1;
     } else {
       std::cout << "herd scheduler listening at " << address << std::endl;
     }
-    if (local_workers > 0) {
-      jobqueue::LocalProcessOptions lp;
-      lp.executable = worker_exe.empty() ? process::self_executable() : worker_exe;
-      lp.worker_args = {"--scheduler", address, "--nthreads", std::to_string(nthreads)};
-      lp.worker_args.insert(lp.worker_args.end(), worker_args.begin(), worker_args.end());
-      lp.log_directory = log_dir;
-      sched.add_pool(std::make_unique<jobqueue::LocalProcessJobQueue>(lp),
-                     static_cast<std::size_t>(local_workers));
-    }
+    for (auto& p : pools) sched.add_pool(std::move(p));
     return sched.run();
   } catch (const std::exception& e) {
-    std::cerr << "herd scheduler: " << e.what() << std::endl;
-    if (ready_fd >= 0) {
-      const std::string line = std::string("error: ") + e.what() + "\n";
-      (void)!::write(ready_fd, line.data(), line.size());
-    }
-    return 1;
+    return fail(e.what());
   }
 }
 

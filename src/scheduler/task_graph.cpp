@@ -38,6 +38,7 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, Effect
   t.refs = spec.refs;
   t.priority = spec.priority;
   t.retries_left = spec.retries;
+  t.duration_s = spec.duration_s;
   t.resources = spec.resources;
   t.seq = next_seq_++;
   for (const auto& r : spec.refs) {
@@ -271,7 +272,7 @@ void TaskGraph::cancel(TaskId id, Effects& fx) {
 
 void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& processing,
                             const std::vector<TaskId>& held, std::uint32_t max_deaths,
-                            Effects& fx) {
+                            Effects& fx, bool count_deaths) {
   for (TaskId id : held) {
     Task* t = find(id);
     if (t == nullptr) continue;
@@ -300,7 +301,7 @@ void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& pro
                 TaskState::erred, fx);
       continue;
     }
-    if (++t->deaths >= max_deaths) {
+    if (count_deaths && ++t->deaths >= max_deaths) {
       fail_with(*t, {"herd::KilledWorker",
                      "task " + t->key + " was running on " + std::to_string(t->deaths) +
                          " workers that died; giving up on it (last worker id " +

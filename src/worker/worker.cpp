@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <typeinfo>
 
@@ -58,7 +59,19 @@ void Worker::request_stop() { g_stop.store(true); }
 Worker::Worker(WorkerOptions options)
     : options_(std::move(options)), sched_(context_, zmq::socket_type::dealer),
       data_(context_, zmq::socket_type::router), wake_(context_, zmq::socket_type::pull) {
-  if (options_.name.empty()) options_.name = hostname() + ":" + std::to_string(::getpid());
+  if (options_.name.empty()) {
+    const char* job = std::getenv("HERD_JOB_ID");
+    options_.name = job != nullptr && *job ? std::string(job) : hostname() + ":" + std::to_string(::getpid());
+  }
+  // The batch job's end: Slurm's own figure when it gives one, else start + walltime.
+  const auto now_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                            std::chrono::system_clock::now().time_since_epoch()).count();
+  if (const char* end = std::getenv("SLURM_JOB_END_TIME"); end != nullptr && std::atoll(end) > 0) {
+    end_time_ = std::atoll(end);
+  } else if (const char* wall = std::getenv("HERD_WALLTIME_S"); wall != nullptr && std::atoll(wall) > 0) {
+    end_time_ = now_unix + std::atoll(wall);
+  }
+  if (const char* before = std::getenv("HERD_RETIRE_BEFORE_S")) retire_before_s_ = std::atoll(before);
   free_resources_ = options_.resources;
   for (const auto& lib : options_.load) {
     if (::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
@@ -103,8 +116,13 @@ bool Worker::connect() {
   hello.nthreads = options_.nthreads;
   hello.data_address = data_address_;
   hello.resources = options_.resources;
-  if (const char* job = std::getenv("SLURM_JOB_ID")) hello.job_id = job;
+  if (const char* job = std::getenv("HERD_JOB_ID")) {
+    hello.job_id = job;
+  } else if (const char* sjob = std::getenv("SLURM_JOB_ID")) {
+    hello.job_id = sjob;
+  }
   if (const char* pool = std::getenv("HERD_POOL")) hello.pool = pool;
+  hello.end_time = end_time_;
   protocol::send(sched_, "", MessageType::hello_request, protocol::encode(hello));
   zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.config.connect_timeout_ms);
@@ -197,6 +215,11 @@ int Worker::run() {
           if (protocol::decode(msg->frames[1], ev, error)) on_cancel(ev);
           break;
         }
+        case MessageType::acquire_keys: {
+          protocol::AcquireKeysEvent ev;
+          if (protocol::decode(msg->frames[1], ev, error)) on_acquire(ev);
+          break;
+        }
         case MessageType::put_data: {
           protocol::PutDataEvent ev;
           if (protocol::decode(msg->frames[1], ev, error) && msg->frames.size() == 3) {
@@ -255,6 +278,16 @@ int Worker::run() {
                       << options_.config.timeout_ms << " ms; exiting";
       exit_code = 2;
       break;
+    }
+    if (end_time_ > 0 && !retire_asked_) {
+      const auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
+                                std::chrono::system_clock::now().time_since_epoch()).count();
+      if (unix_now + retire_before_s_ >= end_time_) {
+        retire_asked_ = true;
+        HERD_LOG(info) << "walltime ends in " << (end_time_ - unix_now) << " s: asking to retire";
+        protocol::send(sched_, "", MessageType::retire_request,
+                       protocol::encode(protocol::GoodbyeEvent{"walltime ends in " + std::to_string(end_time_ - unix_now) + " s"}));
+      }
     }
     if (now - last_heartbeat_ >= std::chrono::milliseconds(options_.config.heartbeat_ms)) {
       last_heartbeat_ = now;
@@ -421,12 +454,25 @@ void Worker::on_cancel(const protocol::KeysEvent& ev) {
       }
     }
     if (dropped) {
+      // Unstarted: given back. The scheduler knows whether it was cancelled or is moving it.
       protocol::TaskResult r;
       r.id = id;
-      r.error = {"herd::CancelledError", "cancelled before it started", "", options_.name};
+      r.handed_back = true;
+      r.error = {"herd::HandedBack", "given back before it started", "", options_.name};
       results_out_.push_back(std::move(r));
     }
   }
+}
+
+void Worker::on_acquire(const protocol::AcquireKeysEvent& ev) {
+  std::map<std::string, std::vector<TaskId>> wanted;
+  for (const auto& key : ev.keys) {
+    if (store_.contains(key.id) || holders_.count(key.id)) continue;
+    waiters_[key.id];  // no task waits; input_arrived reports it as acquired
+    holders_[key.id] = {key.holders, 0};
+    fetch_from_next_holder(key.id, wanted);
+  }
+  request_inputs(wanted);
 }
 
 void Worker::make_runnable(protocol::ExecuteTask task) {

@@ -68,6 +68,7 @@ class Worker {
   Completion execute(const protocol::ExecuteTask& task);
   void on_execute(protocol::ExecuteTasksEvent& ev);
   void on_cancel(const protocol::KeysEvent& ev);
+  void on_acquire(const protocol::AcquireKeysEvent& ev);
   void on_data_request(protocol::Received& msg);
   void on_data_reply(const std::string& address, protocol::Received& msg);
   void request_inputs(std::map<std::string, std::vector<protocol::TaskId>>& wanted);
@@ -109,6 +110,9 @@ class Worker {
   std::vector<protocol::TaskResult> results_out_;
   std::vector<protocol::TaskId> acquired_out_;
   Clock::time_point last_from_scheduler_;
+  std::int64_t end_time_ = 0;           // unix seconds when the batch job ends (0 = never)
+  std::int64_t retire_before_s_ = 60;   // ask to retire this long before end_time_
+  bool retire_asked_ = false;
   Clock::time_point last_heartbeat_{};
 };
 

@@ -1,0 +1,556 @@
+#!/usr/bin/env python3
+"""Runs the same workloads on herd and on Dask distributed, in one run, and compares them.
+
+    python3 bench/compare_dask.py --small              smoke test, well under a minute
+    python3 bench/compare_dask.py --repeat 3           full size (takes several minutes)
+    python3 bench/compare_dask.py --skip-dask          herd only (Dask not needed)
+
+Workloads (see bench/README.md):
+  1. throughput  map_gather: map(noop, range(N)) + gather; submit_loop: submit(noop, i) in a
+                 loop, then wait. 1 and 2 workers of 1 slot/thread each. Dask twice: its
+                 default config and its best one (worker-saturation = inf, i.e. no queuing).
+  2. latency     round_trip: sequential submit(noop, i).result(), p50/p99 in microseconds.
+  3. tree        tree_reduction: binary-tree sum of `leaves` numbers, 2*leaves-1 tasks, 2 workers.
+  4. data        gather_bytes: fetch one result of 1, 16, 256 MiB to the client, MB/s.
+  (extra)        startup: creating a 2-worker local cluster and connecting a client.
+
+herd's figures come from the herd_bench binary (its JSON lines); Dask's from
+distributed.LocalCluster(n_workers=W, threads_per_worker=1, processes=True) + Client.
+Every figure is the median over --repeat runs, for both systems. herd and Dask are run one
+after the other, never at the same time.
+
+Dask is used for comparison only; it is never a dependency of herd. This script installs
+nothing: on Debian 12, `apt-get install python3-distributed` (Dask distributed 2022.12).
+
+Output: one JSON line per measurement (and one "summary" line per table row) on stdout, or
+into --json FILE; then the table. Progress goes to stderr.
+"""
+import argparse
+import json
+import logging
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# --- the Dask tasks (top level: pickled by value to the worker processes) -------------------
+def noop(x):
+    return x
+
+
+def add(a, b):
+    return a + b
+
+
+def blob(n):
+    # Incompressible bytes: Dask compresses frames with lz4 when it is installed (Debian's
+    # python3-distributed pulls it in), and b"x" * n would then measure lz4, not the transfer.
+    # herd never compresses, so for herd the content makes no difference.
+    return random.randbytes(n)
+
+
+# --- helpers ------------------------------------------------------------------------------
+class Output:
+    def __init__(self, path):
+        self.file = open(path, "w") if path else sys.stdout
+
+    def record(self, obj):
+        self.file.write(json.dumps(obj) + "\n")
+        self.file.flush()
+
+    def close(self):
+        if self.file is not sys.stdout:
+            self.file.close()
+
+
+def progress(msg):
+    print(f"[compare_dask {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def percentile(sorted_us, p):
+    # Same rule as herd_bench: element floor(p * (n - 1)) of the sorted samples.
+    return sorted_us[int(p * (len(sorted_us) - 1))]
+
+
+def ensure_distributed():
+    """Imports distributed, or explains how to get it. Returns the module."""
+    try:
+        import distributed  # noqa: F401
+
+        return distributed
+    except ImportError:
+        pass
+    # A python3 first on PATH (pyenv, venv) does not see Debian's dist-packages: use the system
+    # interpreter if it has Dask, rather than fail.
+    system_python = "/usr/bin/python3"
+    if (
+        os.environ.get("HERD_COMPARE_REEXEC") != "1"
+        and os.path.realpath(sys.executable) != os.path.realpath(system_python)
+        and os.path.exists(system_python)
+        and subprocess.run([system_python, "-c", "import distributed"], capture_output=True).returncode == 0
+    ):
+        progress(f"{sys.executable} cannot import distributed; re-running under {system_python}")
+        os.environ["HERD_COMPARE_REEXEC"] = "1"
+        os.execv(system_python, [system_python, os.path.abspath(__file__)] + sys.argv[1:])
+    sys.exit(
+        "compare_dask.py: `python3 -c \"import distributed\"` fails: Dask distributed is not installed.\n"
+        "  Install it (Debian 12, Dask distributed 2022.12):\n"
+        "      sudo apt-get install python3-distributed\n"
+        "  or run herd only with --skip-dask. (Dask is needed for this comparison only, never by herd.)"
+    )
+
+
+# --- herd ---------------------------------------------------------------------------------
+class HerdRunner:
+    def __init__(self, binary, timeout_s, out):
+        self.binary = binary
+        self.timeout_s = timeout_s
+        self.out = out
+        self.errors = []
+
+    def run(self, args, run_index=None):
+        cmd = [self.binary] + args
+        progress("herd: " + " ".join(cmd))
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired as e:
+            msg = f"`{' '.join(cmd)}` did not finish in {self.timeout_s} s (hang?)"
+            progress("ERROR " + msg)
+            self.errors.append(msg)
+            return self._parse(e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), run_index)
+        wall = time.monotonic() - t0
+        if p.returncode != 0:
+            msg = f"`{' '.join(cmd)}` exited {p.returncode}: {p.stderr.strip()[-500:]}"
+            progress("ERROR " + msg)
+            self.errors.append(msg)
+        elif p.stderr.strip():
+            progress("herd stderr: " + p.stderr.strip()[-500:])
+        progress(f"herd: done in {wall:.1f} s")
+        return self._parse(p.stdout, run_index)
+
+    def _parse(self, stdout, run_index):
+        recs = []
+        for line in stdout.splitlines():
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                self.errors.append(f"herd_bench printed a malformed line: {line[:200]}")
+                continue
+            if run_index is not None:
+                rec["run"] = run_index
+            self.out.record(rec)
+            recs.append(rec)
+        return recs
+
+
+def run_herd(cfg, out):
+    h = HerdRunner(cfg.herd_bench, cfg.herd_timeout, out)
+    res = {}
+    wl = ",".join(str(w) for w in cfg.workers)
+    r = str(cfg.repeat)
+    if "throughput" in cfg.workloads:
+        recs = h.run(["throughput", "--tasks", str(cfg.tasks), "--workers", wl, "--repeat", r])
+        for bench in ("map_gather", "submit_loop"):
+            for w in cfg.workers:
+                res[(bench, w)] = median(x["tasks_per_s"] for x in recs if x["bench"] == bench and x["workers"] == w)
+    if "latency" in cfg.workloads:
+        recs = []
+        for i in range(cfg.repeat):  # herd_bench latency measures once per process
+            recs += h.run(["latency", "--rounds", str(cfg.rounds)], run_index=i)
+        res["p50"] = median(x["p50_us"] for x in recs if x["bench"] == "round_trip")
+        res["p99"] = median(x["p99_us"] for x in recs if x["bench"] == "round_trip")
+    if "tree" in cfg.workloads:
+        recs = h.run(["tree", "--leaves", str(cfg.leaves), "--workers", str(cfg.tree_workers), "--repeat", r])
+        res["tree"] = median(x["seconds"] for x in recs if x["bench"] == "tree_reduction")
+    if "data" in cfg.workloads:
+        recs = []
+        for i in range(cfg.repeat):  # herd_bench data measures once per size per process
+            recs += h.run(["data", "--mib", ",".join(str(m) for m in cfg.mib)], run_index=i)
+        for m in cfg.mib:
+            res[("data", m)] = median(x["mb_per_s"] for x in recs if x["bench"] == "gather_bytes" and x["mib"] == m)
+            res[("raw", m)] = median(x["raw_zmq_mb_per_s"] for x in recs if x["bench"] == "gather_bytes" and x["mib"] == m)
+    if "startup" in cfg.workloads:
+        recs = h.run(["startup", "--workers", str(cfg.tree_workers), "--repeat", r])
+        res["startup"] = median(x["seconds"] for x in recs if x["bench"] == "startup")
+    return res, h.errors
+
+
+# --- Dask ---------------------------------------------------------------------------------
+def quiet_dask_logs():
+    for name in ("distributed", "dask", "tornado", "asyncio"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+
+
+def scheduler_idle(client, timeout_s=30.0):
+    """Waits (untimed) until the scheduler has forgotten every task: released futures are
+    processed asynchronously, and without this their cleanup would land in the next timed run."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = client.run_on_scheduler(lambda dask_scheduler: len(dask_scheduler.tasks))
+        if left == 0:
+            return
+        if time.monotonic() > deadline:
+            progress(f"warning: the Dask scheduler still holds {left} task(s) after {timeout_s:.0f} s")
+            return
+        time.sleep(0.02)
+
+
+def dask_throughput(client, wait, tasks, repeat, base, out):
+    fig = {}
+    client.gather(client.map(noop, [1] * 1000, pure=False))  # warm-up, as herd_bench does
+    scheduler_idle(client)
+    rates = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        futs = client.map(noop, range(tasks), pure=False)
+        got = client.gather(futs)
+        s = time.perf_counter() - t0
+        if got[-1] != tasks - 1:
+            raise RuntimeError("dask map_gather: wrong result")
+        del futs, got
+        scheduler_idle(client)
+        rates.append(tasks / s)
+        out.record(dict(base, bench="map_gather", tasks=tasks, seconds=s, tasks_per_s=tasks / s, run=i))
+    fig["map_gather"] = median(rates)
+    rates = []
+    for i in range(repeat):
+        t0 = time.perf_counter()
+        futs = [client.submit(noop, x, pure=False) for x in range(tasks)]
+        submit_s = time.perf_counter() - t0
+        wait(futs)
+        s = time.perf_counter() - t0
+        del futs
+        scheduler_idle(client)
+        rates.append(tasks / s)
+        out.record(dict(base, bench="submit_loop", tasks=tasks, seconds=s, tasks_per_s=tasks / s,
+                        submit_calls_per_s=tasks / submit_s, run=i))
+    fig["submit_loop"] = median(rates)
+    return fig
+
+
+def dask_latency(client, rounds, repeat, base, out):
+    for i in range(100):  # warm-up, as herd_bench does
+        client.submit(noop, i, pure=False).result()
+    p50s, p99s = [], []
+    for r in range(repeat):
+        us = []
+        for i in range(rounds):
+            t0 = time.perf_counter()
+            client.submit(noop, i, pure=False).result()
+            us.append((time.perf_counter() - t0) * 1e6)
+        us.sort()
+        p50s.append(percentile(us, 0.5))
+        p99s.append(percentile(us, 0.99))
+        out.record(dict(base, bench="round_trip", rounds=rounds, p50_us=p50s[-1], p99_us=p99s[-1], max_us=us[-1], run=r))
+    return {"p50": median(p50s), "p99": median(p99s)}
+
+
+def tree_sum(client, leaves):
+    """The binary-tree sum of herd_bench's tree: map the leaves, then add pairs level by level.
+    Returns (sum, tasks); no future outlives the call."""
+    level = client.map(add, range(leaves), [0] * leaves, pure=False)
+    ntasks = len(level)
+    while len(level) > 1:
+        nxt = [client.submit(add, level[i], level[i + 1], pure=False) for i in range(0, len(level) - 1, 2)]
+        if len(level) % 2:
+            nxt.append(level[-1])
+        ntasks += len(level) // 2
+        level = nxt
+    return level[0].result(), ntasks
+
+
+def dask_tree(client, leaves, repeat, base, out):
+    client.gather(client.map(add, range(100), [0] * 100, pure=False))  # warm-up (herd_bench has none)
+    scheduler_idle(client)
+    times = []
+    for r in range(repeat):
+        t0 = time.perf_counter()
+        total, ntasks = tree_sum(client, leaves)
+        s = time.perf_counter() - t0
+        if total != leaves * (leaves - 1) // 2:
+            raise RuntimeError("dask tree_reduction: wrong sum")
+        scheduler_idle(client)
+        times.append(s)
+        out.record(dict(base, bench="tree_reduction", leaves=leaves, tasks=ntasks, seconds=s, tasks_per_s=ntasks / s, run=r))
+    return {"tree": median(times)}
+
+
+def dask_data(client, wait, mibs, repeat, base, out):
+    fig = {}
+    for m in mibs:
+        n = m << 20
+        rates = []
+        for r in range(repeat):
+            f = client.submit(blob, n, pure=False)
+            wait(f)
+            t0 = time.perf_counter()
+            v = f.result()
+            s = time.perf_counter() - t0
+            if len(v) != n:
+                raise RuntimeError("dask gather_bytes: short result")
+            del v, f
+            scheduler_idle(client)
+            rates.append(n / 1e6 / s)
+            out.record(dict(base, bench="gather_bytes", mib=m, seconds=s, mb_per_s=n / 1e6 / s, run=r))
+        fig[("data", m)] = median(rates)
+    return fig
+
+
+def run_dask(cfg, out):
+    distributed = ensure_distributed()
+    import dask
+    from distributed import Client, LocalCluster, wait
+
+    quiet_dask_logs()
+    progress(f"Dask distributed {distributed.__version__}, default worker-saturation = "
+             f"{dask.config.get('distributed.scheduler.worker-saturation')}")
+    res = {"default": {}, "best": {}}
+    configs = {"default": {}, "best": {"distributed.scheduler.worker-saturation": float("inf")}}
+    # Four clusters in all (default/best x 1/2 workers); latency and data run on the 1-worker
+    # default cluster, the tree on both 2-worker clusters, the way herd_bench uses 1 and 2 workers.
+    startups = []
+    for name, settings in configs.items():
+        for w in cfg.workers:
+            needs = []
+            if "throughput" in cfg.workloads:
+                needs.append("throughput")
+            if name == "default" and w == 1:
+                needs += [x for x in ("latency", "data") if x in cfg.workloads]
+            if w == cfg.tree_workers:
+                needs += [x for x in ("tree",) if x in cfg.workloads]
+            if name == "default" and w == cfg.tree_workers and "startup" in cfg.workloads:
+                needs.append("startup")
+            if not needs:
+                continue
+            base = {"system": "dask", "config": name, "workers": w, "dask_version": distributed.__version__}
+            with dask.config.set(settings):
+                t0 = time.perf_counter()
+                cluster = LocalCluster(n_workers=w, threads_per_worker=1, processes=True,
+                                       silence_logs=logging.ERROR, dashboard_address=None)
+                client = Client(cluster)
+                client.wait_for_workers(w)
+                startup_s = time.perf_counter() - t0
+                out.record(dict(base, bench="startup", seconds=startup_s))
+                if w == cfg.tree_workers and name == "default":
+                    startups.append(startup_s)
+                try:
+                    sat = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.WORKER_SATURATION)
+                    progress(f"dask {name} (worker-saturation={sat}), {w} worker(s): {', '.join(needs)}")
+                    t_all = time.monotonic()
+                    if "throughput" in needs:
+                        tasks = cfg.dask_default_tasks if name == "default" else cfg.tasks
+                        for k, v in dask_throughput(client, wait, tasks, cfg.repeat, base, out).items():
+                            res[name][(k, w)] = v
+                    if "latency" in needs:
+                        res[name].update(dask_latency(client, cfg.rounds, cfg.repeat, base, out))
+                    if "tree" in needs:
+                        res[name].update(dask_tree(client, cfg.leaves, cfg.repeat, base, out))
+                    if "data" in needs:
+                        res[name].update(dask_data(client, wait, cfg.mib, cfg.repeat, base, out))
+                    progress(f"dask {name}, {w} worker(s): done in {time.monotonic() - t_all:.1f} s")
+                finally:
+                    client.close()
+                    cluster.close()
+    if "startup" in cfg.workloads and cfg.repeat > 1:
+        # One more cluster per extra repeat, for a median like herd's.
+        for _ in range(cfg.repeat - 1):
+            t0 = time.perf_counter()
+            cluster = LocalCluster(n_workers=cfg.tree_workers, threads_per_worker=1, processes=True,
+                                   silence_logs=logging.ERROR, dashboard_address=None)
+            client = Client(cluster)
+            client.wait_for_workers(cfg.tree_workers)
+            s = time.perf_counter() - t0
+            client.close()
+            cluster.close()
+            startups.append(s)
+            out.record({"system": "dask", "config": "default", "bench": "startup", "workers": cfg.tree_workers, "seconds": s})
+    if startups:
+        res["default"]["startup"] = median(startups)
+    return res
+
+
+# --- table --------------------------------------------------------------------------------
+def fmt(v, unit):
+    if v is None:
+        return "-"
+    if unit == "s":
+        return f"{v:.3f}" if v < 10 else f"{v:.1f}"
+    if v >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.1f}"
+
+
+def fmt_ratio(r):
+    if r is None:
+        return "-"
+    return f"{r:.0f}x" if r >= 100 else f"{r:.1f}x" if r >= 10 else f"{r:.2f}x"
+
+
+def ratio(h, d, higher_is_better):
+    if h is None or d is None or h == 0 or d == 0:
+        return None
+    return h / d if higher_is_better else d / h
+
+
+def build_rows(cfg, herd, dask):
+    rows = []  # (workload, metric, unit, higher_is_better, herd, default, best, note)
+    d, b = dask.get("default", {}), dask.get("best", {})
+    if "throughput" in cfg.workloads:
+        note = ""
+        if cfg.dask_default_tasks != cfg.tasks:
+            note = f"Dask default: {cfg.dask_default_tasks:,} tasks"
+        for bench in ("map_gather", "submit_loop"):
+            for w in cfg.workers:
+                rows.append((f"{bench} {w}w", "tasks/s", "rate", True, herd.get((bench, w)),
+                             d.get((bench, w)), b.get((bench, w)), note))
+    if "latency" in cfg.workloads:
+        rows.append(("round_trip p50", "us", "time", False, herd.get("p50"), d.get("p50"), None, "1 worker"))
+        rows.append(("round_trip p99", "us", "time", False, herd.get("p99"), d.get("p99"), None, "1 worker"))
+    if "tree" in cfg.workloads:
+        rows.append((f"tree_reduction {cfg.tree_workers}w", "s", "s", False, herd.get("tree"), d.get("tree"), b.get("tree"),
+                     f"{2 * cfg.leaves - 1:,} tasks"))
+    if "data" in cfg.workloads:
+        for m in cfg.mib:
+            raw = herd.get(("raw", m))
+            rows.append((f"gather_bytes {m} MiB", "MB/s", "rate", True, herd.get(("data", m)), d.get(("data", m)), None,
+                         f"raw ZeroMQ {fmt(raw, 'rate')} MB/s" if raw else ""))
+    if "startup" in cfg.workloads:
+        rows.append((f"startup {cfg.tree_workers}w (extra)", "s", "s", False, herd.get("startup"), d.get("startup"), None,
+                     "cluster + client"))
+    return rows
+
+
+def print_table(rows, cfg, out):
+    header = ["workload", "unit", "herd", "Dask default", "Dask best", "ratio vs default", "ratio vs best", "note"]
+    lines = []
+    for name, metric, unit, hib, h, dd, db, note in rows:
+        rd, rb = ratio(h, dd, hib), ratio(h, db, hib)
+        out.record({"system": "compare", "summary": True, "workload": name, "unit": metric,
+                    "higher_is_better": hib, "herd": h, "dask_default": dd, "dask_best": db,
+                    "ratio_default": rd, "ratio_best": rb, "repeat": cfg.repeat, "note": note})
+        lines.append([name, metric, fmt(h, unit), fmt(dd, unit), fmt(db, unit),
+                      fmt_ratio(rd), fmt_ratio(rb), note])
+    widths = [max(len(r[i]) for r in [header] + lines) for i in range(len(header))]
+    left = (0, 1, 7)
+
+    def row(cells):  # a Markdown table, readable as plain text too
+        return "| " + " | ".join(c.ljust(widths[i]) if i in left else c.rjust(widths[i])
+                                 for i, c in enumerate(cells)) + " |"
+
+    sep = "|" + "|".join((":" + "-" * (w + 1)) if i in left else ("-" * (w + 1) + ":") for i, w in enumerate(widths)) + "|"
+    print()
+    print(f"herd vs Dask distributed: medians of {cfg.repeat} run(s); ratio > 1 means herd is better "
+          "(tasks/s and MB/s: herd / Dask; times in us or s: Dask / herd).")
+    print("Dask default = stock config; Dask best = distributed.scheduler.worker-saturation: inf "
+          "(only where the setting matters).")
+    if "throughput" in cfg.workloads and cfg.dask_default_tasks != cfg.tasks:
+        print(f"NOTE: Dask's default config ran {cfg.dask_default_tasks:,} tasks per throughput run, not "
+              f"{cfg.tasks:,} (herd, Dask best): compare tasks/s only.")
+    print()
+    print(row(header))
+    print(sep)
+    for line in lines:
+        print(row(line))
+    sys.stdout.flush()
+
+
+# --- main ---------------------------------------------------------------------------------
+def parse_args():
+    p = argparse.ArgumentParser(description="herd vs Dask distributed on the same workloads (bench/README.md).")
+    p.add_argument("--small", action="store_true",
+                   help="tiny sizes (2,000 tasks, 50 rounds, 256 leaves, 1 and 4 MiB, 1 repeat): a smoke test")
+    p.add_argument("--repeat", type=int, default=None, help="runs per figure; the median is reported (default 3, 1 with --small)")
+    p.add_argument("--herd-bench", default=os.path.join(REPO_ROOT, "build", "bench", "herd_bench"),
+                   help="the herd_bench binary (default: build/bench/herd_bench in the repo)")
+    p.add_argument("--skip-dask", action="store_true", help="run herd only")
+    p.add_argument("--json", metavar="FILE", help="write the JSON lines there instead of stdout")
+    p.add_argument("--workloads", default="throughput,latency,tree,data,startup",
+                   help="comma-separated subset of throughput,latency,tree,data,startup (default: all)")
+    p.add_argument("--tasks", type=int, help="tasks per throughput run (default 100000)")
+    p.add_argument("--dask-default-tasks", type=int,
+                   help="tasks per throughput run for Dask's DEFAULT config only, which runs at ~600 tasks/s "
+                        "(default 20000 at full size, --tasks with --small); the table then compares tasks/s")
+    p.add_argument("--workers", default="1,2", help="worker counts for throughput; the last one is used for the tree")
+    p.add_argument("--rounds", type=int, help="round trips for latency (default 1000)")
+    p.add_argument("--leaves", type=int, help="leaves of the tree reduction (default 8192)")
+    p.add_argument("--mib", help="result sizes for data, comma separated (default 1,16,256)")
+    p.add_argument("--herd-timeout", type=float, default=900, help="seconds before a herd_bench run counts as hung")
+    a = p.parse_args()
+    small = dict(tasks=2000, rounds=50, leaves=256, mib="1,4", repeat=1)
+    full = dict(tasks=100000, rounds=1000, leaves=8192, mib="1,16,256", repeat=3)
+    d = small if a.small else full
+    for k in ("tasks", "rounds", "leaves", "mib", "repeat"):
+        if getattr(a, k) is None:
+            setattr(a, k, d[k])
+    if a.dask_default_tasks is None:
+        a.dask_default_tasks = a.tasks if a.small else min(a.tasks, 20000)
+    a.mib = [int(x) for x in str(a.mib).split(",")]
+    a.workers = [int(x) for x in a.workers.split(",")]
+    a.tree_workers = a.workers[-1]
+    a.workloads = [x.strip() for x in a.workloads.split(",") if x.strip()]
+    bad = set(a.workloads) - {"throughput", "latency", "tree", "data", "startup"}
+    if bad:
+        p.error(f"unknown workload(s): {', '.join(sorted(bad))}")
+    if a.repeat < 1:
+        p.error("--repeat must be >= 1")
+    a.herd_bench = os.path.abspath(a.herd_bench)
+    return a
+
+
+def main():
+    cfg = parse_args()
+    if not (os.path.isfile(cfg.herd_bench) and os.access(cfg.herd_bench, os.X_OK)):
+        sys.exit(f"compare_dask.py: no herd_bench at {cfg.herd_bench}: build herd first (scripts/setup.sh) "
+                 "or give its path with --herd-bench")
+    if not cfg.skip_dask:
+        ensure_distributed()  # fail (or switch interpreter) before spending time on herd
+    out = Output(cfg.json)
+    t_start = time.monotonic()
+    load_start = os.getloadavg()
+    progress(f"sizes: tasks={cfg.tasks:,} (Dask default: {cfg.dask_default_tasks:,}) rounds={cfg.rounds} "
+             f"leaves={cfg.leaves} mib={cfg.mib} repeat={cfg.repeat} workloads={','.join(cfg.workloads)}")
+    # herd first, then Dask: never both at once (the machine may have only a couple of cores).
+    t0 = time.monotonic()
+    herd, errors = run_herd(cfg, out)
+    herd_s = time.monotonic() - t0
+    dask, dask_s = {}, 0.0
+    if not cfg.skip_dask:
+        t0 = time.monotonic()
+        try:
+            dask = run_dask(cfg, out)
+        except Exception as e:  # report what was measured so far
+            errors.append(f"Dask run failed: {type(e).__name__}: {e}")
+            progress("ERROR " + errors[-1])
+        dask_s = time.monotonic() - t0
+    total = time.monotonic() - t_start
+    load_end = os.getloadavg()
+    out.record({"system": "compare", "bench": "wall_time", "herd_s": herd_s, "dask_s": dask_s, "total_s": total,
+                "loadavg_start": load_start, "loadavg_end": load_end, "cpus": os.cpu_count()})
+    print_table(build_rows(cfg, herd, dask), cfg, out)
+    print(f"\nwall time: herd {herd_s:.1f} s, Dask {dask_s:.1f} s, total {total:.1f} s; "
+          f"{os.cpu_count()} CPUs, load average {load_start[0]:.2f} at start, {load_end[0]:.2f} at end "
+          "(other work on the machine skews every figure)")
+    out.close()
+    if errors:
+        print("\nERRORS:", file=sys.stderr)
+        for e in errors:
+            print("  " + e, file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+// SlurmCluster: a scheduler process on this node, configured (through the same TOML file
+// `herd scheduler --config` reads) with one or more Slurm pools.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "api/runtime.hpp"
+#include "api/scheduler_process.hpp"
+#include "common/process.hpp"
+#include "herd/error.hpp"
+#include "herd/slurm.hpp"
+#include "jobqueue/pool_config.hpp"
+
+namespace herd {
+
+struct SlurmCluster::Impl {
+  std::vector<SlurmOptions> pools;
+  std::string listen = "tcp://0.0.0.0:*";
+  std::map<std::string, std::string> env;
+  detail::SchedulerProcess scheduler;
+  std::string directory;  // private: config and scheduler log
+
+  jobqueue::SchedulerConfig config() const {
+    jobqueue::SchedulerConfig c;
+    c.listen = listen;
+    for (auto o : pools) {
+      if (o.worker_executable().empty()) o.worker_executable(process::self_executable());
+      jobqueue::PoolConfig p;
+      p.kind = "slurm";
+      p.options = o;
+      c.pools.push_back(p);
+    }
+    return c;
+  }
+};
+
+SlurmCluster::SlurmCluster(SlurmOptions options) : impl_(std::make_unique<Impl>()) {
+  detail::enter_role_if_requested();
+  impl_->pools.push_back(std::move(options));
+}
+SlurmCluster::SlurmCluster(SlurmCluster&&) noexcept = default;
+SlurmCluster& SlurmCluster::operator=(SlurmCluster&&) noexcept = default;
+SlurmCluster::~SlurmCluster() {
+  if (impl_) close();
+}
+
+SlurmCluster& SlurmCluster::add_pool(SlurmOptions options) & {
+  for (const auto& p : impl_->pools) {
+    if (p.pool() == options.pool()) throw std::invalid_argument("SlurmCluster: two pools named '" + p.pool() + "'");
+  }
+  impl_->pools.push_back(std::move(options));
+  return *this;
+}
+
+SlurmCluster& SlurmCluster::listen(std::string endpoint) & {
+  impl_->listen = std::move(endpoint);
+  return *this;
+}
+
+SlurmCluster& SlurmCluster::scheduler_env(std::string name, std::string value) & {
+  impl_->env[std::move(name)] = std::move(value);
+  return *this;
+}
+
+std::string SlurmCluster::config_text() const { return jobqueue::to_toml(impl_->config()); }
+
+std::string SlurmCluster::job_script(const std::string& pool) const {
+  const std::string address = impl_->scheduler.address().empty() ? "tcp://SCHEDULER:PORT" : impl_->scheduler.address();
+  for (const auto& p : impl_->pools) {
+    if (pool.empty() || p.pool() == pool) {
+      SlurmOptions o = p;
+      if (o.worker_executable().empty()) o.worker_executable(process::self_executable());
+      return herd::job_script(o, address);
+    }
+  }
+  throw std::invalid_argument("SlurmCluster: no pool named '" + pool + "'");
+}
+
+std::string SlurmCluster::start() {
+  Impl& m = *impl_;
+  if (!m.scheduler.address().empty()) return m.scheduler.address();
+  for (const auto& p : m.pools) (void)herd::job_script(p, "tcp://check:0");  // option errors, now
+  std::string tmpl = "/tmp/herd-" + std::to_string(::getuid()) + "-cluster-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) throw ClusterError("SlurmCluster: cannot create " + tmpl);
+  m.directory = tmpl;
+  const std::string config = m.directory + "/cluster.toml";
+  std::ofstream(config) << config_text();
+  try {
+    return m.scheduler.start({"--config=" + config}, m.env, m.directory + "/scheduler.log", std::chrono::seconds(60));
+  } catch (const ClusterError& e) {
+    throw ClusterError(std::string("SlurmCluster: ") + e.what());
+  }
+}
+
+void SlurmCluster::close() {
+  // The scheduler cancels every job and waits until the queue has them gone.
+  impl_->scheduler.stop(std::chrono::seconds(60));
+  if (!impl_->directory.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(impl_->directory, ec);
+    impl_->directory.clear();
+  }
+}
+
+}  // namespace herd

@@ -1,0 +1,49 @@
+// The scheduler's configuration file (TOML, read with CLI11's parser):
+//
+//   [scheduler]
+//   listen = "tcp://0.0.0.0:8786"
+//
+//   [pool.cpu]                      # one section per pool
+//   kind = "slurm"                  # or "local"
+//   partition = "cpu"
+//   cores = 4
+//   memory = "8G"
+//   walltime = "01:00:00"
+//   jobs = 2                        # initial size; or adapt_minimum / adapt_maximum
+//   job_script_prologue = ["module load gcc/12", "source ~/venv/bin/activate"]
+//   worker_extra_args = ["--load", "/home/me/libtasks.so"]
+//   resources = ["bigmem=1"]
+//   env = ["OMP_NUM_THREADS=4"]
+//
+// Every key of a pool is a SlurmOptions setter of the same name (queue = partition). Unknown
+// keys are errors, so a typo cannot silently fall back to a default.
+#pragma once
+
+#include <istream>
+#include <string>
+#include <vector>
+
+#include "herd/slurm.hpp"
+
+namespace herd::jobqueue {
+
+struct PoolConfig {
+  std::string kind = "slurm";   // "slurm" or "local"
+  SlurmOptions options;         // options().pool() is the pool's name
+  int adapt_minimum = -1;       // >= 0: adaptive between minimum and maximum
+  int adapt_maximum = -1;
+  int idle_timeout_s = 60;      // adapt: retire a worker idle this long
+};
+
+struct SchedulerConfig {
+  std::string listen;               // "" = command line or default
+  std::vector<PoolConfig> pools;
+};
+
+/// Parses the file's text; throws std::invalid_argument naming the key and the file.
+SchedulerConfig parse_config(std::istream& in, const std::string& source);
+SchedulerConfig load_config(const std::string& path);
+/// The same configuration as TOML text (what SlurmCluster hands its scheduler).
+std::string to_toml(const SchedulerConfig& config);
+
+}  // namespace herd::jobqueue

@@ -1,0 +1,139 @@
+// The batch script of a Slurm pool, and Slurm's time formats.
+#include <cctype>
+#include <filesystem>
+#include <sstream>
+#include <stdexcept>
+
+#include "api/runtime.hpp"
+#include "common/process.hpp"
+#include "herd/slurm.hpp"
+
+namespace herd {
+namespace {
+
+/// 'text' with embedded single quotes escaped, for a POSIX shell.
+std::string shell_quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') out += "'\\''";
+    else out += c;
+  }
+  return out + "'";
+}
+
+bool is_identifier(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+long walltime_seconds(const std::string& w) {
+  auto fail = [&]() -> long {
+    throw std::invalid_argument("walltime '" + w +
+                                "' is not a Slurm time (MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)");
+  };
+  if (w.empty()) fail();
+  long days = 0;
+  std::string rest = w;
+  if (const auto dash = w.find('-'); dash != std::string::npos) {
+    try {
+      days = std::stol(w.substr(0, dash));
+    } catch (const std::exception&) {
+      fail();
+    }
+    rest = w.substr(dash + 1);
+  }
+  std::vector<long> parts;
+  std::stringstream in(rest);
+  std::string item;
+  while (std::getline(in, item, ':')) {
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos) fail();
+    parts.push_back(std::stol(item));
+  }
+  const bool has_days = rest.size() != w.size();
+  long s = 0;
+  if (has_days) {  // D-HH, D-HH:MM, D-HH:MM:SS
+    if (parts.empty() || parts.size() > 3) fail();
+    s = parts[0] * 3600 + (parts.size() > 1 ? parts[1] * 60 : 0) + (parts.size() > 2 ? parts[2] : 0);
+  } else if (parts.size() == 1) {  // MM
+    s = parts[0] * 60;
+  } else if (parts.size() == 2) {  // MM:SS
+    s = parts[0] * 60 + parts[1];
+  } else if (parts.size() == 3) {  // HH:MM:SS
+    s = parts[0] * 3600 + parts[1] * 60 + parts[2];
+  } else {
+    fail();
+  }
+  return days * 86400 + s;
+}
+
+std::string job_script(const SlurmOptions& o, const std::string& scheduler_address) {
+  if (o.cores() < 1) throw std::invalid_argument("cores must be >= 1, got " + std::to_string(o.cores()));
+  if (o.gpus() < 0) throw std::invalid_argument("gpus must be >= 0, got " + std::to_string(o.gpus()));
+  if (o.warning_signal() == "USR1" || o.warning_signal() == "SIGUSR1") {
+    throw std::invalid_argument("warning_signal USR1 is used by NCCL; choose TERM, USR2 or another");
+  }
+  const long walltime = walltime_seconds(o.walltime());
+  const std::string name = o.job_name().empty() ? "herd-" + o.pool() : o.job_name();
+  const std::string logs = std::filesystem::absolute(o.log_directory()).lexically_normal().string();
+  const int nthreads = o.nthreads() > 0 ? o.nthreads() : o.cores();
+
+  std::ostringstream s;
+  s << "#!/usr/bin/env bash\n";
+  s << "#SBATCH --job-name=" << name << "\n";
+  s << "#SBATCH --output=" << logs << "/" << name << "-%A_%a.out\n";
+  s << "#SBATCH --error=" << logs << "/" << name << "-%A_%a.err\n";
+  if (!o.partition().empty()) s << "#SBATCH --partition=" << o.partition() << "\n";
+  if (!o.account().empty()) s << "#SBATCH --account=" << o.account() << "\n";
+  if (!o.qos().empty()) s << "#SBATCH --qos=" << o.qos() << "\n";
+  s << "#SBATCH --nodes=1\n#SBATCH --ntasks=1\n";
+  s << "#SBATCH --cpus-per-task=" << o.cores() << "\n";
+  if (!o.memory().empty()) s << "#SBATCH --mem=" << o.memory() << "\n";
+  if (o.gpus() > 0) s << "#SBATCH --gres=gpu:" << o.gpus() << "\n";
+  s << "#SBATCH --time=" << o.walltime() << "\n";
+  if (!o.warning_signal().empty() && o.warning_seconds() > 0) {
+    s << "#SBATCH --signal=B:" << o.warning_signal() << "@" << o.warning_seconds() << "\n";
+  }
+  for (const auto& d : o.job_extra_directives()) {
+    s << (d.rfind("#SBATCH", 0) == 0 ? d : "#SBATCH " + d) << "\n";
+  }
+  s << "\n# herd worker of pool '" << o.pool() << "' for the scheduler at " << scheduler_address << "\n";
+  for (const auto& line : o.job_script_prologue()) s << line << "\n";
+  s << "export HERD_POOL=" << shell_quote(o.pool()) << "\n";
+  s << "export HERD_JOB_ID=\"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}_${SLURM_ARRAY_TASK_ID:-0}\"\n";
+  s << "export HERD_WALLTIME_S=" << walltime << "\n";
+  s << "export HERD_RETIRE_BEFORE_S=" << o.retire_before() << "\n";
+  for (const auto& [k, v] : o.env()) {
+    if (!is_identifier(k)) throw std::invalid_argument("env: '" + k + "' is not a variable name");
+    s << "export " << k << "=" << shell_quote(v) << "\n";
+  }
+  std::vector<std::string> args = {"--scheduler", scheduler_address, "--nthreads", std::to_string(nthreads)};
+  std::string resources;
+  if (o.gpus() > 0) resources = "gpu=" + std::to_string(o.gpus());
+  for (const auto& [r, amount] : o.resources()) {
+    std::ostringstream a;
+    a << amount;
+    resources += (resources.empty() ? "" : ",") + r + "=" + a.str();
+  }
+  if (!resources.empty()) args.insert(args.end(), {"--resources", resources});
+  args.insert(args.end(), o.worker_extra_args().begin(), o.worker_extra_args().end());
+  for (const auto& a : args) {
+    if (a.find(' ') != std::string::npos) {
+      throw std::invalid_argument("worker argument '" + a + "' contains a space, which herd cannot pass");
+    }
+  }
+  std::string joined;
+  for (const auto& a : args) joined += (joined.empty() ? "" : " ") + a;
+  s << "export HERD_ROLE=worker\n";
+  s << "export HERD_ROLE_ARGS=" << shell_quote(joined) << "\n";
+  const std::string exe = o.worker_executable().empty() ? process::self_executable() : o.worker_executable();
+  // exec: the worker is the batch step's process, so Slurm's signals reach it directly.
+  s << "exec " << shell_quote(exe) << "\n";
+  return s.str();
+}
+
+}  // namespace herd

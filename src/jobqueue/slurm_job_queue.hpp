@@ -1,0 +1,53 @@
+// Workers as Slurm jobs: sbatch --parsable --array for submission (one call per scale step),
+// one squeue call per poll for every job of the pool, sacct for jobs that left the queue, and
+// scancel. Commands run through Boost.Process (herd::shell) with a timeout, so a hung
+// slurmctld cannot hang the scheduler for ever.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "herd/slurm.hpp"
+#include "jobqueue/job_queue.hpp"
+
+namespace herd::jobqueue {
+
+struct SlurmQueueOptions {
+  SlurmOptions options;                       // the pool's job options
+  std::string scheduler_address;              // what the workers connect to
+  std::chrono::milliseconds poll_interval{1000};  // at most one squeue per interval
+  double command_timeout_s = 30;              // sbatch / squeue / scancel / sacct
+};
+
+class SlurmJobQueue : public JobQueue {
+ public:
+  explicit SlurmJobQueue(SlurmQueueOptions options);
+  ~SlurmJobQueue() override;
+  std::string kind() const override { return "slurm"; }
+  std::vector<std::string> submit(std::size_t count) override;
+  void cancel(const std::vector<std::string>& ids) override;
+  PollResult poll() override;
+  void close() override;
+
+  /// The script submit() hands to sbatch.
+  const std::string& script() const { return script_; }
+
+ private:
+  struct Job {
+    JobInfo info;
+    std::chrono::steady_clock::time_point submitted;
+    int unknown_polls = 0;  // polls in which neither squeue nor sacct knew it
+  };
+  void query_sacct(const std::vector<std::string>& ids, PollResult& result);
+
+  SlurmQueueOptions options_;
+  std::string script_;
+  std::string script_path_;
+  std::map<std::string, Job> jobs_;  // live jobs (not yet reported ended)
+  std::chrono::steady_clock::time_point last_poll_{};
+};
+
+}  // namespace herd::jobqueue

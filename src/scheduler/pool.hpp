@@ -1,0 +1,79 @@
+// A pool of workers and the policy that sizes it: a fixed target (scale) or a target that
+// follows the scheduler's backlog (adapt), replacement of jobs that ended while still wanted,
+// replacement ahead of walltime, and a pause after repeated submission failures instead of a
+// storm of sbatch calls. The JobQueue underneath only starts, watches and stops jobs.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "jobqueue/job_queue.hpp"
+#include "protocol/messages.hpp"
+
+namespace herd::scheduler {
+
+struct PoolPolicy {
+  std::string name;
+  std::uint32_t target = 0;         // scale(n)
+  bool adaptive = false;            // adapt(minimum, maximum)
+  std::uint32_t minimum = 0, maximum = 0;
+  std::chrono::seconds idle_timeout{60};
+  std::uint32_t slots_per_worker = 1;
+  std::map<std::string, double> resources;  // what its workers offer
+  std::uint32_t retire_before_s = 60;       // workers retire this long before their walltime
+};
+
+/// The scheduler's view of one worker of the pool, each step.
+struct PoolWorker {
+  std::uint32_t id = 0;
+  std::string job_id;
+  bool idle = false;                          // nothing processing
+  std::chrono::steady_clock::time_point idle_since;
+  bool leaving = false;                       // retiring or about to expire: not capacity
+};
+
+class Pool {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Pool(PoolPolicy policy, std::unique_ptr<jobqueue::JobQueue> queue);
+
+  const std::string& name() const { return policy_.name; }
+  const PoolPolicy& policy() const { return policy_; }
+  void scale(std::uint32_t n);
+  void adapt(std::uint32_t minimum, std::uint32_t maximum, std::chrono::seconds idle_timeout);
+
+  /// One decision step. `backlog`: ready + processing tasks this pool's workers could run;
+  /// `avg_task_us`: mean task time seen (< 0 unknown). Returns workers to retire gracefully.
+  /// Throws JobQueueError when a submission fails (the pool pauses after repeated failures).
+  std::vector<std::uint32_t> step(std::size_t backlog, double avg_task_us,
+                                  const std::vector<PoolWorker>& workers);
+  /// Polls the job queue (rate-limited inside); returns log lines.
+  std::vector<std::string> poll();
+  /// A worker of job `job_id` left: make sure the job is gone too.
+  void worker_left(const std::string& job_id);
+  /// Cancels every job.
+  void close();
+
+  protocol::PoolStatus status(std::uint32_t connected_workers) const;
+  std::uint32_t desired() const { return desired_; }
+
+ private:
+  void submit(std::size_t count);
+
+  PoolPolicy policy_;
+  std::unique_ptr<jobqueue::JobQueue> queue_;
+  std::map<std::string, jobqueue::JobInfo> jobs_;  // live jobs
+  std::set<std::string> cancelled_;                // asked to stop; not capacity
+  std::uint32_t desired_ = 0;
+  int consecutive_failures_ = 0;
+  Clock::time_point paused_until_{};
+  std::string paused_reason_, last_error_;
+  std::uint64_t submitted_ = 0, failed_submissions_ = 0;
+};
+
+}  // namespace herd::scheduler
