@@ -234,7 +234,10 @@ AccountingStorageHost=127.0.0.1
 AccountingStoragePort=${DBD_PORT}
 # For accounting_storage/slurmdbd this is the munge socket used to talk to slurmdbd (clients
 # such as sacct/sacctmgr and slurmctld); AuthInfo=socket= alone does not cover that link.
-AccountingStoragePass=${MUNGE_SOCKET}"
+AccountingStoragePass=${MUNGE_SOCKET}
+# As on real clusters, a job must name an account the user belongs to (root is in 'root'):
+# a wrong --account is refused at submission.
+AccountingStorageEnforce=associations"
     else
         acct="# No slurmdbd: sacct does not work (\"Slurm accounting storage is disabled\").
 AccountingStorageType=accounting_storage/none"

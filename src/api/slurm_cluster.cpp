@@ -88,7 +88,11 @@ std::string SlurmCluster::start() {
   const std::string config = m.directory + "/cluster.toml";
   std::ofstream(config) << config_text();
   try {
-    return m.scheduler.start({"--config=" + config}, m.env, m.directory + "/scheduler.log", std::chrono::seconds(60));
+    // The scheduler's log goes beside the workers' logs, where a Slurm user looks first.
+    const std::string logs = m.pools.front().log_directory();
+    std::filesystem::create_directories(logs);
+    const std::string log = logs + "/herd-scheduler-" + std::to_string(::getpid()) + ".log";
+    return m.scheduler.start({"--config=" + config}, m.env, log, std::chrono::seconds(60));
   } catch (const ClusterError& e) {
     throw ClusterError(std::string("SlurmCluster: ") + e.what());
   }

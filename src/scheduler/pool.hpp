@@ -4,6 +4,7 @@
 // storm of sbatch calls. The JobQueue underneath only starts, watches and stops jobs.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <map>
@@ -26,6 +27,13 @@ struct PoolPolicy {
   std::uint32_t slots_per_worker = 1;
   std::map<std::string, double> resources;  // what its workers offer
   std::uint32_t retire_before_s = 60;       // workers retire this long before their walltime
+  std::uint32_t walltime_s = 0;             // jobs' time limit (0 = none)
+  /// How long before its end a worker stops counting as capacity, so that its replacement is
+  /// queued while it still works: the retirement margin plus a lead of at most a quarter of the
+  /// walltime (a short walltime must not make every new worker look expiring at once).
+  std::uint32_t replace_lead_s() const {
+    return retire_before_s + std::min(retire_before_s, walltime_s / 4);
+  }
 };
 
 /// The scheduler's view of one worker of the pool, each step.

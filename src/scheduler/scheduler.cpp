@@ -671,10 +671,10 @@ void Scheduler::step_pools() {
       pw.job_id = w.job_id;
       pw.idle = w.processing.empty();
       pw.idle_since = w.idle_since;
-      // Replace a worker ahead of its walltime: once it is within twice the retirement margin
-      // it no longer counts as capacity, so its successor is queued in time.
-      const std::int64_t margin = 2 * static_cast<std::int64_t>(pool->policy().retire_before_s);
-      pw.leaving = w.retiring || (w.end_time > 0 && now_unix + margin >= w.end_time);
+      // Replace a worker ahead of its walltime: near its end it no longer counts as capacity,
+      // so its successor is queued while it still works.
+      const std::int64_t lead = pool->policy().replace_lead_s();
+      pw.leaving = w.retiring || (w.end_time > 0 && now_unix + lead >= w.end_time);
       view.push_back(pw);
     }
     try {
@@ -705,7 +705,11 @@ void Scheduler::progress_retirements() {
   for (auto& [id, w] : workers_) {
     if (!w.retiring) continue;
     // Running tasks may finish; past the grace they are handed back (not counted as failures).
-    const bool grace_over = now - w.retire_since > std::chrono::seconds(options_.retire_grace_s);
+    // The grace never runs past a few seconds before the job's own end.
+    const std::int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
+                                      std::chrono::system_clock::now().time_since_epoch()).count();
+    const bool grace_over = now - w.retire_since > std::chrono::seconds(options_.retire_grace_s) ||
+                            (w.end_time > 0 && now_unix + 5 >= w.end_time);
     if (!w.processing.empty() && !grace_over) continue;
     // Results only this worker holds, that someone still needs, go to another worker first.
     std::map<std::uint32_t, std::vector<protocol::DepLocation>> copies;

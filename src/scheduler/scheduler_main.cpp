@@ -28,6 +28,7 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
   policy.resources = o.resources();
   if (o.gpus() > 0) policy.resources["gpu"] = o.gpus();
   policy.retire_before_s = static_cast<std::uint32_t>(std::max(0, o.retire_before()));
+  if (pc.kind == "slurm") policy.walltime_s = static_cast<std::uint32_t>(walltime_seconds(o.walltime()));
   if (pc.adapt_minimum >= 0) {
     policy.adaptive = true;
     policy.minimum = static_cast<std::uint32_t>(pc.adapt_minimum);

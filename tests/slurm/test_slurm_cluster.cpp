@@ -1,0 +1,278 @@
+// SlurmCluster against a real Slurm: the project's one-machine cluster (scripts/local-slurm.sh),
+// which scripts/test.sh starts before the suite and stops after it. Every test names its jobs
+// uniquely and checks the queue itself with squeue.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include <herd/herd.hpp>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : fallback;
+}
+
+std::string job_of(int) { return env_or("HERD_JOB_ID", "none") + "|" + env_or("HERD_POOL", "none"); }
+HERD_TASK(job_of);
+
+int nap(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return ms;
+}
+HERD_TASK(nap);
+
+std::string pool_of(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return env_or("HERD_POOL", "none") + "|" + env_or("SLURM_JOB_PARTITION", "none");
+}
+HERD_TASK(pool_of);
+
+herd::ShellResult run(std::vector<std::string> argv) { return herd::shell(herd::ShellCommand{std::move(argv)}); }
+
+/// Jobs named `name` still in the queue: id -> state.
+std::map<std::string, std::string> queued(const std::string& name) {
+  auto r = run({"squeue", "--noheader", "-r", "--name=" + name, "--format=%i %T"});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.stderr_tail);
+  std::map<std::string, std::string> jobs;
+  std::istringstream in(r.stdout_tail);
+  std::string id, state;
+  while (in >> id >> state) jobs[id] = state;
+  return jobs;
+}
+
+std::size_t count_state(const std::map<std::string, std::string>& jobs, const std::string& state) {
+  std::size_t n = 0;
+  for (const auto& [id, s] : jobs) n += (s == state);
+  return n;
+}
+
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return pred();
+}
+
+/// Slurm must be there when the suite says so (scripts/test.sh); skipping silently would hide
+/// a broken set-up.
+bool slurm_up() {
+  static const bool up = run({"sinfo", "--noheader"}).exit_code == 0;
+  if (!up && std::getenv("HERD_REQUIRE_SLURM") != nullptr) FAIL("Slurm is not reachable (SLURM_CONF=" << env_or("SLURM_CONF", "") << ")");
+  return up;
+}
+
+std::string unique(const std::string& what) { return "herd-t-" + what + "-" + std::to_string(::getpid()); }
+
+herd::SlurmOptions options(const std::string& name) {
+  return herd::SlurmOptions{}
+      .job_name(name)
+      .partition("cpu")
+      .cores(1)
+      .memory("300M")
+      .walltime("00:10:00")
+      .log_directory("/tmp/herd-slurm-test-logs");
+}
+
+}  // namespace
+
+TEST_CASE("Slurm.JobScript.AcceptedBySbatchTestOnly" * doctest::timeout(60)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("testonly");
+  herd::SlurmCluster cluster{options(name).job_script_prologue({"echo prologue"}).job_extra_directives({"--comment=herd"})};
+  cluster.start();
+  const std::string script = cluster.job_script();
+  CHECK(script.find("#SBATCH --job-name=" + name + "\n") != std::string::npos);
+  CHECK(script.find("--scheduler " + cluster.start()) != std::string::npos);
+  const std::string path = "/tmp/" + name + ".sbatch";
+  std::ofstream(path) << script;
+  auto r = run({"sbatch", "--test-only", path});
+  INFO(r.stderr_tail);
+  CHECK(r.exit_code == 0);
+  CHECK(r.stderr_tail.find("to start at") != std::string::npos);
+  std::filesystem::remove(path);
+  cluster.close();
+  CHECK(queued(name).empty());
+}
+
+TEST_CASE("Slurm.Scale.UpRunDownClose" * doctest::timeout(180)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("scale");
+  const std::string logs = "/tmp/" + name + "-logs/nested";  // does not exist yet
+  std::filesystem::remove_all("/tmp/" + name + "-logs");
+  {
+    herd::Client client{herd::SlurmCluster{options(name).log_directory(logs)}};
+    const auto t0 = std::chrono::steady_clock::now();
+    client.scale(4);
+    CHECK(std::filesystem::is_directory(logs));  // created before sbatch ran
+    client.wait_for_workers(4, 120s);
+    MESSAGE("scale(4) to 4 connected workers: "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+    CHECK(count_state(queued(name), "RUNNING") == 4);
+    // One job array, not four sbatch calls: all four ids share the array id.
+    std::set<std::string> arrays;
+    for (const auto& [id, state] : queued(name)) arrays.insert(id.substr(0, id.find('_')));
+    CHECK(arrays.size() == 1);
+
+    std::vector<int> xs(40);
+    std::iota(xs.begin(), xs.end(), 0);
+    std::set<std::string> jobs;
+    for (const auto& j : client.gather(client.map(job_of, xs))) {
+      CHECK(j.find("|default") != std::string::npos);
+      jobs.insert(j);
+    }
+    CHECK(jobs.size() >= 2);  // the work spread over the jobs
+
+    client.scale(1);
+    CHECK(eventually([&] { return queued(name).size() == 1; }, 60s));
+    CHECK(eventually([&] { return client.n_workers() == 1; }, 30s));
+    CHECK(client.submit(job_of, 1).result().find("|default") != std::string::npos);
+    const auto t1 = std::chrono::steady_clock::now();
+    client.close();
+    MESSAGE("close() to an empty queue: "
+            << std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count() << " s");
+  }
+  CHECK(queued(name).empty());
+  // Output files carry the job id.
+  bool named = false;
+  for (const auto& f : std::filesystem::directory_iterator(logs)) {
+    named = named || f.path().filename().string().rfind(name + "-", 0) == 0;
+  }
+  CHECK(named);
+  std::filesystem::remove_all("/tmp/" + name + "-logs");
+}
+
+TEST_CASE("Slurm.Errors.InvalidPartitionAndAccount" * doctest::timeout(60)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("bad");
+  {
+    herd::Client client{herd::SlurmCluster{options(name).partition("nope")}};
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      client.scale(2);
+      FAIL("expected JobQueueError");
+    } catch (const herd::JobQueueError& e) {
+      CHECK(std::string(e.what()).find("nope") != std::string::npos);
+      CHECK(std::string(e.what()).find("invalid partition") != std::string::npos);
+    }
+    CHECK(std::chrono::steady_clock::now() - t0 < 10s);
+    // Waiting for workers that cannot come fails fast with the same reason.
+    CHECK_THROWS_WITH_AS(client.wait_for_workers(1, 30s), doctest::Contains("nope"), herd::JobQueueError);
+    auto pools = client.pools();
+    REQUIRE(pools.size() == 1);
+    CHECK(pools[0].last_error.find("nope") != std::string::npos);
+  }
+  {
+    herd::Client client{herd::SlurmCluster{options(name).account("no_such_account")}};
+    CHECK_THROWS_WITH_AS(client.scale(1), doctest::Contains("Invalid account"), herd::JobQueueError);
+  }
+  CHECK(queued(name).empty());
+}
+
+TEST_CASE("Slurm.Adapt.GrowsToMaximumShrinksToMinimum" * doctest::timeout(180)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("adapt");
+  herd::Client client{herd::SlurmCluster{options(name)}};
+  client.adapt(0, 3, "", 3s);
+  CHECK(queued(name).empty());  // no backlog, minimum 0: nothing submitted
+  std::vector<int> ms(24, 1000);
+  auto fs = client.map(nap, ms);
+  int most = 0;
+  CHECK(eventually([&] {
+    most = std::max(most, client.n_workers());
+    return most == 3;
+  }, 90s));
+  client.wait(fs);
+  for (int v : client.gather(fs)) CHECK(v == 1000);
+  CHECK(queued(name).size() <= 3);  // never more jobs than the maximum
+  // Idle for longer than the idle timeout: back to the minimum, jobs gone.
+  CHECK(eventually([&] { return client.n_workers() == 0 && queued(name).empty(); }, 60s));
+}
+
+TEST_CASE("Slurm.Scancel.WorkerReplacedTasksRerun" * doctest::timeout(180)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("scancel");
+  herd::Client client{herd::SlurmCluster{options(name)}};
+  client.scale(2);
+  client.wait_for_workers(2, 120s);
+  const auto before = queued(name);
+  REQUIRE(before.size() == 2);
+  std::vector<int> ms(30, 200);
+  auto fs = client.map(nap, ms);
+  // Kill one worker's job from outside, as an administrator or preemption would.
+  REQUIRE(run({"scancel", before.begin()->first}).exit_code == 0);
+  for (int v : client.gather(fs)) CHECK(v == 200);
+  // The pool notices the job is gone and submits a replacement.
+  CHECK(eventually([&] {
+    const auto now = queued(name);
+    return now.size() == 2 && !now.count(before.begin()->first) && count_state(now, "RUNNING") == 2;
+  }, 90s));
+  CHECK(eventually([&] { return client.n_workers() == 2; }, 60s));
+}
+
+TEST_CASE("Slurm.Walltime.RetireAndReplaceBeforeTheLimit" * doctest::timeout(300)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("walltime");
+  // 1-minute jobs; workers retire 25 s before the end; the run lasts longer than a walltime.
+  herd::Client client{herd::SlurmCluster{options(name).walltime("1").retire_before(25).warning_seconds(10)}};
+  client.scale(2);
+  client.wait_for_workers(2, 120s);
+  const auto first = queued(name);
+  // 240 s of work: on 2 workers, with up to 2 more while replacements overlap, it spans more
+  // than one walltime whatever the timing.
+  std::vector<int> ms(240, 1000);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto fs = client.map(herd::TaskOptions{}.duration(2), nap, ms);
+  const auto results = client.gather(fs);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("240 one-second tasks over 1-minute jobs took " << took << " s");
+  CHECK(took > 60);
+  for (int v : results) CHECK(v == 1000);
+  // The first generation of jobs is gone, and ended on its own terms: not by the time limit.
+  for (const auto& [id, state] : first) {
+    CHECK_FALSE(queued(name).count(id));
+    auto r = run({"sacct", "--noheader", "--parsable2", "--allocations", "--format=State", "--jobs=" + id});
+    INFO(id << " " << r.stdout_tail);
+    CHECK(r.stdout_tail.find("TIMEOUT") == std::string::npos);
+  }
+  CHECK(eventually([&] { return client.n_workers() == 2; }, 90s));  // the pool kept its size
+}
+
+TEST_CASE("Slurm.TwoPools.GpuTasksOnlyOnGpuWorkers" * doctest::timeout(180)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("pools");
+  herd::Client client{herd::SlurmCluster{options(name + "-cpu").pool("cpu")}.add_pool(
+      options(name + "-gpu").pool("gpu").partition("gpu").gpus(1))};
+  client.scale(1, "cpu");
+  client.scale(1, "gpu");
+  client.wait_for_workers(2, 120s);
+  std::vector<herd::Future<std::string>> gpu, any;
+  for (int i = 0; i < 20; ++i) {
+    gpu.push_back(client.submit(herd::TaskOptions{}.resource("gpu", 1), pool_of, 50));
+    any.push_back(client.submit(pool_of, 50));
+  }
+  for (const auto& where : client.gather(gpu)) CHECK(where == "gpu|gpu");
+  std::set<std::string> seen;
+  for (const auto& where : client.gather(any)) seen.insert(where);
+  CHECK(seen.count("cpu|cpu") == 1);  // untagged tasks also use the cpu pool
+  CHECK_THROWS_WITH_AS(client.scale(1, "tpu"), doctest::Contains("no pool named 'tpu'"), herd::JobQueueError);
+  client.close();
+  CHECK(queued(name + "-cpu").empty());
+  CHECK(queued(name + "-gpu").empty());
+}
