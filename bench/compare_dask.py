@@ -29,7 +29,6 @@ import argparse
 import json
 import logging
 import os
-import random
 import statistics
 import subprocess
 import sys
@@ -50,8 +49,9 @@ def add(a, b):
 def blob(n):
     # Incompressible bytes: Dask compresses frames with lz4 when it is installed (Debian's
     # python3-distributed pulls it in), and b"x" * n would then measure lz4, not the transfer.
-    # herd never compresses, so for herd the content makes no difference.
-    return random.randbytes(n)
+    # herd never compresses, so for herd the content makes no difference. (os.urandom, not
+    # random.randbytes: that one fails at 256 MiB, 2**31 bits overflowing a C int.)
+    return os.urandom(n)
 
 
 # --- helpers ------------------------------------------------------------------------------
@@ -118,7 +118,9 @@ class HerdRunner:
         self.out = out
         self.errors = []
 
-    def run(self, args, run_index=None):
+    def run(self, args, run_index=None, warmup_by=None):
+        """Runs herd_bench and returns its records. With warmup_by="mib", the first record of each
+        value of that field is marked "warmup": true (the caller passed each size twice)."""
         cmd = [self.binary] + args
         progress("herd: " + " ".join(cmd))
         t0 = time.monotonic()
@@ -128,7 +130,7 @@ class HerdRunner:
             msg = f"`{' '.join(cmd)}` did not finish in {self.timeout_s} s (hang?)"
             progress("ERROR " + msg)
             self.errors.append(msg)
-            return self._parse(e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), run_index)
+            return self._parse(e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or ""), run_index, warmup_by)
         wall = time.monotonic() - t0
         if p.returncode != 0:
             msg = f"`{' '.join(cmd)}` exited {p.returncode}: {p.stderr.strip()[-500:]}"
@@ -137,10 +139,10 @@ class HerdRunner:
         elif p.stderr.strip():
             progress("herd stderr: " + p.stderr.strip()[-500:])
         progress(f"herd: done in {wall:.1f} s")
-        return self._parse(p.stdout, run_index)
+        return self._parse(p.stdout, run_index, warmup_by)
 
-    def _parse(self, stdout, run_index):
-        recs = []
+    def _parse(self, stdout, run_index, warmup_by=None):
+        recs, seen = [], set()
         for line in stdout.splitlines():
             line = line.strip()
             if not line.startswith("{"):
@@ -152,6 +154,9 @@ class HerdRunner:
                 continue
             if run_index is not None:
                 rec["run"] = run_index
+            if warmup_by is not None and rec.get(warmup_by) not in seen:
+                seen.add(rec.get(warmup_by))
+                rec["warmup"] = True
             self.out.record(rec)
             recs.append(rec)
         return recs
@@ -178,8 +183,12 @@ def run_herd(cfg, out):
         res["tree"] = median(x["seconds"] for x in recs if x["bench"] == "tree_reduction")
     if "data" in cfg.workloads:
         recs = []
-        for i in range(cfg.repeat):  # herd_bench data measures once per size per process
-            recs += h.run(["data", "--mib", ",".join(str(m) for m in cfg.mib)], run_index=i)
+        # herd_bench data measures each listed size once per process: list each size twice and
+        # drop the first as a warm-up, as the Dask side does.
+        for i in range(cfg.repeat):
+            sizes = ",".join(f"{m},{m}" for m in cfg.mib)
+            recs += h.run(["data", "--mib", sizes], run_index=i, warmup_by="mib")
+        recs = [x for x in recs if not x.get("warmup")]
         for m in cfg.mib:
             res[("data", m)] = median(x["mb_per_s"] for x in recs if x["bench"] == "gather_bytes" and x["mib"] == m)
             res[("raw", m)] = median(x["raw_zmq_mb_per_s"] for x in recs if x["bench"] == "gather_bytes" and x["mib"] == m)
@@ -293,6 +302,12 @@ def dask_data(client, wait, mibs, repeat, base, out):
     fig = {}
     for m in mibs:
         n = m << 20
+        # One untimed transfer of this size first, as for herd: the first transfer of a new size
+        # is often several times slower, on both systems.
+        warm = client.submit(blob, n, pure=False)
+        warm.result()
+        del warm
+        scheduler_idle(client)
         rates = []
         for r in range(repeat):
             f = client.submit(blob, n, pure=False)
@@ -310,7 +325,9 @@ def dask_data(client, wait, mibs, repeat, base, out):
     return fig
 
 
-def run_dask(cfg, out):
+def run_dask(cfg, out, res, errors):
+    """Fills res["default"] and res["best"]; a workload that fails is reported in errors and
+    the others still run."""
     distributed = ensure_distributed()
     import dask
     from distributed import Client, LocalCluster, wait
@@ -318,7 +335,17 @@ def run_dask(cfg, out):
     quiet_dask_logs()
     progress(f"Dask distributed {distributed.__version__}, default worker-saturation = "
              f"{dask.config.get('distributed.scheduler.worker-saturation')}")
-    res = {"default": {}, "best": {}}
+    res.setdefault("default", {})
+    res.setdefault("best", {})
+
+    def attempt(what, fn, *args):
+        try:
+            return fn(*args)
+        except Exception as e:  # keep going: report what was measured
+            errors.append(f"Dask {what} failed: {type(e).__name__}: {e}")
+            progress("ERROR " + errors[-1])
+            return {}
+
     configs = {"default": {}, "best": {"distributed.scheduler.worker-saturation": float("inf")}}
     # Four clusters in all (default/best x 1/2 workers); latency and data run on the 1-worker
     # default cluster, the tree on both 2-worker clusters, the way herd_bench uses 1 and 2 workers.
@@ -351,16 +378,18 @@ def run_dask(cfg, out):
                     sat = client.run_on_scheduler(lambda dask_scheduler: dask_scheduler.WORKER_SATURATION)
                     progress(f"dask {name} (worker-saturation={sat}), {w} worker(s): {', '.join(needs)}")
                     t_all = time.monotonic()
+                    what = f"{name} {w}w"
                     if "throughput" in needs:
                         tasks = cfg.dask_default_tasks if name == "default" else cfg.tasks
-                        for k, v in dask_throughput(client, wait, tasks, cfg.repeat, base, out).items():
+                        got = attempt(f"throughput ({what})", dask_throughput, client, wait, tasks, cfg.repeat, base, out)
+                        for k, v in got.items():
                             res[name][(k, w)] = v
                     if "latency" in needs:
-                        res[name].update(dask_latency(client, cfg.rounds, cfg.repeat, base, out))
+                        res[name].update(attempt(f"latency ({what})", dask_latency, client, cfg.rounds, cfg.repeat, base, out))
                     if "tree" in needs:
-                        res[name].update(dask_tree(client, cfg.leaves, cfg.repeat, base, out))
+                        res[name].update(attempt(f"tree ({what})", dask_tree, client, cfg.leaves, cfg.repeat, base, out))
                     if "data" in needs:
-                        res[name].update(dask_data(client, wait, cfg.mib, cfg.repeat, base, out))
+                        res[name].update(attempt(f"data ({what})", dask_data, client, wait, cfg.mib, cfg.repeat, base, out))
                     progress(f"dask {name}, {w} worker(s): done in {time.monotonic() - t_all:.1f} s")
                 finally:
                     client.close()
@@ -380,7 +409,6 @@ def run_dask(cfg, out):
             out.record({"system": "dask", "config": "default", "bench": "startup", "workers": cfg.tree_workers, "seconds": s})
     if startups:
         res["default"]["startup"] = median(startups)
-    return res
 
 
 # --- table --------------------------------------------------------------------------------
@@ -531,7 +559,7 @@ def main():
     if not cfg.skip_dask:
         t0 = time.monotonic()
         try:
-            dask = run_dask(cfg, out)
+            run_dask(cfg, out, dask, errors)
         except Exception as e:  # report what was measured so far
             errors.append(f"Dask run failed: {type(e).__name__}: {e}")
             progress("ERROR " + errors[-1])

@@ -254,7 +254,8 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
     case MessageType::goodbye: {
       protocol::GoodbyeEvent bye;
       (void)protocol::decode(msg.frames[1], bye, error);
-      worker_lost(w.id, "said goodbye: " + bye.reason);
+      // A worker that was draining leaves on purpose: its running tasks did nothing wrong.
+      worker_lost(w.id, "said goodbye: " + bye.reason, /*count_deaths=*/!w.retiring);
       return;
     }
     case MessageType::retire_request: {

@@ -22,6 +22,7 @@ using protocol::TaskId;
 
 namespace {
 std::atomic<bool> g_stop{false};
+std::atomic<int> g_drain_signals{0};
 constexpr const char* kWakeEndpoint = "inproc://herd-worker-wake";
 
 std::string demangle(const char* name) {
@@ -55,6 +56,10 @@ bool substitute(msgpack::object& args, const protocol::ArgRef& ref, const msgpac
 }  // namespace
 
 void Worker::request_stop() { g_stop.store(true); }
+
+void Worker::request_drain() {
+  if (g_drain_signals.fetch_add(1) >= 1) g_stop.store(true);  // a second signal: leave now
+}
 
 Worker::Worker(WorkerOptions options)
     : options_(std::move(options)), sched_(context_, zmq::socket_type::dealer),
@@ -277,6 +282,30 @@ int Worker::run() {
       HERD_LOG(error) << "scheduler at " << options_.scheduler << " silent for "
                       << options_.config.timeout_ms << " ms; exiting";
       exit_code = 2;
+      break;
+    }
+    if (g_drain_signals.load() > 0 && !draining_) {
+      // Preemption, scancel or the walltime warning: stop taking work, let the scheduler move
+      // it and copy our results, and leave before SIGKILL.
+      draining_ = true;
+      auto grace = std::chrono::milliseconds(options_.config.drain_grace_ms);
+      if (end_time_ > 0) {
+        const auto unix_now = std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch()).count();
+        grace = std::min(grace, std::chrono::milliseconds(std::max<std::int64_t>(0, (end_time_ - unix_now - 2) * 1000)));
+      }
+      drain_deadline_ = now + grace;
+      HERD_LOG(info) << "signal received: draining for at most " << grace.count() << " ms";
+      if (!retire_asked_) {
+        retire_asked_ = true;
+        protocol::send(sched_, "", MessageType::retire_request,
+                       protocol::encode(protocol::GoodbyeEvent{"drain on signal (preemption, scancel or walltime warning)"}));
+      }
+    }
+    if (draining_ && now >= drain_deadline_) {
+      HERD_LOG(warning) << "drain deadline passed; leaving with " << executing_.load() << " tasks running";
+      protocol::send(sched_, "", MessageType::goodbye,
+                     protocol::encode(protocol::GoodbyeEvent{"drain deadline passed"}));
       break;
     }
     if (end_time_ > 0 && !retire_asked_) {

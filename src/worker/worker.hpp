@@ -42,6 +42,8 @@ class Worker {
   /// Connects, registers, serves until the scheduler says stop or is lost. Exit code.
   int run();
   static void request_stop();
+  /// SIGTERM / walltime warning: drain (the first time), leave at once (the second time).
+  static void request_drain();
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -113,6 +115,8 @@ class Worker {
   std::int64_t end_time_ = 0;           // unix seconds when the batch job ends (0 = never)
   std::int64_t retire_before_s_ = 60;   // ask to retire this long before end_time_
   bool retire_asked_ = false;
+  bool draining_ = false;               // a drain signal came: leave by drain_deadline_
+  Clock::time_point drain_deadline_{};
   Clock::time_point last_heartbeat_{};
 };
 

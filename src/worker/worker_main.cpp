@@ -43,10 +43,13 @@ int worker_main(const std::vector<std::string>& args) {
   }
   log::set_process_name("worker " + (options.name.empty() ? std::string("?") : options.name));
   ::signal(SIGPIPE, SIG_IGN);
+  // TERM (scancel, preemption, end of walltime), INT and USR2 (a common --signal choice)
+  // start a drain; a second one makes the worker leave at once. USR1 is left to NCCL.
   struct sigaction sa {};
-  sa.sa_handler = [](int) { worker::Worker::request_stop(); };
+  sa.sa_handler = [](int) { worker::Worker::request_drain(); };
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGUSR2, &sa, nullptr);
   try {
     return worker::run_worker(std::move(options));
   } catch (const std::exception& e) {

@@ -243,3 +243,43 @@ TEST_CASE("Processes.SchedulerKilled.WorkerExitsOnItsOwn" * doctest::timeout(60)
   CHECK(read_file(log).find("silent") != std::string::npos);
   std::filesystem::remove(log);
 }
+
+namespace {
+/// Appends one line to `marker` per run, so a test can tell whether a task was recomputed.
+int counted_pid(std::string marker) {
+  std::ofstream(marker, std::ios::app) << "run\n";
+  return static_cast<int>(::getpid());
+}
+HERD_TASK(counted_pid);
+int pid_after(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return static_cast<int>(::getpid());
+}
+HERD_TASK(pid_after);
+int plus_one(int x) { return x + 1; }
+HERD_TASK(plus_one);
+}  // namespace
+
+TEST_CASE("Processes.Drain.SigtermHandsWorkOverCleanly" * doctest::timeout(90)) {
+  herd::LocalCluster cluster{2};
+  const std::string address = cluster.start();
+  herd::Client client{address};
+  client.wait_for_workers(2, 20s);
+  const std::string marker = "/tmp/herd-drain-" + std::to_string(::getpid());
+  std::filesystem::remove(marker);
+  // A result that lives on one worker only.
+  herd::Future<int> held = client.submit(counted_pid, marker);
+  const pid_t victim = held.result();
+  // Keep both workers busy, then SIGTERM the one holding `held`.
+  std::vector<int> ms(8, 600);
+  auto busy = client.map(pid_after, ms);
+  std::this_thread::sleep_for(300ms);  // let the first tasks start (not a correctness wait)
+  REQUIRE(::kill(victim, SIGTERM) == 0);
+  for (int pid : client.gather(busy)) CHECK(pid > 0);  // every task finished, none failed
+  // The victim leaves by itself.
+  CHECK(eventually([&] { return !alive(victim); }, 30s));
+  // `held` was copied before it left: using it does not recompute it.
+  CHECK(client.submit(plus_one, held).result() == victim + 1);
+  CHECK(read_file(marker) == "run\n");
+  std::filesystem::remove(marker);
+}
