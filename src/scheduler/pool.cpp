@@ -14,8 +14,7 @@ Pool::Pool(PoolPolicy policy, std::unique_ptr<jobqueue::JobQueue> queue)
 void Pool::scale(std::uint32_t n) {
   policy_.adaptive = false;
   policy_.target = n;
-  consecutive_failures_ = 0;  // the user asked again: try again now
-  paused_until_ = {};
+  paused_until_ = {};  // the user asked again: try now (failures still add up to a pause)
   paused_reason_.clear();
 }
 
@@ -24,7 +23,6 @@ void Pool::adapt(std::uint32_t minimum, std::uint32_t maximum, std::chrono::seco
   policy_.minimum = minimum;
   policy_.maximum = std::max(minimum, maximum);
   if (idle_timeout.count() > 0) policy_.idle_timeout = idle_timeout;
-  consecutive_failures_ = 0;
   paused_until_ = {};
   paused_reason_.clear();
 }

@@ -130,8 +130,12 @@ void Scheduler::handle(protocol::Received& msg) {
     if (*type == MessageType::hello_request) {
       handle_hello(msg.identity, msg.frames[1]);
     } else {
-      HERD_LOG(warning) << "dropping " << protocol::to_string(*type) << " from a peer that never said hello";
-      send_error(msg.identity, "send a hello first");
+      // A worker declared lost (silent too long, retired) or a peer that skipped the hello:
+      // its message is ignored, and it is told to leave rather than work for nobody.
+      HERD_LOG(info) << "ignoring " << protocol::to_string(*type) << " from an unregistered peer";
+      protocol::send(socket_, msg.identity, MessageType::shutdown,
+                     protocol::encode(protocol::GoodbyeEvent{
+                         "not registered with this scheduler (declared lost, retired, or no hello)"}));
     }
     return;
   }
