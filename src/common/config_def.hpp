@@ -15,6 +15,8 @@ HERD_CONFIG(queue_horizon_us, std::uint32_t, 20000, "HERD_QUEUE_HORIZON_US",
             "work queued on a worker beyond its free slots, in expected run time (microseconds)")
 HERD_CONFIG(max_queue_per_slot, std::uint32_t, 2000, "HERD_MAX_QUEUE_PER_SLOT",
             "hard cap on tasks queued per worker slot, whatever their run time")
+HERD_CONFIG(allowed_failures, std::uint32_t, 3, "HERD_ALLOWED_FAILURES",
+            "worker deaths a task may be present at; one more and it fails (Dask's allowed-failures)")
 HERD_CONFIG(drain_grace_ms, std::uint32_t, 20000, "HERD_DRAIN_GRACE_MS",
             "after SIGTERM or the walltime warning signal, how long a worker drains before it leaves "
             "anyway (milliseconds; never past its job's end)")

@@ -120,10 +120,11 @@ std::vector<std::uint32_t> Pool::step(std::size_t backlog, double avg_task_us,
   return retire;
 }
 
-std::vector<std::string> Pool::poll() {
+std::vector<std::string> Pool::poll(std::vector<std::pair<std::string, std::string>>* ended) {
   jobqueue::PollResult r = queue_->poll();
   for (const auto& job : r.jobs) {
     if (job.state == jobqueue::JobState::ended) {
+      if (ended != nullptr) ended->emplace_back(job.id, job.detail + (job.reason.empty() ? "" : " (" + job.reason + ")"));
       jobs_.erase(job.id);
       cancelled_.erase(job.id);
     } else if (auto it = jobs_.find(job.id); it != jobs_.end()) {
@@ -136,6 +137,8 @@ std::vector<std::string> Pool::poll() {
 void Pool::worker_left(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || cancelled_.count(job_id)) return;
+  // Pending again means requeued: that is the job's next incarnation, not the worker we lost.
+  if (it->second.state == jobqueue::JobState::pending) return;
   // The worker is gone (retired, or it died): its job must not linger in the queue holding
   // resources. The batch script exits with the worker, so this is usually a no-op.
   cancelled_.insert(job_id);

@@ -60,8 +60,9 @@ class Pool {
   /// Throws JobQueueError when a submission fails (the pool pauses after repeated failures).
   std::vector<std::uint32_t> step(std::size_t backlog, double avg_task_us,
                                   const std::vector<PoolWorker>& workers);
-  /// Polls the job queue (rate-limited inside); returns log lines.
-  std::vector<std::string> poll();
+  /// Polls the job queue (rate-limited inside). Returns log lines, and fills `ended` with
+  /// (job id, how it ended) for jobs that ended since the last poll.
+  std::vector<std::string> poll(std::vector<std::pair<std::string, std::string>>* ended = nullptr);
   /// A worker of job `job_id` left: make sure the job is gone too.
   void worker_left(const std::string& job_id);
   /// Cancels every job.

@@ -383,12 +383,16 @@ void Scheduler::worker_lost(std::uint32_t id, const std::string& why, bool count
   } else {
     HERD_LOG(info) << "worker " << w.name << " left (" << why << ")";
   }
-  if (Pool* pool = find_pool(w.pool); pool != nullptr && !w.pool.empty() && !w.job_id.empty()) {
+  // The job goes too when the pool let the worker go or the worker died in it. A worker that
+  // left on its own (drain signal, walltime, requeue) leaves its job alone: a requeued job's
+  // next incarnation must not be cancelled for its predecessor.
+  if (Pool* pool = find_pool(w.pool); pool != nullptr && !w.pool.empty() && !w.job_id.empty() &&
+                                      (w.retired_by_pool || !w.retiring)) {
     pool->worker_left(w.job_id);
   }
   std::vector<TaskId> processing(w.processing.begin(), w.processing.end());
   std::vector<TaskId> held(w.has.begin(), w.has.end());
-  graph_.worker_lost(id, processing, held, options_.max_deaths, fx_, count_deaths);
+  graph_.worker_lost(id, processing, held, options_.config.allowed_failures, fx_, count_deaths, w.name);
   // Clients must not keep pointing at this worker's data port.
   for (auto& [idx, c] : clients_) c.address_index.erase(id);
   apply(fx_);
@@ -654,7 +658,17 @@ void Scheduler::step_pools() {
                                     std::chrono::system_clock::now().time_since_epoch()).count();
   std::string first_error;
   for (auto& pool : pools_) {
-    for (const auto& line : pool->poll()) HERD_LOG(info) << "pool " << pool->name() << ": " << line;
+    std::vector<std::pair<std::string, std::string>> ended;
+    for (const auto& line : pool->poll(&ended)) HERD_LOG(info) << "pool " << pool->name() << ": " << line;
+    // A worker whose job has ended is gone, whatever its last heartbeat said: no need to wait
+    // for the timeout (a crashed local process, a job Slurm killed or lost).
+    for (const auto& [job, how] : ended) {
+      std::uint32_t gone = 0;
+      for (const auto& [id, w] : workers_) {
+        if (w.pool == pool->name() && w.job_id == job) gone = id;
+      }
+      if (gone != 0) worker_lost(gone, "its job " + job + " ended: " + how, !workers_.at(gone).retiring);
+    }
     // Backlog this pool could serve: ready and processing tasks whose resources it offers.
     std::size_t backlog = 0;
     if (pool->policy().adaptive) {
@@ -684,7 +698,10 @@ void Scheduler::step_pools() {
     }
     try {
       for (std::uint32_t id : pool->step(backlog, avg_task_us_, view)) {
-        if (auto it = workers_.find(id); it != workers_.end()) retire(it->second, "pool " + pool->name() + " shrinks");
+        if (auto it = workers_.find(id); it != workers_.end()) {
+          retire(it->second, "pool " + pool->name() + " shrinks");
+          it->second.retired_by_pool = true;
+        }
       }
     } catch (const std::exception& e) {
       if (first_error.empty()) first_error = e.what();

@@ -28,7 +28,6 @@ namespace herd::scheduler {
 struct SchedulerOptions {
   std::string listen = "tcp://127.0.0.1:*";  // ZeroMQ endpoint to bind
   int parent_fd = -1;          // read end of the owner's pipe: EOF means the owner died
-  std::uint32_t max_deaths = 3;  // a task present at this many worker losses fails
   std::uint32_t retire_grace_s = 30;  // a retiring worker's running tasks may take this long
   Config config = Config::from_env();
 };
@@ -60,6 +59,7 @@ class Scheduler {
     std::int64_t end_time = 0;          // unix seconds when its job ends (0 = never)
     Clock::time_point idle_since;       // when processing last became empty
     bool retiring = false;              // no new tasks; leaves once drained and copied
+    bool retired_by_pool = false;       // the pool shrinks (vs. walltime, drain signal)
     Clock::time_point retire_since;
     bool acquire_sent = false;          // its unique results were sent to other workers
     std::vector<protocol::ExecuteTask> exec_out;

@@ -84,8 +84,8 @@ int scheduler_main(const std::vector<std::string>& args) {
   app.add_option("--worker-arg", worker_args, "extra argument for every local worker (repeatable)")
       ->allow_extra_args(false);
   app.add_option("--log-dir", log_dir, "directory for local workers' log files");
-  app.add_option("--max-deaths", options.max_deaths,
-                 "a task present at this many worker losses fails")->capture_default_str();
+  app.add_option("--allowed-failures", options.config.allowed_failures,
+                 "worker deaths a task may be present at before it fails")->capture_default_str();
   app.add_option("--retire-grace", options.retire_grace_s,
                  "seconds a retiring worker's running tasks may take")->capture_default_str();
   app.add_option("--ready-fd", ready_fd, "write the bound address to this fd (internal)");

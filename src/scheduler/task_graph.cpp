@@ -271,8 +271,9 @@ void TaskGraph::cancel(TaskId id, Effects& fx) {
 }
 
 void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& processing,
-                            const std::vector<TaskId>& held, std::uint32_t max_deaths,
-                            Effects& fx, bool count_deaths) {
+                            const std::vector<TaskId>& held, std::uint32_t allowed_failures,
+                            Effects& fx, bool count_deaths, const std::string& worker_name) {
+  const std::string who = worker_name.empty() ? std::to_string(worker) : worker_name;
   for (TaskId id : held) {
     Task* t = find(id);
     if (t == nullptr) continue;
@@ -301,15 +302,16 @@ void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& pro
                 TaskState::erred, fx);
       continue;
     }
-    if (count_deaths && ++t->deaths >= max_deaths) {
+    if (count_deaths && ++t->deaths > allowed_failures) {
       fail_with(*t, {"herd::KilledWorker",
                      "task " + t->key + " was running on " + std::to_string(t->deaths) +
-                         " workers that died; giving up on it (last worker id " +
-                         std::to_string(worker) + ")",
+                         " workers that died (allowed: " + std::to_string(allowed_failures) +
+                         "); giving up on it. Workers: " + t->death_workers + who,
                      t->key, ""},
                 TaskState::erred, fx);
       continue;
     }
+    if (count_deaths) t->death_workers += who + ", ";
     for (TaskId d : t->deps) {
       if (Task* dep = find(d)) ensure_data(*dep, fx);
     }

@@ -45,6 +45,7 @@ struct Task {
   std::uint32_t waiters = 0;     // dependents not finished
   std::uint32_t retries_left = 0;
   std::uint32_t deaths = 0;      // workers lost while it was processing
+  std::string death_workers;     // their ids, for the error ("3, 5, ")
   std::int32_t priority = 0;
   std::uint32_t duration_s = 0;  // declared run time (placement near walltime)
   std::uint64_t seq = 0;         // submission order
@@ -97,12 +98,12 @@ class TaskGraph {
   void release(TaskId id, Effects& fx);
   void cancel(TaskId id, Effects& fx);
   /// The worker is gone: its tasks go back to ready, its results are recomputed if needed.
-  /// `max_deaths`: a task present at this many losses fails instead.
+  /// A task present at more than `allowed_failures` losses fails instead (KilledWorker).
   /// `count_deaths` is false for a worker that was retired on purpose (its tasks did nothing
   /// wrong).
   void worker_lost(std::uint32_t worker, const std::vector<TaskId>& processing,
-                   const std::vector<TaskId>& held, std::uint32_t max_deaths, Effects& fx,
-                   bool count_deaths = true);
+                   const std::vector<TaskId>& held, std::uint32_t allowed_failures, Effects& fx,
+                   bool count_deaths = true, const std::string& worker_name = "");
   /// Back to ready after being handed back by a worker (not a failure).
   void requeue(TaskId id, Effects& fx);
 

@@ -18,8 +18,10 @@
 #include <herd/herd.hpp>
 
 #include "common/process.hpp"
+#include "support/process_util.hpp"
 
 using namespace std::chrono_literals;
+using namespace herd::testing;
 
 namespace {
 
@@ -33,61 +35,6 @@ int sleep_forever(int) {
   return 0;
 }
 HERD_TASK(sleep_forever);
-
-/// Parent pid and state letter of a process, from /proc; nullopt when it does not exist.
-std::optional<std::pair<pid_t, char>> proc_stat(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return std::nullopt;
-  const auto close = line.rfind(')');
-  std::istringstream rest(line.substr(close + 2));
-  char state;
-  pid_t ppid;
-  rest >> state >> ppid;
-  return std::make_pair(ppid, state);
-}
-
-std::set<pid_t> descendants(pid_t root) {
-  std::set<pid_t> out{root};
-  bool grew = true;
-  while (grew) {
-    grew = false;
-    DIR* d = ::opendir("/proc");
-    while (dirent* e = ::readdir(d)) {
-      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
-      if (pid <= 0 || out.count(pid)) continue;
-      if (auto st = proc_stat(pid); st && out.count(st->first)) {
-        out.insert(pid);
-        grew = true;
-      }
-    }
-    ::closedir(d);
-  }
-  out.erase(root);
-  return out;
-}
-
-bool alive(pid_t pid) {
-  auto st = proc_stat(pid);
-  return st && st->second != 'Z';
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(20ms);
-  }
-  return pred();
-}
 
 }  // namespace
 
@@ -185,18 +132,6 @@ TEST_CASE("Processes.SchedulerGone.ClientErrorsInBoundedTime" * doctest::timeout
   CHECK(std::chrono::steady_clock::now() - t0 < 15s);
 }
 
-namespace {
-/// A worker process of this test binary, outside any cluster object.
-pid_t spawn_worker(const std::string& address, const std::string& name, const std::string& resources,
-                   const std::string& log) {
-  herd::process::SpawnOptions spawn;
-  spawn.argv = {herd::process::self_executable()};
-  spawn.env["HERD_ROLE"] = "worker";
-  spawn.env["HERD_ROLE_ARGS"] = "--scheduler\x1f" + address + "\x1f--name\x1f" + name + "\x1f--resources\x1f" + resources;
-  spawn.stdout_path = log;
-  return herd::process::spawn(spawn);
-}
-}  // namespace
 
 TEST_CASE("Processes.Data.MovesBetweenWorkers" * doctest::timeout(60)) {
   // Two workers with different resources: the producer runs on one, the consumer must run on

@@ -161,12 +161,16 @@ TEST_CASE("TaskGraph.WorkerLost.TooManyDeathsFails") {
   TaskGraph g;
   Effects fx;
   g.add(spec(1), 1, fx);
-  for (std::uint32_t w = 1; w <= 3; ++w) {
+  for (std::uint32_t w = 1; w <= 2; ++w) {  // allowed failures: 2
     g.started(1, w);
-    g.worker_lost(w, {1}, {}, 3, fx);
+    g.worker_lost(w, {1}, {}, 2, fx);
+    CHECK(state(g, 1) == TaskState::ready);
   }
+  g.started(1, 3);
+  g.worker_lost(3, {1}, {}, 2, fx);  // the third death is one too many
   CHECK(state(g, 1) == TaskState::erred);
   CHECK(g.find(1)->error->type == "herd::KilledWorker");
+  CHECK(g.find(1)->error->message.find("Workers: 1, 2, 3") != std::string::npos);
 }
 
 TEST_CASE("TaskGraph.Release.PendingTaskForgotten") {

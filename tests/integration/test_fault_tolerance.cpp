@@ -1,0 +1,261 @@
+// Nothing lost: workers killed, stopped, crashing; lineage; scattered data; poison tasks; a
+// soak with a chaos thread. Real processes on loopback; liveness timeouts shortened through
+// the environment so that losses are noticed within a couple of seconds.
+#include <doctest/doctest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include <herd/herd.hpp>
+
+#include "support/process_util.hpp"
+
+using namespace std::chrono_literals;
+using namespace herd::testing;
+
+namespace {
+
+/// (input, pid of the worker): results must be right, wherever they ran.
+std::pair<int, int> work(int i, int ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return {i * 2, static_cast<int>(::getpid())};
+}
+HERD_TASK(work);
+
+/// Appends a line to `marker` per run (to count recomputations); returns its pid.
+int counted(std::string marker) {
+  std::ofstream(marker, std::ios::app) << "run\n";
+  return static_cast<int>(::getpid());
+}
+HERD_TASK(counted);
+
+int combine(int a, int b) { return a + b; }
+HERD_TASK(combine);
+
+int pid_after(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return static_cast<int>(::getpid());
+}
+HERD_TASK(pid_after);
+
+int poison(int) {
+  std::abort();  // takes the worker process down every time
+}
+HERD_TASK(poison);
+
+long sum_of(std::vector<long> v) {
+  long s = 0;
+  for (long x : v) s += x;
+  return s;
+}
+HERD_TASK(sum_of);
+
+/// A LocalCluster that notices silent peers within 1.5 s.
+herd::LocalCluster fast_cluster(int workers) {
+  return std::move(herd::LocalCluster{workers}.env("HERD_TIMEOUT_MS", "1500").env("HERD_HEARTBEAT_MS", "100"));
+}
+
+std::vector<pid_t> worker_pids(pid_t scheduler) {
+  const auto all = descendants(scheduler);
+  std::vector<pid_t> out;
+  for (pid_t p : all) {
+    if (alive(p)) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("Faults.KilledWorker.MapStillCorrect" * doctest::timeout(120)) {
+  herd::LocalCluster cluster = fast_cluster(4);
+  const std::string address = cluster.start();
+  const pid_t scheduler = cluster.scheduler_pid();
+  herd::Client client{address};
+  client.wait_for_workers(4, 20s);
+  std::vector<int> xs(1000), ms(1000, 20);
+  for (int i = 0; i < 1000; ++i) xs[static_cast<std::size_t>(i)] = i;
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto baseline = client.gather(client.map(work, xs, ms));
+  const double clean_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  t0 = std::chrono::steady_clock::now();
+  auto fs = client.map(work, xs, ms);
+  // Half-way: SIGKILL one worker.
+  REQUIRE(eventually([&] {
+    int done = 0;
+    for (const auto& f : fs) done += f.done();
+    return done >= 500;
+  }, 60s));
+  const auto workers = worker_pids(scheduler);
+  REQUIRE(workers.size() == 4);
+  REQUIRE(::kill(workers.front(), SIGKILL) == 0);
+  // Each future completes exactly once, with the right value.
+  std::map<std::string, int> seen;
+  for (const auto& f : client.as_completed(fs)) ++seen[f.key()];
+  const double killed_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK(seen.size() == 1000);
+  for (const auto& [key, n] : seen) CHECK(n == 1);
+  auto out = client.gather(fs);
+  for (int i = 0; i < 1000; ++i) REQUIRE(out[static_cast<std::size_t>(i)].first == 2 * i);
+  MESSAGE("1000 x 20 ms on 4 workers: " << clean_s << " s clean, " << killed_s
+                                        << " s with a worker SIGKILLed half-way (+" << killed_s - clean_s << " s)");
+  // The pool replaces the dead worker.
+  CHECK(eventually([&] { return client.n_workers() == 4; }, 20s));
+}
+
+TEST_CASE("Faults.Lineage.LostInputRecomputedOnce" * doctest::timeout(90)) {
+  // Two workers with different resources, so we know where `a` lives and can kill it there.
+  herd::LocalCluster cluster{0};
+  cluster.env("HERD_TIMEOUT_MS", "1500").env("HERD_HEARTBEAT_MS", "100");
+  const std::string address = cluster.start();
+  const std::string tmp = "/tmp/herd-lineage-" + std::to_string(::getpid());
+  std::filesystem::remove(tmp + ".marker");
+  const pid_t wa = spawn_worker(address, "wa", "a=1", tmp + "-a.log");
+  const pid_t wb = spawn_worker(address, "wb", "b=1", tmp + "-b.log");
+  herd::Client client{address};
+  client.wait_for_workers(2, 20s);
+  auto a = client.submit(herd::TaskOptions{}.resource("a", 1), counted, tmp + ".marker");
+  CHECK(a.result() == wa);
+  auto slow = client.submit(herd::TaskOptions{}.resource("b", 1), pid_after, 1500);
+  auto b = client.submit(herd::TaskOptions{}.resource("b", 1), combine, a, slow);  // waits for slow
+  ::kill(wa, SIGKILL);  // a's only copy goes before b could fetch it
+  ::waitpid(wa, nullptr, 0);
+  const pid_t wa2 = spawn_worker(address, "wa2", "a=1", tmp + "-a2.log");  // where a can run again
+  CHECK(b.result(60s) == wa2 + wb);
+  CHECK(read_file(tmp + ".marker") == "run\nrun\n");  // computed, lost, recomputed once
+  ::kill(wb, SIGTERM);
+  ::kill(wa2, SIGTERM);
+  ::waitpid(wb, nullptr, 0);
+  ::waitpid(wa2, nullptr, 0);
+  for (const char* f : {".marker", "-a.log", "-b.log", "-a2.log"}) std::filesystem::remove(tmp + f);
+}
+
+TEST_CASE("Faults.Scatter.LostDataFailsDependentsFast" * doctest::timeout(60)) {
+  herd::LocalCluster cluster = fast_cluster(1);
+  const std::string address = cluster.start();
+  const pid_t scheduler = cluster.scheduler_pid();
+  herd::Client client{address};
+  client.wait_for_workers(1, 20s);
+  auto shared = client.scatter(std::vector<long>{1, 2, 3});
+  CHECK(client.submit(sum_of, shared).result() == 6);
+  const auto workers = worker_pids(scheduler);
+  REQUIRE(workers.size() == 1);
+  ::kill(workers.front(), SIGKILL);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto after = client.submit(sum_of, shared);
+  try {
+    after.result(30s);
+    FAIL("expected the dependent of lost scattered data to fail");
+  } catch (const herd::TaskError& e) {
+    CHECK(e.type() == "herd::ScatteredDataLost");
+    CHECK(e.message().find("scattered") != std::string::npos);
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < 15s);
+}
+
+TEST_CASE("Faults.PoisonTask.FailsAfterAllowedDeathsOthersFinish" * doctest::timeout(120)) {
+  herd::LocalCluster cluster = fast_cluster(2);
+  cluster.env("HERD_ALLOWED_FAILURES", "2");
+  herd::Client client{std::move(cluster)};
+  auto bad = client.submit(herd::TaskOptions{}.key("poison-pill"), poison, 0);
+  std::vector<int> xs(100), ms(100, 5);
+  for (int i = 0; i < 100; ++i) xs[static_cast<std::size_t>(i)] = i;
+  auto good = client.map(work, xs, ms);
+  try {
+    bad.result(90s);
+    FAIL("expected the poison task to fail");
+  } catch (const herd::TaskError& e) {
+    CHECK(e.type() == "herd::KilledWorker");
+    CHECK(e.task() == "poison-pill");
+    CHECK(e.message().find("poison-pill") != std::string::npos);
+    CHECK(e.message().find("3 workers") != std::string::npos);  // 2 allowed, the 3rd is too many
+    CHECK(e.message().find("local-") != std::string::npos);     // names the workers
+  }
+  auto out = client.gather(good);
+  for (int i = 0; i < 100; ++i) REQUIRE(out[static_cast<std::size_t>(i)].first == 2 * i);
+  CHECK(eventually([&] { return client.n_workers() == 2; }, 20s));  // the pool recovered
+}
+
+TEST_CASE("Faults.StoppedWorker.DeclaredLostLateResultsIgnored" * doctest::timeout(90)) {
+  herd::LocalCluster cluster = fast_cluster(2);
+  const std::string address = cluster.start();
+  const pid_t scheduler = cluster.scheduler_pid();
+  herd::Client client{address};
+  client.wait_for_workers(2, 20s);
+  const auto workers = worker_pids(scheduler);
+  REQUIRE(workers.size() == 2);
+  std::vector<int> xs(40), ms(40, 100);
+  for (int i = 0; i < 40; ++i) xs[static_cast<std::size_t>(i)] = i;
+  auto fs = client.map(work, xs, ms);
+  std::this_thread::sleep_for(300ms);  // let both start (not a correctness wait)
+  const pid_t frozen = workers.front();
+  ::kill(frozen, SIGSTOP);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::map<std::string, int> seen;
+  for (const auto& f : client.as_completed(fs)) ++seen[f.key()];
+  MESSAGE("40 x 100 ms with a worker SIGSTOPped: done after " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
+  for (const auto& [k, n] : seen) CHECK(n == 1);
+  auto out = client.gather(fs);
+  for (int i = 0; i < 40; ++i) {
+    REQUIRE(out[static_cast<std::size_t>(i)].first == 2 * i);
+    CHECK(out[static_cast<std::size_t>(i)].second != frozen);  // its unsent results did not count
+  }
+  // Woken up, the stale worker's late messages are ignored and it is told to leave.
+  ::kill(frozen, SIGCONT);
+  CHECK(eventually([&] { return !alive(frozen); }, 20s));
+  for (int i = 0; i < 40; ++i) CHECK(fs[static_cast<std::size_t>(i)].result().first == 2 * i);
+}
+
+TEST_CASE("Faults.Soak.ChaosKillsWorkersAllResultsCorrect" * doctest::timeout(300)) {
+  herd::LocalCluster cluster = fast_cluster(4);
+  const std::string address = cluster.start();
+  const pid_t scheduler = cluster.scheduler_pid();
+  herd::Client client{address};
+  client.wait_for_workers(4, 20s);
+  constexpr int kTasks = 100000;
+  std::vector<int> xs(kTasks), ms(kTasks, 0);
+  for (int i = 0; i < kTasks; ++i) xs[static_cast<std::size_t>(i)] = i;
+  std::atomic<bool> stop{false};
+  std::atomic<int> kills{0};
+  std::thread chaos([&] {
+    std::mt19937 rng(7);
+    while (!stop.load()) {
+      std::this_thread::sleep_for(1500ms);
+      if (stop.load()) break;
+      auto ws = worker_pids(scheduler);
+      if (ws.size() < 2) continue;
+      ::kill(ws[rng() % ws.size()], SIGKILL);
+      ++kills;
+    }
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  // In waves, so that the run lasts long enough for the chaos thread to strike several times.
+  std::vector<std::pair<int, int>> out;
+  for (int wave = 0; wave < 10; ++wave) {
+    std::vector<int> part(xs.begin() + wave * (kTasks / 10), xs.begin() + (wave + 1) * (kTasks / 10));
+    std::vector<int> zero(part.size(), 0);
+    auto got = client.gather(client.map(work, part, zero));
+    out.insert(out.end(), got.begin(), got.end());
+    std::this_thread::sleep_for(300ms);  // spread the run over time for the chaos thread
+  }
+  stop = true;
+  chaos.join();
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("soak: " << kTasks << " tasks, " << kills.load() << " workers killed, " << s << " s");
+  CHECK(kills.load() >= 2);
+  REQUIRE(out.size() == static_cast<std::size_t>(kTasks));
+  for (int i = 0; i < kTasks; ++i) REQUIRE(out[static_cast<std::size_t>(i)].first == 2 * i);
+}

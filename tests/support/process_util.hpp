@@ -1,0 +1,98 @@
+// Helpers for tests that watch real processes: /proc lookups, bounded waits, worker spawning.
+#pragma once
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "common/process.hpp"
+
+namespace herd::testing {
+
+/// Parent pid and state letter of a process, from /proc; nullopt when it does not exist.
+inline std::optional<std::pair<pid_t, char>> proc_stat(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  char state;
+  pid_t ppid;
+  rest >> state >> ppid;
+  return std::make_pair(ppid, state);
+}
+
+/// Every process below `root` (not including it).
+inline std::set<pid_t> descendants(pid_t root) {
+  std::set<pid_t> out{root};
+  bool grew = true;
+  while (grew) {
+    grew = false;
+    DIR* d = ::opendir("/proc");
+    while (dirent* e = ::readdir(d)) {
+      const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+      if (pid <= 0 || out.count(pid)) continue;
+      if (auto st = proc_stat(pid); st && out.count(st->first)) {
+        out.insert(pid);
+        grew = true;
+      }
+    }
+    ::closedir(d);
+  }
+  out.erase(root);
+  return out;
+}
+
+/// Exists and is not a zombie.
+inline bool alive(pid_t pid) {
+  auto st = proc_stat(pid);
+  return st && st->second != 'Z';
+}
+
+inline std::uint64_t rss_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// Polls `pred` until it holds or `limit` passes (a bounded wait on a condition, not a sleep).
+template <typename Pred>
+bool eventually(Pred pred, std::chrono::milliseconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return pred();
+}
+
+/// A worker process of the running test binary, outside any cluster object.
+inline pid_t spawn_worker(const std::string& address, const std::string& name, const std::string& resources,
+                          const std::string& log) {
+  process::SpawnOptions spawn;
+  spawn.argv = {process::self_executable()};
+  spawn.env["HERD_ROLE"] = "worker";
+  spawn.env["HERD_ROLE_ARGS"] =
+      "--scheduler\x1f" + address + "\x1f--name\x1f" + name + "\x1f--resources\x1f" + resources;
+  spawn.stdout_path = log;
+  return process::spawn(spawn);
+}
+
+}  // namespace herd::testing
