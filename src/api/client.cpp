@@ -19,6 +19,7 @@
 #include "common/config.hpp"
 #include "common/logging.hpp"
 #include "herd/client.hpp"
+#include "common/security.hpp"
 #include "protocol/codec.hpp"
 
 namespace herd {
@@ -110,6 +111,7 @@ class ClientCore {
   std::string address_;
   Config config_ = Config::from_env();
   zmq::context_t context_{1};
+  security::Auth auth_ = security::Auth::for_client();
   zmq::socket_t sched_;
   std::map<std::string, zmq::socket_t> data_sockets_;
   std::unordered_map<std::uint64_t, std::vector<TaskId>> fetch_requests_;
@@ -136,6 +138,7 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   sched_.set(zmq::sockopt::linger, 0);
   sched_.set(zmq::sockopt::sndhwm, 0);
   sched_.set(zmq::sockopt::rcvhwm, 0);
+  auth_.client(sched_);
   try {
     sched_.connect(address_);
   } catch (const zmq::error_t& e) {
@@ -237,6 +240,7 @@ zmq::socket_t& ClientCore::data_socket(const std::string& address) {
     zmq::socket_t s(context_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::rcvhwm, 0);
+    auth_.client(s);
     s.connect(address);
     it = data_sockets_.emplace(address, std::move(s)).first;
   }

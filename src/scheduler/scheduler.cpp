@@ -30,8 +30,9 @@ std::string random_id() {
 void Scheduler::request_stop() { g_stop.store(true); }
 
 Scheduler::Scheduler(SchedulerOptions options)
-    : options_(std::move(options)), socket_(context_, zmq::socket_type::router),
-      scheduler_id_(random_id()) {
+    : options_(std::move(options)), auth_(security::Auth::for_server(context_)),
+      socket_(context_, zmq::socket_type::router), scheduler_id_(random_id()) {
+  auth_.server(socket_);
   socket_.set(zmq::sockopt::maxmsgsize, options_.config.max_message_bytes);
   socket_.set(zmq::sockopt::sndhwm, 0);  // batches are few; never drop one silently
   socket_.set(zmq::sockopt::rcvhwm, 0);

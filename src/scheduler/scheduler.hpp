@@ -19,6 +19,7 @@
 #include <zmq.hpp>
 
 #include "common/config.hpp"
+#include "common/security.hpp"
 #include "scheduler/pool.hpp"
 #include "protocol/codec.hpp"
 #include "scheduler/task_graph.hpp"
@@ -105,6 +106,7 @@ class Scheduler {
 
   SchedulerOptions options_;
   zmq::context_t context_{1};
+  security::Auth auth_;  // before socket_: the ZAP handler must exist before the bind
   zmq::socket_t socket_;
   std::string address_;
   std::string scheduler_id_;

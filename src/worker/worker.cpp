@@ -62,8 +62,11 @@ void Worker::request_drain() {
 }
 
 Worker::Worker(WorkerOptions options)
-    : options_(std::move(options)), sched_(context_, zmq::socket_type::dealer),
-      data_(context_, zmq::socket_type::router), wake_(context_, zmq::socket_type::pull) {
+    : options_(std::move(options)), auth_(security::Auth::for_server(context_)),
+      sched_(context_, zmq::socket_type::dealer), data_(context_, zmq::socket_type::router),
+      wake_(context_, zmq::socket_type::pull) {
+  auth_.server(data_);
+  auth_.client(sched_);
   if (options_.name.empty()) {
     const char* job = std::getenv("HERD_JOB_ID");
     options_.name = job != nullptr && *job ? std::string(job) : hostname() + ":" + std::to_string(::getpid());
@@ -385,6 +388,7 @@ zmq::socket_t& Worker::peer(const std::string& address) {
     zmq::socket_t s(context_, zmq::socket_type::dealer);
     s.set(zmq::sockopt::linger, 0);
     s.set(zmq::sockopt::rcvhwm, 0);
+    auth_.client(s);
     s.connect(address);
     it = peers_.emplace(address, std::move(s)).first;
   }

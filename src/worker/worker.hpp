@@ -20,6 +20,7 @@
 #include <zmq.hpp>
 
 #include "common/config.hpp"
+#include "common/security.hpp"
 #include "protocol/codec.hpp"
 #include "worker/data_store.hpp"
 
@@ -86,6 +87,7 @@ class Worker {
 
   WorkerOptions options_;
   zmq::context_t context_{1};
+  security::Auth auth_;  // before the sockets: the data port is a CURVE server
   zmq::socket_t sched_, data_, wake_;
   std::string data_address_;
   DataStore store_;
