@@ -6,6 +6,8 @@
 //   herd_bench data --mib 1,16,256                        gather one big result vs raw ZeroMQ
 //   herd_bench startup --workers 2                        LocalCluster creation to N workers
 //   herd_bench memory --pending 1000000                   scheduler bytes per pending task
+//   herd_bench slurm --workers 8                          scale(8) to 8 workers, close() to an
+//                                                         empty queue (needs SLURM_CONF)
 //   herd_bench all --small                                everything, small sizes (CI smoke)
 #include <dirent.h>
 #include <unistd.h>
@@ -22,6 +24,8 @@
 #include <zmq.hpp>
 
 #include <herd/herd.hpp>
+
+#include "common/security.hpp"
 
 using Clock = std::chrono::steady_clock;
 
@@ -138,9 +142,19 @@ void tree(int leaves, int workers, int repeat) {
   }
 }
 
-double raw_zmq_mbps(std::size_t bytes) {
+/// One request/reply transfer of `bytes` over loopback, optionally CURVE-encrypted as herd's
+/// own sockets are by default: the limit a gather can reach.
+double raw_zmq_mbps(std::size_t bytes, bool curve) {
   zmq::context_t ctx;
   zmq::socket_t server(ctx, zmq::socket_type::router), client(ctx, zmq::socket_type::dealer);
+  std::unique_ptr<herd::security::ZapHandler> zap;
+  if (curve) {
+    const auto keys = herd::security::cluster_keys();
+    if (!keys) return 0;
+    zap = std::make_unique<herd::security::ZapHandler>(ctx, keys->client_public);
+    herd::security::make_server(server, *keys);
+    herd::security::make_client(client, *keys);
+  }
   server.bind("tcp://127.0.0.1:*");
   client.connect(server.get(zmq::sockopt::last_endpoint));
   std::vector<char> data(bytes, 'x');
@@ -169,9 +183,13 @@ void data(const std::vector<int>& mibs) {
     auto v = f.result();
     const double s = seconds_since(t0);
     if (v.size() != bytes) throw std::runtime_error("short result");
-    const double raw = raw_zmq_mbps(bytes);
-    emit("gather_bytes", {{"mib", mib}, {"seconds", s}, {"mb_per_s", static_cast<double>(bytes) / 1e6 / s},
-                          {"raw_zmq_mb_per_s", raw}, {"fraction_of_raw", static_cast<double>(bytes) / 1e6 / s / raw}});
+    const double raw = raw_zmq_mbps(bytes, false);
+    const double raw_curve = raw_zmq_mbps(bytes, true);
+    const double mbps = static_cast<double>(bytes) / 1e6 / s;
+    // herd encrypts by default (HERD_AUTH=off does not): compare with the same kind of socket.
+    const double limit = herd::security::cluster_keys() ? raw_curve : raw;
+    emit("gather_bytes", {{"mib", mib}, {"seconds", s}, {"mb_per_s", mbps}, {"raw_zmq_mb_per_s", raw},
+                          {"raw_zmq_curve_mb_per_s", raw_curve}, {"fraction_of_raw", mbps / limit}});
   }
 }
 
@@ -213,6 +231,26 @@ void memory(int pending) {
   emit("idle_worker_memory", {{"rss_bytes", static_cast<double>(worker_rss)}});
 }
 
+void slurm(int workers, const std::string& partition) {
+  const auto t0 = Clock::now();
+  herd::Client client{herd::SlurmCluster{herd::SlurmOptions{}
+                                             .partition(partition)
+                                             .cores(1)
+                                             .memory("200M")
+                                             .job_name("herd-bench-" + std::to_string(::getpid()))
+                                             .log_directory("/tmp/herd-bench-logs")}};
+  const double start_s = seconds_since(t0);
+  auto t1 = Clock::now();
+  client.scale(workers);
+  client.wait_for_workers(workers, std::chrono::minutes(5));
+  const double scale_s = seconds_since(t1);
+  t1 = Clock::now();
+  client.close();  // returns once squeue no longer lists the jobs
+  const double close_s = seconds_since(t1);
+  emit("slurm_scale", {{"workers", workers}, {"scheduler_start_s", start_s}, {"scale_to_connected_s", scale_s},
+                       {"close_to_empty_queue_s", close_s}});
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream in(s);
@@ -230,8 +268,10 @@ int main(int argc, char** argv) {
   int tasks = 100000, workers = 2, rounds = 1000, leaves = 8192, pending = 1000000, repeat = 3;
   std::string mibs = "1,16,256", worker_list = "1,2";
   bool small = false;
-  app.add_option("workload", what, "throughput|latency|tree|data|startup|memory|all")
-      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "all"}));
+  std::string partition = "cpu";
+  app.add_option("workload", what, "throughput|latency|tree|data|startup|memory|slurm|all")
+      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "slurm", "all"}));
+  app.add_option("--partition", partition, "partition for the slurm workload")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks for throughput")->capture_default_str();
   app.add_option("--workers", worker_list, "worker counts, comma separated")->capture_default_str();
   app.add_option("--rounds", rounds, "round trips for latency")->capture_default_str();
@@ -253,6 +293,7 @@ int main(int argc, char** argv) {
     if (what == "data" || what == "all") data(parse_list(mibs));
     if (what == "startup" || what == "all") startup(workers, repeat);
     if (what == "memory" || what == "all") memory(pending);
+    if (what == "slurm") slurm(workers, partition);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "herd_bench: %s\n", e.what());
     return 1;
