@@ -135,7 +135,11 @@ class SlurmCluster : public Cluster {
 
   std::string start() override;
   int expected_workers() const override { return 0; }  // queues can wait for hours
+  /// Stops the scheduler, which cancels every job; if the scheduler had died, cancels the jobs
+  /// it recorded itself.
   void close() override;
+  /// Process id of the scheduler (0 before start()).
+  int scheduler_pid() const;
 
  private:
   struct Impl;

@@ -10,6 +10,7 @@
 #include "api/scheduler_process.hpp"
 #include "common/process.hpp"
 #include "herd/error.hpp"
+#include "herd/shell.hpp"
 #include "herd/slurm.hpp"
 #include "jobqueue/pool_config.hpp"
 
@@ -92,16 +93,31 @@ std::string SlurmCluster::start() {
     const std::string logs = m.pools.front().log_directory();
     std::filesystem::create_directories(logs);
     const std::string log = logs + "/herd-scheduler-" + std::to_string(::getpid()) + ".log";
-    return m.scheduler.start({"--config=" + config}, m.env, log, std::chrono::seconds(60));
+    auto env = m.env;
+    env["HERD_JOBS_FILE"] = m.directory + "/jobs";  // our record, in case the scheduler dies
+    return m.scheduler.start({"--config=" + config}, env, log, std::chrono::seconds(60));
   } catch (const ClusterError& e) {
     throw ClusterError(std::string("SlurmCluster: ") + e.what());
   }
 }
 
+int SlurmCluster::scheduler_pid() const { return impl_->scheduler.pid(); }
+
 void SlurmCluster::close() {
   // The scheduler cancels every job and waits until the queue has them gone.
   impl_->scheduler.stop(std::chrono::seconds(60));
   if (!impl_->directory.empty()) {
+    // If it died (SIGKILL, OOM) it could not: cancel what it recorded. Finished ids are harmless.
+    std::ifstream in(impl_->directory + "/jobs");
+    std::vector<std::string> argv = {"scancel", "--quiet"};
+    for (std::string id; std::getline(in, id);) {
+      if (!id.empty()) argv.push_back(id);
+    }
+    if (argv.size() > 2) {
+      ShellCommand c{argv};
+      c.timeout_s = 30;
+      (void)shell(c);
+    }
     std::error_code ec;
     std::filesystem::remove_all(impl_->directory, ec);
     impl_->directory.clear();

@@ -40,8 +40,10 @@ JobState state_of(const std::string& slurm) {
       slurm == "RESIZING" || slurm == "SIGNALING") {
     return JobState::pending;
   }
-  if (slurm == "RUNNING") return JobState::running;
-  return JobState::ended;  // COMPLETING, COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, ...
+  // COMPLETING is a passage, not an end: a requeued job goes through it back to PENDING, and
+  // forgetting it there would make the pool submit a job too many.
+  if (slurm == "RUNNING" || slurm == "COMPLETING") return JobState::running;
+  return JobState::ended;  // COMPLETED, FAILED, CANCELLED, TIMEOUT, NODE_FAIL, PREEMPTED, ...
 }
 
 }  // namespace
@@ -92,6 +94,10 @@ std::vector<std::string> SlurmJobQueue::submit(std::size_t count) {
     const std::string id = array_id + "_" + std::to_string(i);
     jobs_[id] = Job{{id, JobState::pending, "PENDING", "submitted"}, now, 0};
     ids.push_back(id);
+  }
+  if (!options_.jobs_file.empty()) {
+    std::ofstream record(options_.jobs_file, std::ios::app);
+    for (const auto& id : ids) record << id << "\n";
   }
   return ids;
 }

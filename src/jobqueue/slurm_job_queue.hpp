@@ -20,6 +20,8 @@ struct SlurmQueueOptions {
   std::string scheduler_address;              // what the workers connect to
   std::chrono::milliseconds poll_interval{1000};  // at most one squeue per interval
   double command_timeout_s = 30;              // sbatch / squeue / scancel / sacct
+  std::string jobs_file;                      // every submitted id is appended here ("" = none),
+                                              //   so the owner can scancel them if we die
 };
 
 class SlurmJobQueue : public JobQueue {

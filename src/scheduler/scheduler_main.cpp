@@ -55,6 +55,7 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     so.options = o;
     so.scheduler_address = address;
     if (const char* ms = std::getenv("HERD_SLURM_POLL_MS")) so.poll_interval = std::chrono::milliseconds(std::atoi(ms));
+    if (const char* jf = std::getenv("HERD_JOBS_FILE")) so.jobs_file = jf;
     queue = std::make_unique<jobqueue::SlurmJobQueue>(so);
   }
   return std::make_unique<scheduler::Pool>(policy, std::move(queue));

@@ -17,7 +17,10 @@
 
 #include <herd/herd.hpp>
 
+#include "support/slurm_util.hpp"
+
 using namespace std::chrono_literals;
+using namespace herd::testing;
 
 namespace {
 
@@ -40,55 +43,6 @@ std::string pool_of(int ms) {
   return env_or("HERD_POOL", "none") + "|" + env_or("SLURM_JOB_PARTITION", "none");
 }
 HERD_TASK(pool_of);
-
-herd::ShellResult run(std::vector<std::string> argv) { return herd::shell(herd::ShellCommand{std::move(argv)}); }
-
-/// Jobs named `name` still in the queue: id -> state.
-std::map<std::string, std::string> queued(const std::string& name) {
-  auto r = run({"squeue", "--noheader", "-r", "--name=" + name, "--format=%i %T"});
-  REQUIRE_MESSAGE(r.exit_code == 0, r.stderr_tail);
-  std::map<std::string, std::string> jobs;
-  std::istringstream in(r.stdout_tail);
-  std::string id, state;
-  while (in >> id >> state) jobs[id] = state;
-  return jobs;
-}
-
-std::size_t count_state(const std::map<std::string, std::string>& jobs, const std::string& state) {
-  std::size_t n = 0;
-  for (const auto& [id, s] : jobs) n += (s == state);
-  return n;
-}
-
-template <typename Pred>
-bool eventually(Pred pred, std::chrono::milliseconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return pred();
-}
-
-/// Slurm must be there when the suite says so (scripts/test.sh); skipping silently would hide
-/// a broken set-up.
-bool slurm_up() {
-  static const bool up = run({"sinfo", "--noheader"}).exit_code == 0;
-  if (!up && std::getenv("HERD_REQUIRE_SLURM") != nullptr) FAIL("Slurm is not reachable (SLURM_CONF=" << env_or("SLURM_CONF", "") << ")");
-  return up;
-}
-
-std::string unique(const std::string& what) { return "herd-t-" + what + "-" + std::to_string(::getpid()); }
-
-herd::SlurmOptions options(const std::string& name) {
-  return herd::SlurmOptions{}
-      .job_name(name)
-      .partition("cpu")
-      .cores(1)
-      .memory("300M")
-      .walltime("00:10:00")
-      .log_directory("/tmp/herd-slurm-test-logs");
-}
 
 }  // namespace
 
