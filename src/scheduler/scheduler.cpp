@@ -175,6 +175,7 @@ void Scheduler::handle_hello(const std::string& identity, const zmq::message_t& 
     w.nthreads = std::max<std::uint32_t>(1, hello.nthreads);
     w.resources = hello.resources;
     w.end_time = hello.end_time;
+    w.memory_limit = hello.memory_limit;
     w.last_seen = Clock::now();
     w.idle_since = w.last_seen;
     peers_[identity] = {Role::worker, w.id};
@@ -259,6 +260,9 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
     case MessageType::goodbye: {
       protocol::GoodbyeEvent bye;
       (void)protocol::decode(msg.frames[1], bye, error);
+      // Acknowledged, so the worker knows everything it sent before arrived (it leaves with
+      // _exit, which flushes nothing).
+      protocol::send(socket_, w.identity, MessageType::shutdown, protocol::encode(protocol::GoodbyeEvent{"goodbye received"}));
       // A worker that was draining leaves on purpose: its running tasks did nothing wrong.
       worker_lost(w.id, "said goodbye: " + bye.reason, /*count_deaths=*/!w.retiring);
       return;
@@ -476,6 +480,8 @@ Scheduler::WorkerRec* Scheduler::pick_worker(const Task& t) {
                                     std::chrono::system_clock::now().time_since_epoch()).count();
   for (auto& [id, w] : workers_) {
     if (w.retiring || w.processing.size() >= capacity(w)) continue;
+    // Near its memory limit a worker takes nothing new until it is back under.
+    if (w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9) continue;
     // A task that says how long it needs does not go to a worker whose job ends sooner.
     if (t.duration_s > 0 && w.end_time > 0 && now_unix + t.duration_s > w.end_time) continue;
     bool fits = true;

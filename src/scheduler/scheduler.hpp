@@ -57,6 +57,7 @@ class Scheduler {
     std::unordered_set<TaskId> has;
     Clock::time_point last_seen;
     std::uint64_t memory_rss = 0;
+    std::uint64_t memory_limit = 0;     // 0 = none
     std::int64_t end_time = 0;          // unix seconds when its job ends (0 = never)
     Clock::time_point idle_since;       // when processing last became empty
     bool retiring = false;              // no new tasks; leaves once drained and copied

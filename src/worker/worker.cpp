@@ -80,6 +80,12 @@ Worker::Worker(WorkerOptions options)
     end_time_ = now_unix + std::atoll(wall);
   }
   if (const char* before = std::getenv("HERD_RETIRE_BEFORE_S")) retire_before_s_ = std::atoll(before);
+  // Under Slurm, stay below the job's memory (the cgroup would kill us without a word).
+  if (options_.memory_limit == 0) {
+    if (const char* mb = std::getenv("SLURM_MEM_PER_NODE"); mb != nullptr && std::atoll(mb) > 0) {
+      options_.memory_limit = static_cast<std::uint64_t>(std::atoll(mb)) * 1024 * 1024 * 95 / 100;
+    }
+  }
   free_resources_ = options_.resources;
   for (const auto& lib : options_.load) {
     if (::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
@@ -131,6 +137,7 @@ bool Worker::connect() {
   }
   if (const char* pool = std::getenv("HERD_POOL")) hello.pool = pool;
   hello.end_time = end_time_;
+  hello.memory_limit = options_.memory_limit;
   protocol::send(sched_, "", MessageType::hello_request, protocol::encode(hello));
   zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.config.connect_timeout_ms);
@@ -169,6 +176,10 @@ int Worker::run() {
   for (std::size_t i = 0; i < options_.nthreads; ++i) {
     executors_.emplace_back([this, i] { executor_loop(i); });
   }
+  if (options_.memory_limit > 0) {
+    monitor_ = std::thread([this] { memory_monitor(); });
+    monitor_.detach();  // the process leaves with _exit; nothing to join
+  }
   last_from_scheduler_ = Clock::now();
   std::vector<zmq::pollitem_t> items;
   std::vector<std::string> item_peers;
@@ -193,6 +204,11 @@ int Worker::run() {
       if (!wake_.recv(m, zmq::recv_flags::dontwait)) break;
     }
     drain_completions();
+    if (const std::uint64_t rss = over_limit_rss_.load(); rss > 0) {
+      over_memory_limit(rss);
+      exit_code = 3;
+      break;
+    }
     bool shutdown = false;
     std::map<std::string, std::vector<TaskId>> wanted;
     for (int n = 0; n < 1000; ++n) {
@@ -307,8 +323,7 @@ int Worker::run() {
     }
     if (draining_ && now >= drain_deadline_) {
       HERD_LOG(warning) << "drain deadline passed; leaving with " << executing_.load() << " tasks running";
-      protocol::send(sched_, "", MessageType::goodbye,
-                     protocol::encode(protocol::GoodbyeEvent{"drain deadline passed"}));
+      goodbye("drain deadline passed");
       break;
     }
     if (end_time_ > 0 && !retire_asked_) {
@@ -330,9 +345,7 @@ int Worker::run() {
       protocol::send(sched_, "", MessageType::heartbeat, protocol::encode(hb));
     }
   }
-  if (g_stop.load()) {
-    protocol::send(sched_, "", MessageType::goodbye, protocol::encode(protocol::GoodbyeEvent{"worker stopped by signal"}));
-  }
+  if (g_stop.load()) goodbye("worker stopped by signal");
   return exit_code;
 }
 
@@ -542,7 +555,15 @@ void Worker::executor_loop(std::size_t index) {
       for (const auto& [r, amount] : task.resources) free_resources_[r] -= amount;
     }
     ++executing_;
+    {
+      std::lock_guard lock(run_mu_);
+      running_[task.id] = task.key;
+    }
     Completion c = execute(task);
+    {
+      std::lock_guard lock(run_mu_);
+      running_.erase(task.id);
+    }
     --executing_;
     if (!task.resources.empty()) {
       {
@@ -651,6 +672,76 @@ void Worker::flush_results() {
   ev.results.swap(results_out_);
   ev.acquired.swap(acquired_out_);
   protocol::send(sched_, "", MessageType::task_results, protocol::encode(ev));
+}
+
+void Worker::memory_monitor() {
+  // A task can allocate gigabytes between two heartbeats: sample often. /proc/self/statm is
+  // cheap (one read of a few bytes).
+  while (!g_stop.load() && over_limit_rss_.load() == 0) {
+    const std::uint64_t rss = rss_bytes();
+    if (rss > options_.memory_limit) {
+      over_limit_rss_.store(rss);
+      zmq::socket_t wake(context_, zmq::socket_type::push);
+      wake.set(zmq::sockopt::linger, 0);
+      wake.connect(kWakeEndpoint);
+      (void)wake.send(zmq::message_t(), zmq::send_flags::dontwait);
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Worker::over_memory_limit(std::uint64_t rss) {
+  // The running task(s) pushed us over: they fail with a clear error; tasks not started are
+  // handed back; then the worker leaves (its threads cannot be stopped, its memory is gone)
+  // and the pool replaces it.
+  std::map<TaskId, std::string> running;
+  std::vector<protocol::ExecuteTask> queued;
+  {
+    std::lock_guard lock(run_mu_);
+    running = running_;
+    queued.assign(std::make_move_iterator(runnable_.begin()), std::make_move_iterator(runnable_.end()));
+    runnable_.clear();
+    stopping_ = true;
+  }
+  const std::string figures = "worker " + options_.name + " reached " + std::to_string(rss >> 20) +
+                              " MiB resident, over its memory limit of " + std::to_string(options_.memory_limit >> 20) +
+                              " MiB";
+  HERD_LOG(error) << figures << "; failing " << running.size() << " running task(s) and leaving";
+  for (const auto& [id, key] : running) {
+    protocol::TaskResult r;
+    r.id = id;
+    r.error = {"herd::MemoryLimitExceeded", "task " + key + " was running when " + figures, key, options_.name};
+    results_out_.push_back(std::move(r));
+  }
+  auto hand_back = [&](TaskId id) {
+    protocol::TaskResult r;
+    r.id = id;
+    r.handed_back = true;
+    results_out_.push_back(std::move(r));
+  };
+  for (const auto& t : queued) hand_back(t.id);
+  for (const auto& [id, p] : pending_) hand_back(id);
+  flush_results();
+  goodbye(figures);
+}
+
+void Worker::goodbye(const std::string& reason) {
+  flush_results();
+  protocol::send(sched_, "", MessageType::goodbye, protocol::encode(protocol::GoodbyeEvent{reason}));
+  zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
+  const auto deadline = Clock::now() + std::chrono::milliseconds(2000);
+  while (Clock::now() < deadline) {
+    try {
+      zmq::poll(&item, 1, std::chrono::milliseconds(50));
+    } catch (const zmq::error_t&) {
+    }
+    while (auto msg = protocol::try_receive(sched_, false)) {
+      std::string error;
+      auto type = msg->frames.empty() ? std::nullopt : protocol::parse_header(msg->frames[0], error);
+      if (type && *type == MessageType::shutdown) return;
+    }
+  }
 }
 
 std::uint64_t Worker::rss_bytes() const {

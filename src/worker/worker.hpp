@@ -33,6 +33,7 @@ struct WorkerOptions {
   std::map<std::string, double> resources;  // custom resources it offers
   std::string listen_host;                  // interface for the data port ("" = guess)
   std::vector<std::string> load;            // task libraries to dlopen
+  std::uint64_t memory_limit = 0;           // bytes of RSS (0 = Slurm's job memory, or none)
   Config config = Config::from_env();
 };
 
@@ -81,7 +82,11 @@ class Worker {
   void input_unavailable(protocol::TaskId dep);
   void make_runnable(protocol::ExecuteTask task);
   void drain_completions();
+  void memory_monitor();
+  void over_memory_limit(std::uint64_t rss);
   void flush_results();
+  /// Says goodbye and waits (bounded) for the scheduler's acknowledgement.
+  void goodbye(const std::string& reason);
   zmq::socket_t& peer(const std::string& address);
   std::uint64_t rss_bytes() const;
 
@@ -100,6 +105,9 @@ class Worker {
   std::unordered_set<protocol::TaskId> cancelled_;  // cancelled while queued
   bool stopping_ = false;
   std::atomic<std::uint32_t> executing_{0};
+  std::map<protocol::TaskId, std::string> running_;  // id -> key, guarded by run_mu_
+  std::atomic<std::uint64_t> over_limit_rss_{0};     // set by the monitor: RSS past the limit
+  std::thread monitor_;
   std::vector<std::thread> executors_;
   std::mutex done_mu_;
   std::vector<Completion> done_;

@@ -23,6 +23,10 @@ int worker_main(const std::vector<std::string>& args) {
   app.add_option("--resources", resources, "custom resources it offers, e.g. gpu=2 (repeatable)")
       ->delimiter(',');
   app.add_option("--load", options.load, "task library to load (repeatable)")->check(CLI::ExistingFile);
+  std::string memory_limit;
+  app.add_option("--memory-limit", memory_limit,
+                 "resident memory at which the running task fails and the worker leaves, e.g. 4G "
+                 "(default: 95% of Slurm's job memory, else none)");
   app.add_option("--listen-host", options.listen_host,
                  "interface for the data port (default: loopback for a local scheduler, else all)");
   app.footer("Environment:\n" + Config::describe());
@@ -37,6 +41,20 @@ int worker_main(const std::vector<std::string>& args) {
       } catch (const std::exception&) {
         throw CLI::ValidationError("--resources", "amount in '" + r + "' is not a number");
       }
+    }
+    if (!memory_limit.empty()) {
+      std::size_t used = 0;
+      double v = 0;
+      try {
+        v = std::stod(memory_limit, &used);
+      } catch (const std::exception&) {
+        throw CLI::ValidationError("--memory-limit", "'" + memory_limit + "' is not a size like 4G or 512M");
+      }
+      const std::string unit = memory_limit.substr(used);
+      const double scale = unit.empty() || unit == "B" ? 1 : unit == "K" ? 1024.0 : unit == "M" ? 1048576.0
+                           : unit == "G" ? 1073741824.0 : unit == "T" ? 1099511627776.0 : -1;
+      if (scale < 0 || v <= 0) throw CLI::ValidationError("--memory-limit", "'" + memory_limit + "' is not a size like 4G or 512M");
+      options.memory_limit = static_cast<std::uint64_t>(v * scale);
     }
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

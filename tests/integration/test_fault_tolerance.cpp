@@ -259,3 +259,29 @@ TEST_CASE("Faults.Soak.ChaosKillsWorkersAllResultsCorrect" * doctest::timeout(30
   REQUIRE(out.size() == static_cast<std::size_t>(kTasks));
   for (int i = 0; i < kTasks; ++i) REQUIRE(out[static_cast<std::size_t>(i)].first == 2 * i);
 }
+
+namespace {
+std::size_t hog(std::size_t mib) {
+  std::vector<char> v(mib << 20);  // zero-filled: every page touched, resident
+  return v.size() + static_cast<std::size_t>(v[v.size() / 2]);
+}
+HERD_TASK(hog);
+}  // namespace
+
+TEST_CASE("Faults.MemoryLimit.TaskFailsWithClearError" * doctest::timeout(90)) {
+  herd::Client client{herd::LocalCluster{1}.worker_args({"--memory-limit", "200M"})};
+  auto small = client.submit(hog, 10);
+  CHECK(small.result() == std::size_t{10} << 20);
+  auto big = client.submit(hog, 800);
+  try {
+    big.result(60s);
+    FAIL("expected the task over the memory limit to fail");
+  } catch (const herd::TaskError& e) {
+    CHECK(e.type() == "herd::MemoryLimitExceeded");
+    CHECK(e.message().find("memory limit of 200 MiB") != std::string::npos);
+    CHECK(e.task() == big.key());
+  }
+  // The worker left and was replaced; the next tasks run, and earlier results are intact.
+  CHECK(client.submit(hog, 20).result(60s) == std::size_t{20} << 20);
+  CHECK(small.result() == std::size_t{10} << 20);
+}
