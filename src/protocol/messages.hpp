@@ -258,7 +258,8 @@ struct ExecuteTask {
   std::vector<DepLocation> inputs;          // where each distinct input lives
   std::string key;                          // display key (for errors and logs)
   std::map<std::string, double> resources;  // what it holds while it runs
-  MSGPACK_DEFINE(id, function, args, refs, inputs, key, resources);
+  bool full_result = false;                 // send the whole result back (the journal keeps it)
+  MSGPACK_DEFINE(id, function, args, refs, inputs, key, resources, full_result);
 };
 
 struct ExecuteTasksEvent {

@@ -33,6 +33,13 @@ Scheduler::Scheduler(SchedulerOptions options)
     : options_(std::move(options)), auth_(security::Auth::for_server(context_)),
       socket_(context_, zmq::socket_type::router), scheduler_id_(random_id()) {
   auth_.server(socket_);
+  if (!options_.journal.empty()) {
+    journal_ = std::make_unique<Journal>(options_.journal);
+    HERD_LOG(info) << "journal " << journal_->path() << ": " << journal_->size() << " finished tasks"
+                   << (journal_->dropped_bytes() ? ", " + std::to_string(journal_->dropped_bytes()) +
+                                                       " bytes of a torn last record dropped"
+                                                 : std::string());
+  }
   socket_.set(zmq::sockopt::maxmsgsize, options_.config.max_message_bytes);
   socket_.set(zmq::sockopt::sndhwm, 0);  // batches are few; never drop one silently
   socket_.set(zmq::sockopt::rcvhwm, 0);
@@ -234,6 +241,10 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
           if (const Task* t = graph_.find(r.id); t != nullptr && !t->scattered) {
             avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
           }
+          if (const Task* t = graph_.find(r.id); journal_ && t != nullptr && t->keyed && !t->scattered &&
+                                                 t->st() == TaskState::processing && r.nbytes == r.inline_data.size()) {
+            journal_->append(t->key, r.inline_data);
+          }
           graph_.finished(r.id, w.id, r.nbytes, fx_);
           if (const Task* t = graph_.find(r.id); t && t->in_memory()) {
             w.has.insert(r.id);
@@ -293,6 +304,15 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
           break;
         }
         graph_.add(spec, c.index, fx_);
+        // Finished before a restart: put the journaled result on a worker instead of running
+        // the task again (its recipe stays, for lineage).
+        if (journal_ && !spec.key.empty()) {
+          const Task* t = graph_.find(spec.id);
+          const std::vector<char>* done = journal_->find(spec.key);
+          if (done != nullptr && t != nullptr && (t->st() == TaskState::ready || t->st() == TaskState::waiting)) {
+            dispatch_scatter(spec.id, zmq::message_t(done->data(), done->size()));
+          }
+        }
       }
       apply(fx_);
       break;
@@ -543,6 +563,7 @@ void Scheduler::schedule() {
     e.refs = t->refs;
     e.key = t->key;
     e.resources = t->resources;
+    e.full_result = journal_ != nullptr && t->keyed;
     for (TaskId d : t->deps) {
       protocol::DepLocation loc;
       loc.id = d;
@@ -583,6 +604,7 @@ void Scheduler::flush() {
     c.address_index.clear();
   }
   if (cluster_changed_) broadcast_cluster_state();
+  if (journal_) journal_->flush();
 }
 
 void Scheduler::broadcast_cluster_state() {

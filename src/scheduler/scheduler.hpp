@@ -20,6 +20,7 @@
 
 #include "common/config.hpp"
 #include "common/security.hpp"
+#include "scheduler/journal.hpp"
 #include "scheduler/pool.hpp"
 #include "protocol/codec.hpp"
 #include "scheduler/task_graph.hpp"
@@ -30,6 +31,7 @@ struct SchedulerOptions {
   std::string listen = "tcp://127.0.0.1:*";  // ZeroMQ endpoint to bind
   int parent_fd = -1;          // read end of the owner's pipe: EOF means the owner died
   std::uint32_t retire_grace_s = 30;  // a retiring worker's running tasks may take this long
+  std::string journal;                // file of finished keyed tasks ("" = none)
   Config config = Config::from_env();
 };
 
@@ -121,6 +123,7 @@ class Scheduler {
   std::unordered_map<TaskId, std::vector<char>> inline_results_;  // this turn's small results
   std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
   std::vector<std::unique_ptr<Pool>> pools_;
+  std::unique_ptr<Journal> journal_;
   Clock::time_point last_pool_step_{};
   Clock::time_point last_state_broadcast_{};
   std::uint32_t next_worker_id_ = 1;

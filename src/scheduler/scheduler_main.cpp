@@ -89,6 +89,10 @@ int scheduler_main(const std::vector<std::string>& args) {
                  "worker deaths a task may be present at before it fails")->capture_default_str();
   app.add_option("--retire-grace", options.retire_grace_s,
                  "seconds a retiring worker's running tasks may take")->capture_default_str();
+  if (const char* j = std::getenv("HERD_JOURNAL")) options.journal = j;
+  app.add_option("--journal", options.journal,
+                 "record finished keyed tasks here; a scheduler restarted with it does not recompute them "
+                 "(default: $HERD_JOURNAL)");
   app.add_option("--ready-fd", ready_fd, "write the bound address to this fd (internal)");
   app.add_option("--parent-fd", options.parent_fd, "exit when this fd reaches EOF (internal)");
   app.footer("Environment:\n" + Config::describe());

@@ -34,6 +34,7 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, Effect
   t.wanted = spec.want_result;
   t.function = spec.function;
   t.key = spec.key.empty() ? display_key(spec.function, spec.id) : spec.key;
+  t.keyed = !spec.key.empty();
   t.args = spec.args;
   t.refs = spec.refs;
   t.priority = spec.priority;

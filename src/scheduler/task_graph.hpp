@@ -38,6 +38,7 @@ struct Task {
   std::uint8_t state = static_cast<std::uint8_t>(TaskState::waiting);
   bool wanted = false;          // the client holds a future
   bool scattered = false;       // data without a recipe
+  bool keyed = false;           // the client named it (TaskOptions::key): journaled
   bool forget_when_done = false;  // nobody needs it any more, but a worker is computing it
   std::uint32_t client = 0;     // owning client index
   std::uint32_t worker = kNoWorker;  // processing on

@@ -586,6 +586,7 @@ void Worker::executor_loop(std::size_t index) {
 Worker::Completion Worker::execute(const protocol::ExecuteTask& task) {
   Completion c;
   c.id = task.id;
+  c.full_result = task.full_result;
   const auto start = Clock::now();
   const detail::FunctionEntry* entry = detail::find_function(task.function);
   if (entry == nullptr) {
@@ -655,7 +656,7 @@ void Worker::drain_completions() {
     r.missing_input = c.missing_input;
     if (c.ok) {
       r.nbytes = c.bytes->size();
-      if (r.nbytes <= protocol::kInlineResultBytes) {
+      if (r.nbytes <= protocol::kInlineResultBytes || c.full_result) {
         r.inline_data.assign(c.bytes->data(), c.bytes->data() + c.bytes->size());
       }
     } else {

@@ -56,6 +56,7 @@ class Worker {
     protocol::ErrorInfo error;
     std::uint64_t duration_us = 0;
     bool missing_input = false;
+    bool full_result = false;  // the whole result goes back (journal)
   };
   struct Pending {
     protocol::ExecuteTask task;

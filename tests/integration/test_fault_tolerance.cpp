@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -284,4 +285,64 @@ TEST_CASE("Faults.MemoryLimit.TaskFailsWithClearError" * doctest::timeout(90)) {
   // The worker left and was replaced; the next tasks run, and earlier results are intact.
   CHECK(client.submit(hog, 20).result(60s) == std::size_t{20} << 20);
   CHECK(small.result() == std::size_t{10} << 20);
+}
+
+namespace {
+/// A step of a chain: counts its runs in `marker`, takes a while, adds one.
+int step(std::string marker, int previous) {
+  std::ofstream(marker, std::ios::app) << previous << "\n";
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  return previous + 1;
+}
+HERD_TASK(step);
+
+/// The chain step-0 -> step-1 -> ... -> step-(n-1), keyed so that a journal can recognise it.
+std::vector<herd::Future<int>> submit_chain(herd::Client& client, const std::string& marker, int n) {
+  std::vector<herd::Future<int>> chain;
+  chain.push_back(client.submit(herd::TaskOptions{}.key("step-0"), step, marker, 0));
+  for (int i = 1; i < n; ++i) {
+    chain.push_back(client.submit(herd::TaskOptions{}.key("step-" + std::to_string(i)), step, marker, chain.back()));
+  }
+  return chain;
+}
+
+std::size_t lines(const std::string& path) {
+  const std::string text = read_file(path);
+  return static_cast<std::size_t>(std::count(text.begin(), text.end(), '\n'));
+}
+}  // namespace
+
+TEST_CASE("Faults.Journal.RestartDoesNotRecompute" * doctest::timeout(120)) {
+  const std::string tmp = "/tmp/herd-journal-" + std::to_string(::getpid());
+  std::filesystem::remove(tmp + ".journal");
+  std::filesystem::remove(tmp + ".marker");
+  std::size_t ran_before_kill = 0;
+  {
+    herd::LocalCluster cluster = fast_cluster(1);
+    cluster.env("HERD_JOURNAL", tmp + ".journal");
+    const std::string address = cluster.start();
+    herd::Client client{address};
+    client.wait_for_workers(1, 20s);
+    auto chain = submit_chain(client, tmp + ".marker", 20);
+    CHECK(chain[7].result(30s) == 8);  // part of the graph is done
+    ::kill(cluster.scheduler_pid(), SIGKILL);
+    CHECK_THROWS_AS(chain.back().result(30s), herd::ConnectionError);
+    ran_before_kill = lines(tmp + ".marker");
+  }
+  CHECK(ran_before_kill >= 8);
+  CHECK(ran_before_kill < 20);
+  // A new scheduler with the same journal; the client submits the same keyed graph again.
+  herd::LocalCluster cluster = fast_cluster(1);
+  cluster.env("HERD_JOURNAL", tmp + ".journal");
+  herd::Client client{std::move(cluster)};
+  auto chain = submit_chain(client, tmp + ".marker", 20);
+  for (int i = 0; i < 20; ++i) CHECK(chain[static_cast<std::size_t>(i)].result(60s) == i + 1);
+  const std::size_t ran_total = lines(tmp + ".marker");
+  MESSAGE(ran_before_kill << " steps ran before the scheduler was killed; " << ran_total - ran_before_kill
+                          << " after the restart (of 20)");
+  // Finished steps were not run again (one step may have been cut mid-run by the kill).
+  CHECK(ran_total <= 21);
+  CHECK(ran_total >= 20);
+  std::filesystem::remove(tmp + ".journal");
+  std::filesystem::remove(tmp + ".marker");
 }
