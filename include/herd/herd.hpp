@@ -20,3 +20,4 @@
 #include "herd/remote.hpp"
 #include "herd/shell.hpp"
 #include "herd/slurm.hpp"
+#include "herd/sweep.hpp"

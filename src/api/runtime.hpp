@@ -14,6 +14,8 @@ int scheduler_main(const std::vector<std::string>& args);
 int worker_main(const std::vector<std::string>& args);
 /// `herd jobscript ARGS...`
 int jobscript_main(const std::vector<std::string>& args);
+/// `herd sweep ARGS...` (src/cli/sweep.cpp)
+int sweep_main(const std::vector<std::string>& args);
 
 /// When HERD_ROLE=scheduler|worker is set, runs that role with HERD_ROLE_ARGS and exits.
 void enter_role_if_requested();

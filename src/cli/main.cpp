@@ -16,6 +16,8 @@ const char* kUsage =
     "  worker      run a worker    (herd worker --help)\n"
     "  jobscript   print the batch script a configuration's pools submit\n"
     "              (herd jobscript --config cluster.toml [--pool NAME] [--scheduler ADDR])\n"
+    "  sweep       run a command or task over a parameter grid or random sample\n"
+    "              (herd sweep --grid lr=0.1,0.01 --metric loss -- python train.py --lr {lr})\n"
     "  version     print the version\n";
 }
 
@@ -30,6 +32,7 @@ int main(int argc, char** argv) {
   if (command == "scheduler") return herd::detail::scheduler_main(args);
   if (command == "worker") return herd::detail::worker_main(args);
   if (command == "jobscript") return herd::detail::jobscript_main(args);
+  if (command == "sweep") return herd::detail::sweep_main(args);
   if (command == "version") {
     std::cout << "herd 0.1.0 (protocol 1)\n";
     return 0;
