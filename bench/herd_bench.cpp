@@ -8,8 +8,11 @@
 //   herd_bench memory --pending 1000000                   scheduler bytes per pending task
 //   herd_bench slurm --workers 8                          scale(8) to 8 workers, close() to an
 //                                                         empty queue (needs SLURM_CONF)
+//   herd_bench faults                                     time to declare a SIGKILLed and a
+//                                                         SIGSTOPped worker lost
 //   herd_bench all --small                                everything, small sizes (CI smoke)
 #include <dirent.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -25,6 +28,8 @@
 
 #include <herd/herd.hpp>
 
+#include "api/runtime.hpp"
+#include "common/process.hpp"
 #include "common/security.hpp"
 
 using Clock = std::chrono::steady_clock;
@@ -251,6 +256,38 @@ void slurm(int workers, const std::string& partition) {
                        {"close_to_empty_queue_s", close_s}});
 }
 
+/// Two workers started by hand (no pool replaces them), one of them killed or stopped: how long
+/// until the scheduler declares it lost. The dead one is noticed through the heartbeat timeout
+/// here; inside a pool (LocalCluster, Slurm) a dead worker's job end is noticed sooner.
+void faults() {
+  for (const char* how : {"SIGKILL", "SIGSTOP"}) {
+    herd::LocalCluster cluster{0};
+    const std::string address = cluster.start();
+    herd::Client client{address};
+    std::vector<pid_t> pids;
+    for (int i = 0; i < 2; ++i) {
+      herd::process::SpawnOptions spawn;
+      spawn.argv = {herd::process::self_executable()};
+      spawn.env[herd::detail::kRoleEnv] = "worker";
+      spawn.env[herd::detail::kRoleArgsEnv] = herd::detail::join_role_args({"--scheduler", address, "--name", "w" + std::to_string(i)});
+      spawn.death_signal = SIGKILL;
+      pids.push_back(herd::process::spawn(spawn));
+    }
+    client.wait_for_workers(2, std::chrono::seconds(30));
+    const auto t0 = Clock::now();
+    ::kill(pids[0], std::string(how) == "SIGKILL" ? SIGKILL : SIGSTOP);
+    while (client.n_workers() > 1 && seconds_since(t0) < 120) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const double s = seconds_since(t0);
+    const char* timeout = std::getenv("HERD_TIMEOUT_MS");
+    emit("worker_lost_detect", {{"seconds", s}, {"timeout_ms", timeout ? std::atof(timeout) : 10000.0}},
+         std::string(",\"signal\":\"") + how + "\"");
+    for (pid_t p : pids) {
+      ::kill(p, SIGCONT);
+      ::kill(p, SIGKILL);
+    }
+  }
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream in(s);
@@ -270,7 +307,7 @@ int main(int argc, char** argv) {
   bool small = false;
   std::string partition = "cpu";
   app.add_option("workload", what, "throughput|latency|tree|data|startup|memory|slurm|all")
-      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "slurm", "all"}));
+      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "slurm", "faults", "all"}));
   app.add_option("--partition", partition, "partition for the slurm workload")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks for throughput")->capture_default_str();
   app.add_option("--workers", worker_list, "worker counts, comma separated")->capture_default_str();
@@ -294,6 +331,7 @@ int main(int argc, char** argv) {
     if (what == "startup" || what == "all") startup(workers, repeat);
     if (what == "memory" || what == "all") memory(pending);
     if (what == "slurm") slurm(workers, partition);
+    if (what == "faults") faults();
   } catch (const std::exception& e) {
     std::fprintf(stderr, "herd_bench: %s\n", e.what());
     return 1;

@@ -124,7 +124,8 @@ void attack_round(const std::string& address, std::mt19937& rng, bool huge) {
     a.send({header(proto::MessageType::submit_tasks), body(req)});
   }
   if (huge) {
-    // Bigger than the scheduler's HERD_MAX_MESSAGE_BYTES: ZeroMQ drops the connection.
+    // Bigger than the scheduler's HERD_MAX_MESSAGE_BYTES: ZeroMQ drops the connection when the
+    // frame's declared size arrives, before the bytes are read.
     Attacker a(address);
     a.send({header(proto::MessageType::hello_request), std::string(64u << 20, 'x')});
   }
@@ -142,6 +143,11 @@ TEST_CASE("BadInput.Fuzz.OnlyTheBadPeerIsDropped" * doctest::timeout(180)) {
   CHECK(client.submit(twice, 1).result() == 2);
 
   std::mt19937 rng(42);
+  {
+    // One frame of 1 GiB.
+    Attacker a(address);
+    a.send({header(proto::MessageType::hello_request), std::string(std::size_t{1} << 30, 'x')});
+  }
   attack_round(address, rng, true);  // warm-up: first allocations, socket buffers
   CHECK(client.submit(twice, 2).result() == 4);
   const std::uint64_t before = rss_bytes(scheduler);
