@@ -45,20 +45,30 @@ struct NodeGuard {
   ~NodeGuard() { run({"scontrol", "update", "nodename=" + node, "state=resume"}); }
 };
 
+/// Two Slurm workers busy with `tasks` tasks; `victim` is one of their jobs.
+struct Loaded {
+  std::string name;
+  herd::Client client;
+  std::string victim;
+  std::vector<herd::Future<int>> futures;
+  Loaded(const std::string& what, int tasks) : name(unique(what)), client(herd::SlurmCluster{options(name)}) {
+    client.scale(2);
+    client.wait_for_workers(2, 120s);
+    const auto jobs = queued(name);
+    REQUIRE(jobs.size() == 2);
+    victim = jobs.begin()->first;
+    futures = client.map(slow_double, iota_n(tasks));
+    std::this_thread::sleep_for(500ms);  // under load (not a correctness wait)
+  }
+};
+
 }  // namespace
 
 TEST_CASE("SlurmFaults.WarningSignal.DrainsWithoutLoss" * doctest::timeout(180)) {
   if (!slurm_up()) return;
-  const std::string name = unique("warn");
-  herd::Client client{herd::SlurmCluster{options(name)}};
-  client.scale(2);
-  client.wait_for_workers(2, 120s);
-  const auto jobs = queued(name);
-  REQUIRE(jobs.size() == 2);
-  auto fs = client.map(slow_double, iota_n(60));
-  std::this_thread::sleep_for(500ms);  // under load (not a correctness wait)
+  Loaded run_{"warn", 60};
+  auto& [name, client, victim, fs] = run_;
   // What Slurm does at --signal=B:TERM@secs: the batch step gets the signal, the job goes on.
-  const std::string victim = jobs.begin()->first;
   REQUIRE(run({"scancel", "--batch", "--signal=TERM", victim}).exit_code == 0);
   check_doubled(client.gather(fs));  // nothing failed, nothing lost
   // The worker left by itself and its job ended cleanly (not cancelled, not killed).
@@ -69,15 +79,8 @@ TEST_CASE("SlurmFaults.WarningSignal.DrainsWithoutLoss" * doctest::timeout(180))
 
 TEST_CASE("SlurmFaults.Requeue.NewIncarnationRejoins" * doctest::timeout(240)) {
   if (!slurm_up()) return;
-  const std::string name = unique("requeue");
-  herd::Client client{herd::SlurmCluster{options(name)}};
-  client.scale(2);
-  client.wait_for_workers(2, 120s);
-  const auto jobs = queued(name);
-  REQUIRE(jobs.size() == 2);
-  auto fs = client.map(slow_double, iota_n(60));
-  std::this_thread::sleep_for(500ms);
-  const std::string victim = jobs.begin()->first;
+  Loaded run_{"requeue", 60};
+  auto& [name, client, victim, fs] = run_;
   REQUIRE(run({"scontrol", "requeue", victim}).exit_code == 0);
   check_doubled(client.gather(fs));
   // The requeued job runs again under the same id: a new incarnation, a new worker; the pool
@@ -93,12 +96,8 @@ TEST_CASE("SlurmFaults.Requeue.NewIncarnationRejoins" * doctest::timeout(240)) {
 
 TEST_CASE("SlurmFaults.NodeDown.PoolRecovers" * doctest::timeout(240)) {
   if (!slurm_up()) return;
-  const std::string name = unique("nodedown");
-  herd::Client client{herd::SlurmCluster{options(name)}};
-  client.scale(2);
-  client.wait_for_workers(2, 120s);
-  auto fs = client.map(slow_double, iota_n(40));
-  std::this_thread::sleep_for(500ms);
+  Loaded run_{"nodedown", 40};
+  auto& [name, client, victim, fs] = run_;
   const std::string nodes = run({"sinfo", "--noheader", "--format=%n"}).stdout_tail;
   const std::string node = nodes.substr(0, nodes.find('\n'));
   NodeGuard guard{node};
