@@ -11,7 +11,9 @@ Workloads (see bench/README.md):
                  default config and its best one (worker-saturation = inf, i.e. no queuing).
   2. latency     round_trip: sequential submit(noop, i).result(), p50/p99 in microseconds.
   3. tree        tree_reduction: binary-tree sum of `leaves` numbers, 2*leaves-1 tasks, 2 workers.
-  4. data        gather_bytes: fetch one result of 1, 16, 256 MiB to the client, MB/s.
+  4. data        gather_bytes: fetch one result of 1, 16, 256 MiB to the client, MB/s (herd
+                 encrypts with CURVE by default, Dask does not: herd is also measured with
+                 HERD_AUTH=off when its herd_bench reports a CURVE baseline).
   (extra)        startup: creating a 2-worker local cluster and connecting a client.
 
 herd's figures come from the herd_bench binary (its JSON lines); Dask's from
@@ -33,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
+import warnings
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,15 +120,19 @@ class HerdRunner:
         self.timeout_s = timeout_s
         self.out = out
         self.errors = []
+        self.tags = {}
 
-    def run(self, args, run_index=None, warmup_by=None):
+    def run(self, args, run_index=None, warmup_by=None, env=None):
         """Runs herd_bench and returns its records. With warmup_by="mib", the first record of each
-        value of that field is marked "warmup": true (the caller passed each size twice)."""
+        value of that field is marked "warmup": true (the caller passed each size twice). env:
+        extra environment variables, also added to each record (lower-cased names)."""
         cmd = [self.binary] + args
-        progress("herd: " + " ".join(cmd))
+        progress("herd: " + " ".join(f"{k}={v}" for k, v in (env or {}).items()) + (" " if env else "") + " ".join(cmd))
         t0 = time.monotonic()
+        self.tags = {k.lower(): v for k, v in (env or {}).items()}
         try:
-            p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s)
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout_s,
+                               env=dict(os.environ, **env) if env else None)
         except subprocess.TimeoutExpired as e:
             msg = f"`{' '.join(cmd)}` did not finish in {self.timeout_s} s (hang?)"
             progress("ERROR " + msg)
@@ -152,6 +159,7 @@ class HerdRunner:
             except json.JSONDecodeError:
                 self.errors.append(f"herd_bench printed a malformed line: {line[:200]}")
                 continue
+            rec.update(self.tags)
             if run_index is not None:
                 rec["run"] = run_index
             if warmup_by is not None and rec.get(warmup_by) not in seen:
@@ -182,16 +190,30 @@ def run_herd(cfg, out):
         recs = h.run(["tree", "--leaves", str(cfg.leaves), "--workers", str(cfg.tree_workers), "--repeat", r])
         res["tree"] = median(x["seconds"] for x in recs if x["bench"] == "tree_reduction")
     if "data" in cfg.workloads:
-        recs = []
         # herd_bench data measures each listed size once per process: list each size twice and
         # drop the first as a warm-up, as the Dask side does.
-        for i in range(cfg.repeat):
-            sizes = ",".join(f"{m},{m}" for m in cfg.mib)
-            recs += h.run(["data", "--mib", sizes], run_index=i, warmup_by="mib")
-        recs = [x for x in recs if not x.get("warmup")]
+        sizes = ",".join(f"{m},{m}" for m in cfg.mib)
+
+        def data_runs(env=None):
+            recs = []
+            for i in range(cfg.repeat):
+                recs += h.run(["data", "--mib", sizes], run_index=i, warmup_by="mib", env=env)
+            return [x for x in recs if not x.get("warmup") and x["bench"] == "gather_bytes"]
+
+        def field(recs, m, name):
+            return median(x.get(name) for x in recs if x["mib"] == m)
+
+        recs = data_runs()
         for m in cfg.mib:
-            res[("data", m)] = median(x["mb_per_s"] for x in recs if x["bench"] == "gather_bytes" and x["mib"] == m)
-            res[("raw", m)] = median(x["raw_zmq_mb_per_s"] for x in recs if x["bench"] == "gather_bytes" and x["mib"] == m)
+            res[("data", m)] = field(recs, m, "mb_per_s")
+            res[("raw", m)] = field(recs, m, "raw_zmq_mb_per_s")
+            res[("raw_curve", m)] = field(recs, m, "raw_zmq_curve_mb_per_s")
+        # herd encrypts every socket with CURVE by default (when herd_bench reports a CURVE
+        # baseline); Dask's LocalCluster does not encrypt. Measure herd unencrypted too.
+        if any(x.get("raw_zmq_curve_mb_per_s") for x in recs) and os.environ.get("HERD_AUTH") not in ("off", "0"):
+            recs = data_runs(env={"HERD_AUTH": "off"})
+            for m in cfg.mib:
+                res[("data_noauth", m)] = field(recs, m, "mb_per_s")
     if "startup" in cfg.workloads:
         recs = h.run(["startup", "--workers", str(cfg.tree_workers), "--repeat", r])
         res["startup"] = median(x["seconds"] for x in recs if x["bench"] == "startup")
@@ -202,6 +224,9 @@ def run_herd(cfg, out):
 def quiet_dask_logs():
     for name in ("distributed", "dask", "tornado", "asyncio"):
         logging.getLogger(name).setLevel(logging.ERROR)
+    # The scheduler's HTTP server gets a free port (dashboard_address=":0"); should Dask still
+    # complain about a port, that is noise here too.
+    warnings.filterwarnings("ignore", message="Port .* is already in use", category=UserWarning)
 
 
 def scheduler_idle(client, timeout_s=30.0):
@@ -367,7 +392,7 @@ def run_dask(cfg, out, res, errors):
             with dask.config.set(settings):
                 t0 = time.perf_counter()
                 cluster = LocalCluster(n_workers=w, threads_per_worker=1, processes=True,
-                                       silence_logs=logging.ERROR, dashboard_address=None)
+                                       silence_logs=logging.ERROR, dashboard_address=":0")
                 client = Client(cluster)
                 client.wait_for_workers(w)
                 startup_s = time.perf_counter() - t0
@@ -399,7 +424,7 @@ def run_dask(cfg, out, res, errors):
         for _ in range(cfg.repeat - 1):
             t0 = time.perf_counter()
             cluster = LocalCluster(n_workers=cfg.tree_workers, threads_per_worker=1, processes=True,
-                                   silence_logs=logging.ERROR, dashboard_address=None)
+                                   silence_logs=logging.ERROR, dashboard_address=":0")
             client = Client(cluster)
             client.wait_for_workers(cfg.tree_workers)
             s = time.perf_counter() - t0
@@ -453,9 +478,16 @@ def build_rows(cfg, herd, dask):
                      f"{2 * cfg.leaves - 1:,} tasks"))
     if "data" in cfg.workloads:
         for m in cfg.mib:
-            raw = herd.get(("raw", m))
+            raw, raw_curve = herd.get(("raw", m)), herd.get(("raw_curve", m))
+            note = f"raw ZeroMQ {fmt(raw, 'rate')} MB/s" if raw else ""
+            if raw_curve:
+                note = f"herd: CURVE on; raw ZeroMQ {fmt(raw, 'rate')}, with CURVE {fmt(raw_curve, 'rate')} MB/s"
             rows.append((f"gather_bytes {m} MiB", "MB/s", "rate", True, herd.get(("data", m)), d.get(("data", m)), None,
-                         f"raw ZeroMQ {fmt(raw, 'rate')} MB/s" if raw else ""))
+                         note))
+        for m in cfg.mib:
+            if ("data_noauth", m) in herd:
+                rows.append((f"gather_bytes {m} MiB, HERD_AUTH=off", "MB/s", "rate", True, herd.get(("data_noauth", m)),
+                             d.get(("data", m)), None, "herd unencrypted, like Dask's default"))
     if "startup" in cfg.workloads:
         rows.append((f"startup {cfg.tree_workers}w (extra)", "s", "s", False, herd.get("startup"), d.get("startup"), None,
                      "cluster + client"))

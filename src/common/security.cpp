@@ -147,10 +147,21 @@ ZapHandler::ZapHandler(zmq::context_t& context, std::string allowed_z85)
     std::vector<zmq::pollitem_t> items = {{static_cast<void*>(z), 0, ZMQ_POLLIN, 0},
                                           {static_cast<void*>(control), 0, ZMQ_POLLIN, 0}};
     while (true) {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+      // A signal (the process's own SIGTERM handler) interrupts the poll: not an error.
+      try {
+        zmq::poll(items.data(), items.size(), std::chrono::milliseconds(-1));
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        break;  // ETERM: the context is going away
+      }
       if (items[1].revents & ZMQ_POLLIN) break;
       std::vector<zmq::message_t> request;
-      if (!zmq::recv_multipart(z, std::back_inserter(request))) continue;
+      try {
+        if (!zmq::recv_multipart(z, std::back_inserter(request))) continue;
+      } catch (const zmq::error_t& e) {
+        if (e.num() == EINTR) continue;
+        break;
+      }
       // ZAP 1.0 (RFC 27): version, request id, domain, address, identity, mechanism, credentials.
       bool ok = request.size() >= 7 && request[5].to_string() == "CURVE" && request[6].size() == 32 &&
                 std::memcmp(request[6].data(), allowed_.data(), 32) == 0;

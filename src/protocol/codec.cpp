@@ -1,5 +1,6 @@
 #include "protocol/codec.hpp"
 
+#include <cerrno>
 #include <cstring>
 
 namespace herd::protocol {
@@ -25,7 +26,7 @@ std::optional<MessageType> parse_header(const zmq::message_t& frame, std::string
     return std::nullopt;
   }
   const auto t = p[5];
-  const bool known = (t >= 1 && t <= 10) || (t >= 20 && t <= 28) || t == 40 || t == 41 || t == 60;
+  const bool known = (t >= 1 && t <= 11) || (t >= 20 && t <= 29) || t == 40 || t == 41 || t == 60;
   if (!known) {
     error = "unknown message type " + std::to_string(t);
     return std::nullopt;
@@ -70,7 +71,12 @@ void send(zmq::socket_t& socket, const std::string& identity, MessageType type,
 std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
   Received r;
   zmq::message_t part;
-  if (!socket.recv(part, zmq::recv_flags::dontwait)) return std::nullopt;
+  try {
+    if (!socket.recv(part, zmq::recv_flags::dontwait)) return std::nullopt;
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EINTR) return std::nullopt;  // a signal: the caller's loop comes back
+    throw;
+  }
   bool more = part.more();
   if (router) {
     r.identity.assign(static_cast<const char*>(part.data()), part.size());
@@ -98,6 +104,8 @@ std::string to_string(MessageType type) {
     case MessageType::goodbye: return "goodbye";
     case MessageType::scale_pool: return "scale_pool";
     case MessageType::retire_request: return "retire_request";
+    case MessageType::status_request: return "status_request";
+    case MessageType::status_reply: return "status_reply";
     case MessageType::scale_reply: return "scale_reply";
     case MessageType::acquire_keys: return "acquire_keys";
     case MessageType::hello_reply: return "hello_reply";

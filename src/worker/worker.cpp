@@ -165,8 +165,12 @@ bool Worker::connect() {
     options_.config.timeout_ms = reply.timeout_ms;
     return true;
   }
-  HERD_LOG(error) << "no scheduler answered at " << options_.scheduler << " within "
-                  << options_.config.connect_timeout_ms << " ms";
+  if (g_stop.load() || g_drain_signals.load() > 0) {
+    HERD_LOG(info) << "stopped before the scheduler at " << options_.scheduler << " answered";
+  } else {
+    HERD_LOG(error) << "no scheduler answered at " << options_.scheduler << " within "
+                    << options_.config.connect_timeout_ms << " ms";
+  }
   return false;
 }
 
