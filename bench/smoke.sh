@@ -6,4 +6,6 @@ echo "$out"
 n=$(echo "$out" | grep -c '^{"system":"herd","bench":"[a-z_]*".*}$' || true)
 total=$(echo "$out" | grep -c . || true)
 [ "$n" -eq "$total" ] && [ "$n" -ge 8 ] || { echo "malformed or missing benchmark output ($n of $total lines)"; exit 1; }
-python3 -c 'import json,sys; [json.loads(l) for l in sys.stdin]' <<<"$out"
+if command -v python3 >/dev/null; then
+  python3 -c 'import json,sys; [json.loads(l) for l in sys.stdin]' <<<"$out"
+fi
