@@ -25,6 +25,7 @@
 #include "herd/future.hpp"
 #include "herd/options.hpp"
 #include "herd/remote.hpp"
+#include "herd/status.hpp"
 
 namespace herd {
 
@@ -41,20 +42,7 @@ struct ClientOptions {
 template <typename T>
 class AsCompleted;
 
-/// @brief A worker pool as the scheduler sees it (Client::pools()).
-struct PoolInfo {
-  std::string name;     ///< pool name, e.g. "cpu"
-  std::string kind;     ///< "local" or "slurm"
-  int target = 0;       ///< workers wanted now
-  bool adaptive = false;
-  int minimum = 0, maximum = 0;
-  int pending = 0;      ///< jobs waiting in the queue
-  int running = 0;      ///< jobs running
-  int workers = 0;      ///< workers connected
-  std::map<std::string, int> pending_reasons;  ///< Slurm's reasons, e.g. {"Priority": 3}
-  std::string paused;      ///< why submissions are paused ("" = not paused)
-  std::string last_error;  ///< last submission error, in the batch system's words
-};
+// PoolInfo is in herd/status.hpp, with the rest of what the scheduler reports.
 
 namespace detail {
 template <typename T>
@@ -242,6 +230,13 @@ class Client {
   std::vector<PoolInfo> pools() const;
   /// Workers connected now (as last told by the scheduler).
   int n_workers() const;
+  /// @brief Asks the scheduler for a snapshot: workers, tasks by state and function,
+  /// throughput, pools and their jobs, and the newest `max_events` task runs.
+  /// @throws ConnectionError, TimeoutError (no answer within 30 s)
+  /// @code
+  /// std::cout << client.status().to_text();
+  /// @endcode
+  ClusterStatus status(int max_events = 0) const;
   /// Address of the scheduler this client talks to.
   const std::string& scheduler_address() const;
   /// Disconnects, and closes the owned cluster. Pending futures fail with ConnectionError.

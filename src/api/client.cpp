@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -16,6 +17,7 @@
 #include <unordered_map>
 
 #include "api/runtime.hpp"
+#include "api/status.hpp"
 #include "common/config.hpp"
 #include "common/logging.hpp"
 #include "herd/client.hpp"
@@ -103,6 +105,9 @@ class ClientCore {
   std::vector<protocol::ScalePoolRequest> out_scales_;
   std::map<std::uint64_t, std::optional<protocol::ScalePoolReply>> scale_replies_;
   std::uint64_t next_scale_id_ = 1;
+  std::vector<protocol::StatusRequest> out_statuses_;
+  std::map<std::uint64_t, std::optional<protocol::StatusReply>> status_replies_;
+  std::uint64_t next_status_id_ = 1;
   bool wake_pending_ = false;
   std::string lost_reason_;  // non-empty once the connection is gone
   int n_workers_ = 0;
@@ -276,9 +281,11 @@ void ClientCore::io_loop() {
     std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> scatters;
     std::map<std::string, std::vector<TaskId>> fetches;
     std::vector<protocol::ScalePoolRequest> scales;
+    std::vector<protocol::StatusRequest> statuses;
     {
       std::lock_guard lock(mu_);
       scales.swap(out_scales_);
+      statuses.swap(out_statuses_);
       submits.swap(out_submits_);
       releases.swap(out_releases_);
       cancels.swap(out_cancels_);
@@ -304,6 +311,9 @@ void ClientCore::io_loop() {
     }
     for (const auto& req : scales) {
       protocol::send(sched_, "", MessageType::scale_pool, protocol::encode(req));
+    }
+    for (const auto& req : statuses) {
+      protocol::send(sched_, "", MessageType::status_request, protocol::encode(req));
     }
     for (auto& [address, ids] : fetches) {
       const std::uint64_t rid = next_request_++;
@@ -394,6 +404,16 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (!protocol::decode(msg.frames[1], reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = scale_replies_.find(reply.request_id); it != scale_replies_.end()) it->second = reply;
+      cv_.notify_all();
+      break;
+    }
+    case MessageType::status_reply: {
+      protocol::StatusReply reply;
+      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      std::lock_guard lock(mu_);
+      if (auto it = status_replies_.find(reply.request_id); it != status_replies_.end()) {
+        it->second = std::move(reply);
+      }
       cv_.notify_all();
       break;
     }
@@ -748,6 +768,26 @@ std::vector<PoolInfo> Client::pools() const {
     out.push_back(std::move(i));
   }
   return out;
+}
+
+ClusterStatus Client::status(int max_events) const {
+  auto& core = *core_;
+  std::unique_lock lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  protocol::StatusRequest req;
+  req.request_id = core.next_status_id_++;
+  req.max_events = static_cast<std::uint32_t>(std::max(0, max_events));
+  core.status_replies_[req.request_id] = std::nullopt;
+  core.out_statuses_.push_back(req);
+  core.wake_locked();
+  const bool answered = core.cv_.wait_for(lock, std::chrono::seconds(30), [&] {
+    return core.status_replies_[req.request_id].has_value() || !core.lost_reason_.empty();
+  });
+  auto reply = std::move(core.status_replies_[req.request_id]);
+  core.status_replies_.erase(req.request_id);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  if (!answered || !reply) throw TimeoutError("the scheduler did not answer a status request within 30 s");
+  return detail::to_cluster_status(*reply);
 }
 
 int Client::n_workers() const {

@@ -16,6 +16,8 @@ int worker_main(const std::vector<std::string>& args);
 int jobscript_main(const std::vector<std::string>& args);
 /// `herd sweep ARGS...` (src/cli/sweep.cpp)
 int sweep_main(const std::vector<std::string>& args);
+/// `herd status ARGS...` (src/cli/status.cpp)
+int status_main(const std::vector<std::string>& args);
 
 /// When HERD_ROLE=scheduler|worker is set, runs that role with HERD_ROLE_ARGS and exits.
 void enter_role_if_requested();

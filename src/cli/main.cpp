@@ -18,6 +18,8 @@ const char* kUsage =
     "              (herd jobscript --config cluster.toml [--pool NAME] [--scheduler ADDR])\n"
     "  sweep       run a command or task over a parameter grid or random sample\n"
     "              (herd sweep --grid lr=0.1,0.01 --metric loss -- python train.py --lr {lr})\n"
+    "  status      show a running scheduler's workers, tasks, pools and jobs\n"
+    "              (herd status --scheduler tcp://host:port [--json])\n"
     "  version     print the version\n";
 }
 
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
   if (command == "worker") return herd::detail::worker_main(args);
   if (command == "jobscript") return herd::detail::jobscript_main(args);
   if (command == "sweep") return herd::detail::sweep_main(args);
+  if (command == "status") return herd::detail::status_main(args);
   if (command == "version") {
     std::cout << "herd 0.1.0 (protocol 1)\n";
     return 0;

@@ -44,6 +44,7 @@ enum class MessageType : std::uint8_t {
   goodbye = 8,           // GoodbyeEvent: peer is leaving on purpose
   scale_pool = 9,        // ScalePoolRequest              client -> scheduler
   retire_request = 10,   // GoodbyeEvent: worker asks to be retired (walltime, SIGTERM)
+  status_request = 11,   // StatusRequest                 client -> scheduler
   // scheduler -> client|worker
   hello_reply = 20,      // HelloReply
   task_updates = 21,     // TaskUpdatesEvent              scheduler -> client
@@ -54,6 +55,7 @@ enum class MessageType : std::uint8_t {
   shutdown = 26,         // GoodbyeEvent: exit now        scheduler -> worker|client
   scale_reply = 27,      // ScalePoolReply                scheduler -> client
   acquire_keys = 28,     // AcquireKeysEvent: copy these results from their holders
+  status_reply = 29,     // StatusReply                   scheduler -> client
   // data port (worker ROUTER) <-> peers and clients
   get_data_request = 40, // GetDataRequest
   get_data_reply = 41,   // GetDataReply + one payload per found key
@@ -238,6 +240,79 @@ struct ScalePoolReply {
   MSGPACK_DEFINE_MAP(request_id, ok, error);
 };
 
+
+/// `herd status`, Client::status() and the dashboard: one snapshot of the scheduler's state.
+/// All status structs are maps: they are rare, and fields will be added.
+struct StatusRequest {
+  std::uint64_t request_id = 0;  // echoed in the reply
+  std::uint32_t max_events = 0;  // task stream entries wanted (newest last; 0 = none)
+  MSGPACK_DEFINE_MAP(request_id, max_events);
+};
+
+struct WorkerStatus {
+  std::uint32_t id = 0;                     // scheduler's worker number
+  std::string name;                         // e.g. "local-3" or the host:pid
+  std::string host;                         // hostname
+  std::string address;                      // data port
+  std::string job_id;                       // batch-system job id ("" outside Slurm)
+  std::string pool;                         // pool that launched it ("" = none)
+  std::uint32_t nthreads = 0;               // task slots
+  std::uint32_t processing = 0;             // tasks sent to it and not finished (may exceed slots)
+  std::uint32_t executing = 0;              // tasks running now, as its last heartbeat said
+  std::uint64_t stored = 0;                 // results it holds
+  std::uint64_t memory_rss = 0;             // bytes resident, as its last heartbeat said
+  std::uint64_t memory_limit = 0;           // bytes, 0 = none
+  std::map<std::string, double> resources;  // custom resources it offers, e.g. {"gpu": 1}
+  std::int64_t end_time = 0;                // unix seconds when its job ends (0 = never)
+  bool retiring = false;                    // draining: takes no new tasks
+  double last_seen_s = 0;                   // seconds since its last message
+  MSGPACK_DEFINE_MAP(id, name, host, address, job_id, pool, nthreads, processing, executing, stored,
+                     memory_rss, memory_limit, resources, end_time, retiring, last_seen_s);
+};
+
+struct JobStatus {
+  std::string pool;    // pool that submitted it
+  std::string id;      // "12345_0" (Slurm array task) or "local-3"
+  std::string state;   // "pending", "running", "ended"
+  std::string detail;  // the batch system's own state (PENDING, RUNNING, ...)
+  std::string reason;  // pending reason (Priority, Resources, ...), or how it ended
+  std::string worker;  // name of the worker it runs ("" = none connected yet)
+  MSGPACK_DEFINE_MAP(pool, id, state, detail, reason, worker);
+};
+
+/// One finished task run, for the task stream (what ran where, when).
+struct TaskEvent {
+  std::string key;          // display key
+  std::string function;     // registry name
+  std::string worker;       // worker name
+  std::int64_t start_ms = 0;  // unix milliseconds when the function started (end - duration)
+  std::int64_t end_ms = 0;    // unix milliseconds when the scheduler heard it finished
+  bool ok = true;           // false: it raised
+  MSGPACK_DEFINE_MAP(key, function, worker, start_ms, end_ms, ok);
+};
+
+struct StatusReply {
+  std::uint64_t request_id = 0;             // from the request
+  std::string scheduler_id;                 // random id of this scheduler instance
+  std::string address;                      // where peers connect
+  std::string dashboard;                    // http://host:port/ of the dashboard ("" = none)
+  std::int64_t now_ms = 0;                  // unix milliseconds when the snapshot was taken
+  double uptime_s = 0;                      // seconds since the scheduler started
+  std::uint32_t clients = 0;                // clients connected
+  std::vector<WorkerStatus> workers;        // connected workers, by id
+  std::map<std::string, std::uint64_t> tasks;  // tasks in the graph by state name
+  std::map<std::string, std::map<std::string, std::uint64_t>> functions;  // function -> state -> n
+                                            //   in the graph, plus "finished_total" and
+                                            //   "failed_total": its runs since start
+  std::uint64_t finished_total = 0;         // task runs that succeeded since start
+  std::uint64_t failed_total = 0;           // task runs that raised since start
+  double throughput = 0;                    // tasks finished per second over the last 10 s
+  std::vector<PoolStatus> pools;            // every pool of the scheduler
+  std::vector<JobStatus> jobs;              // every live job of every pool
+  std::vector<TaskEvent> events;            // newest task runs (at most max_events), oldest first
+  MSGPACK_DEFINE_MAP(request_id, scheduler_id, address, dashboard, now_ms, uptime_s, clients, workers,
+                     tasks, functions, finished_total, failed_total, throughput, pools, jobs, events);
+};
 
 struct DepLocation {
   TaskId id = 0;                       // an input of the task

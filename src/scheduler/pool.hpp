@@ -70,6 +70,8 @@ class Pool {
 
   protocol::PoolStatus status(std::uint32_t connected_workers) const;
   std::uint32_t desired() const { return desired_; }
+  /// Live jobs by id, with the batch system's state and pending reason (for `herd status`).
+  const std::map<std::string, jobqueue::JobInfo>& jobs() const { return jobs_; }
 
  private:
   void submit(std::size_t count);

@@ -9,6 +9,7 @@
 
 #include "common/logging.hpp"
 #include "herd/error.hpp"
+#include "scheduler/http_server.hpp"
 
 namespace herd::scheduler {
 
@@ -47,6 +48,7 @@ Scheduler::Scheduler(SchedulerOptions options)
 }
 
 Scheduler::~Scheduler() {
+  http_.reset();  // the dashboard thread stops before the state it shows goes away
   for (auto& p : pools_) p->close();
 }
 
@@ -59,6 +61,7 @@ std::string Scheduler::bind() {
     ::gethostname(host, sizeof host - 1);
     address_.replace(pos, 7, host);
   }
+  start_dashboard();
   return address_;
 }
 
@@ -81,7 +84,10 @@ int Scheduler::run() {
   if (options_.parent_fd >= 0) items.push_back({nullptr, options_.parent_fd, ZMQ_POLLIN, 0});
   while (!g_stop.load()) {
     try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(options_.config.heartbeat_ms));
+      // With a dashboard, wake at least every 250 ms to see whether a request wants a snapshot.
+      const auto wait = std::chrono::milliseconds(http_ ? std::min<std::int64_t>(options_.config.heartbeat_ms, 250)
+                                                        : static_cast<std::int64_t>(options_.config.heartbeat_ms));
+      zmq::poll(items.data(), items.size(), wait);
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
@@ -112,6 +118,7 @@ int Scheduler::run() {
                    protocol::encode(protocol::GoodbyeEvent{"scheduler is shutting down"}));
   }
   for (auto& p : pools_) p->close();  // no job of ours stays in the queue
+  http_.reset();
   return 0;
 }
 
@@ -228,7 +235,10 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
   switch (type) {
     case MessageType::heartbeat: {
       protocol::HeartbeatEvent hb;
-      if (protocol::decode(msg.frames[1], hb, error)) w.memory_rss = hb.memory_rss;
+      if (protocol::decode(msg.frames[1], hb, error)) {
+        w.memory_rss = hb.memory_rss;
+        w.executing = hb.executing;
+      }
       break;
     }
     case MessageType::task_results: {
@@ -236,6 +246,7 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
       if (!protocol::decode(msg.frames[1], ev, error)) break;
       for (auto& r : ev.results) {
         w.processing.erase(r.id);
+        if (!r.handed_back && !r.missing_input) record_run(graph_.find(r.id), w, r);
         if (r.ok) {
           const double us = static_cast<double>(r.duration_us);
           if (const Task* t = graph_.find(r.id); t != nullptr && !t->scattered) {
@@ -351,6 +362,14 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
     case MessageType::scale_pool: {
       protocol::ScalePoolRequest req;
       if (protocol::decode(msg.frames[1], req, error)) handle_scale(c, req);
+      break;
+    }
+    case MessageType::status_request: {
+      protocol::StatusRequest req;
+      if (!protocol::decode(msg.frames[1], req, error)) break;
+      protocol::StatusReply reply = status_snapshot(std::min<std::uint32_t>(req.max_events, 10000));
+      reply.request_id = req.request_id;
+      protocol::send(socket_, c.identity, MessageType::status_reply, protocol::encode(reply));
       break;
     }
     case MessageType::goodbye:
@@ -650,6 +669,10 @@ void Scheduler::tick() {
     progress_retirements();
   }
   if (!pools_.empty() && now - last_state_broadcast_ >= std::chrono::seconds(1)) cluster_changed_ = true;
+  if (http_ && http_->wanted() && now - last_publish_ >= std::chrono::milliseconds(100)) {
+    last_publish_ = now;
+    publish_dashboard();
+  }
   // Worker losses and client losses may have made tasks ready.
   schedule();
   flush();

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <queue>
 #include <string>
@@ -27,11 +28,15 @@
 
 namespace herd::scheduler {
 
+class HttpServer;
+
 struct SchedulerOptions {
   std::string listen = "tcp://127.0.0.1:*";  // ZeroMQ endpoint to bind
   int parent_fd = -1;          // read end of the owner's pipe: EOF means the owner died
   std::uint32_t retire_grace_s = 30;  // a retiring worker's running tasks may take this long
   std::string journal;                // file of finished keyed tasks ("" = none)
+  std::string dashboard = "127.0.0.1:8787";  // HTTP dashboard host:port ("" = none; port 0 = a
+                                             //   free one; a busy port falls back to a free one)
   Config config = Config::from_env();
 };
 
@@ -47,6 +52,11 @@ class Scheduler {
   /// Runs until stop() (from a signal handler: it only sets a flag) or the owner dies.
   int run();
   static void request_stop();
+  /// Workers, tasks by state and function, throughput, pools and jobs, and the newest
+  /// `max_events` task runs (src/scheduler/status.cpp).
+  protocol::StatusReply status_snapshot(std::uint32_t max_events) const;
+  /// "http://127.0.0.1:8787/" once bind() started the dashboard ("" = none).
+  const std::string& dashboard_url() const { return dashboard_url_; }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -59,6 +69,7 @@ class Scheduler {
     std::unordered_set<TaskId> has;
     Clock::time_point last_seen;
     std::uint64_t memory_rss = 0;
+    std::uint32_t executing = 0;        // running now, as its last heartbeat said
     std::uint64_t memory_limit = 0;     // 0 = none
     std::int64_t end_time = 0;          // unix seconds when its job ends (0 = never)
     Clock::time_point idle_since;       // when processing last became empty
@@ -106,6 +117,10 @@ class Scheduler {
   void tick();
   void broadcast_cluster_state();
   void send_error(const std::string& identity, const std::string& message);
+  // Observability (src/scheduler/status.cpp).
+  void record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r);
+  void start_dashboard();
+  void publish_dashboard();
 
   SchedulerOptions options_;
   zmq::context_t context_{1};
@@ -131,6 +146,16 @@ class Scheduler {
   double avg_task_us_ = -1;  // moving average of task run time; < 0 until one finishes
   bool cluster_changed_ = false;
   Clock::time_point last_heartbeat_{};
+  // Observability: totals, finishes per second (last ~10 s), the newest task runs, and the
+  // dashboard thread, which reads a snapshot published on request (never the live state).
+  Clock::time_point started_ = Clock::now();
+  std::uint64_t finished_total_ = 0, failed_total_ = 0;
+  std::deque<std::pair<std::int64_t, std::uint64_t>> finishes_per_second_;  // (unix s, count)
+  std::deque<protocol::TaskEvent> events_;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> runs_by_function_;  // (ok, raised)
+  std::unique_ptr<HttpServer> http_;
+  std::string dashboard_url_;
+  Clock::time_point last_publish_{};
 };
 
 }  // namespace herd::scheduler

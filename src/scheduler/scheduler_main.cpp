@@ -93,6 +93,13 @@ int scheduler_main(const std::vector<std::string>& args) {
   app.add_option("--journal", options.journal,
                  "record finished keyed tasks here; a scheduler restarted with it does not recompute them "
                  "(default: $HERD_JOURNAL)");
+  if (const char* d = std::getenv("HERD_DASHBOARD_ADDRESS")) options.dashboard = d;
+  bool no_dashboard = false;
+  app.add_option("--dashboard-address", options.dashboard,
+                 "HTTP dashboard, /api/status and /metrics on HOST:PORT (port 0 = a free one; a busy "
+                 "port falls back to a free one; default: $HERD_DASHBOARD_ADDRESS or 127.0.0.1:8787)")
+      ->capture_default_str();
+  app.add_flag("--no-dashboard", no_dashboard, "serve no dashboard");
   app.add_option("--ready-fd", ready_fd, "write the bound address to this fd (internal)");
   app.add_option("--parent-fd", options.parent_fd, "exit when this fd reaches EOF (internal)");
   app.footer("Environment:\n" + Config::describe());
@@ -102,6 +109,7 @@ int scheduler_main(const std::vector<std::string>& args) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   }
+  if (no_dashboard) options.dashboard.clear();
   log::set_process_name("scheduler");
   ::signal(SIGPIPE, SIG_IGN);
   struct sigaction sa {};
@@ -145,6 +153,7 @@ int scheduler_main(const std::vector<std::string>& args) {
       ready_fd = -1;
     } else {
       std::cout << "herd scheduler listening at " << address << std::endl;
+      if (!sched.dashboard_url().empty()) std::cout << "herd dashboard at " << sched.dashboard_url() << std::endl;
     }
     for (auto& p : pools) sched.add_pool(std::move(p));
     return sched.run();

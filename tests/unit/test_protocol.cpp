@@ -129,3 +129,35 @@ TEST_CASE("Protocol.Decode.Malformed") {
   CHECK_FALSE(decode(zmq::message_t(nested.data(), nested.size()), out, error));
   CHECK(error.find("nested") != std::string::npos);
 }
+
+TEST_CASE("Protocol.Status.RoundTrip") {
+  for (MessageType t : {MessageType::status_request, MessageType::status_reply}) {
+    std::string error;
+    auto parsed = parse_header(make_header(t), error);
+    REQUIRE_MESSAGE(parsed.has_value(), error);
+    CHECK(*parsed == t);
+  }
+  CHECK(to_string(MessageType::status_reply) == "status_reply");
+  StatusReply s;
+  s.request_id = 7;
+  s.workers.push_back({});
+  s.workers[0].name = "w-1";
+  s.workers[0].resources = {{"gpu", 2}};
+  s.tasks = {{"memory", 3}};
+  s.functions["add"]["finished_total"] = 5;
+  s.pools.push_back({});
+  s.pools[0].pending_reasons = {{"Priority", 2}};
+  s.jobs.push_back({"cpu", "12_3", "pending", "PENDING", "Priority", ""});
+  s.events.push_back({"add-1", "add", "w-1", 1000, 1500, false});
+  const StatusReply out = round_trip(s);
+  CHECK(out.request_id == 7);
+  CHECK(out.workers.at(0).name == "w-1");
+  CHECK(out.workers.at(0).resources.at("gpu") == 2);
+  CHECK(out.tasks.at("memory") == 3);
+  CHECK(out.functions.at("add").at("finished_total") == 5);
+  CHECK(out.pools.at(0).pending_reasons.at("Priority") == 2);
+  CHECK(out.jobs.at(0).reason == "Priority");
+  CHECK(out.events.at(0).end_ms == 1500);
+  CHECK_FALSE(out.events.at(0).ok);
+  CHECK(round_trip(StatusRequest{3, 100}).max_events == 100);
+}

@@ -1,0 +1,97 @@
+#pragma once
+/// @file status.hpp
+/// @brief herd::ClusterStatus: what `herd status`, Client::status() and the dashboard show.
+///
+/// @code
+/// herd::ClusterStatus s = client.status();
+/// std::cout << s.workers.size() << " workers, " << s.finished_total << " tasks done\n";
+/// std::cout << s.to_text();          // the `herd status` table; s.to_json() for scripts
+/// @endcode
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace herd {
+
+/// @brief A worker pool as the scheduler sees it (Client::pools(), ClusterStatus::pools).
+struct PoolInfo {
+  std::string name;     ///< pool name, e.g. "cpu"
+  std::string kind;     ///< "local" or "slurm"
+  int target = 0;       ///< workers wanted now
+  bool adaptive = false;
+  int minimum = 0, maximum = 0;
+  int pending = 0;      ///< jobs waiting in the queue
+  int running = 0;      ///< jobs running
+  int workers = 0;      ///< workers connected
+  std::map<std::string, int> pending_reasons;  ///< Slurm's reasons, e.g. {"Priority": 3}
+  std::string paused;      ///< why submissions are paused ("" = not paused)
+  std::string last_error;  ///< last submission error, in the batch system's words
+};
+
+/// @brief One connected worker.
+struct WorkerInfo {
+  std::string name;         ///< e.g. "local-3", or host:pid
+  std::string host;         ///< hostname
+  std::string address;      ///< data port
+  std::string job_id;       ///< Slurm job id ("" outside Slurm)
+  std::string pool;         ///< pool that launched it ("" = none)
+  int nthreads = 0;         ///< task slots
+  int busy = 0;             ///< tasks running now (at most nthreads)
+  int processing = 0;       ///< tasks assigned (running + queued on it)
+  std::uint64_t stored = 0;       ///< results it holds
+  std::uint64_t memory_rss = 0;   ///< resident bytes
+  std::uint64_t memory_limit = 0; ///< bytes, 0 = none
+  std::map<std::string, double> resources;  ///< e.g. {"gpu": 1}
+  std::int64_t end_time = 0;      ///< unix seconds when its job ends (0 = never)
+  double time_left_s = -1;        ///< seconds until end_time (-1 = no walltime)
+  bool retiring = false;          ///< draining, takes no new tasks
+};
+
+/// @brief One batch job of a pool.
+struct JobInfo {
+  std::string pool;    ///< pool that submitted it
+  std::string id;      ///< e.g. "12345_0"
+  std::string state;   ///< "pending", "running" or "ended"
+  std::string detail;  ///< the batch system's state, e.g. PENDING
+  std::string reason;  ///< pending reason (Priority, Resources, ...) or how it ended
+  std::string worker;  ///< the worker it runs ("" = none yet)
+};
+
+/// @brief One finished task run (the dashboard's task stream).
+struct TaskEventInfo {
+  std::string key, function, worker;
+  std::int64_t start_ms = 0;  ///< unix milliseconds
+  std::int64_t end_ms = 0;    ///< unix milliseconds
+  bool ok = true;             ///< false: it raised
+};
+
+/// @brief A snapshot of the scheduler: workers, tasks, throughput, pools and their jobs.
+struct ClusterStatus {
+  std::string scheduler_id;   ///< random id of the scheduler instance
+  std::string address;        ///< where clients connect
+  std::string dashboard;      ///< dashboard URL ("" = none)
+  std::int64_t now_ms = 0;    ///< unix milliseconds of the snapshot
+  double uptime_s = 0;        ///< seconds since the scheduler started
+  int clients = 0;            ///< clients connected
+  std::vector<WorkerInfo> workers;
+  std::map<std::string, std::uint64_t> tasks;  ///< tasks in the graph by state (waiting, ready,
+                                               ///< processing, memory, erred, cancelled, released)
+  /// function -> state -> tasks in the graph, plus "finished_total" and "failed_total": the
+  /// function's runs since the scheduler started (released tasks leave the graph, not these).
+  std::map<std::string, std::map<std::string, std::uint64_t>> functions;
+  std::uint64_t finished_total = 0;  ///< task runs that succeeded since the scheduler started
+  std::uint64_t failed_total = 0;    ///< task runs that raised
+  double throughput = 0;             ///< tasks finished per second over the last 10 s
+  std::vector<PoolInfo> pools;
+  std::vector<JobInfo> jobs;         ///< live jobs of every pool
+  std::vector<TaskEventInfo> events; ///< newest task runs, oldest first
+
+  /// @brief Human-readable tables (what `herd status` prints).
+  std::string to_text() const;
+  /// @brief One JSON object with every field above (what `herd status --json` prints).
+  std::string to_json() const;
+};
+
+}  // namespace herd

@@ -1,0 +1,157 @@
+// The scheduler's observability: the status snapshot (`herd status`, Client::status(), the
+// dashboard), the counters behind it, and the dashboard thread's lifecycle. All of it runs on
+// the event loop's thread; the HTTP thread only ever sees a published copy.
+#include <algorithm>
+
+#include "common/logging.hpp"
+#include "scheduler/http_server.hpp"
+#include "scheduler/scheduler.hpp"
+
+namespace herd::scheduler {
+
+namespace {
+constexpr std::size_t kMaxEvents = 1000;     // task runs kept for the task stream
+constexpr std::int64_t kThroughputWindow = 10;  // seconds
+constexpr std::uint32_t kDashboardEvents = 300;  // task runs the dashboard gets
+
+std::int64_t unix_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+const char* state_name(std::uint8_t s) {
+  switch (s) {
+    case static_cast<std::uint8_t>(TaskState::waiting): return "waiting";
+    case static_cast<std::uint8_t>(TaskState::ready): return "ready";
+    case static_cast<std::uint8_t>(TaskState::processing): return "processing";
+    case static_cast<std::uint8_t>(TaskState::memory): return "memory";
+    case static_cast<std::uint8_t>(TaskState::erred): return "erred";
+    case static_cast<std::uint8_t>(TaskState::cancelled): return "cancelled";
+    case kReleased: return "released";
+    default: return "unknown";
+  }
+}
+}  // namespace
+
+void Scheduler::record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r) {
+  if (t == nullptr || t->scattered) return;
+  const std::int64_t now = unix_ms();
+  (r.ok ? finished_total_ : failed_total_) += 1;
+  auto& runs = runs_by_function_[t->function];
+  (r.ok ? runs.first : runs.second) += 1;
+  if (r.ok) {
+    const std::int64_t second = now / 1000;
+    if (finishes_per_second_.empty() || finishes_per_second_.back().first != second) {
+      finishes_per_second_.emplace_back(second, 0);
+      while (finishes_per_second_.front().first <= second - kThroughputWindow) finishes_per_second_.pop_front();
+    }
+    ++finishes_per_second_.back().second;
+  }
+  protocol::TaskEvent e;
+  e.key = t->key.empty() ? TaskGraph::display_key(t->function, t->id) : t->key;
+  e.function = t->function;
+  e.worker = w.name;
+  e.end_ms = now;
+  e.start_ms = now - static_cast<std::int64_t>(r.duration_us / 1000);
+  e.ok = r.ok;
+  events_.push_back(std::move(e));
+  if (events_.size() > kMaxEvents) events_.pop_front();
+}
+
+protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const {
+  protocol::StatusReply s;
+  s.scheduler_id = scheduler_id_;
+  s.address = address_;
+  s.dashboard = dashboard_url_;
+  s.now_ms = unix_ms();
+  s.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
+  s.clients = static_cast<std::uint32_t>(clients_.size());
+  const auto now = Clock::now();
+  for (const auto& [id, w] : workers_) {
+    protocol::WorkerStatus ws;
+    ws.id = id;
+    ws.name = w.name;
+    ws.host = w.host;
+    ws.address = w.address;
+    ws.job_id = w.job_id;
+    ws.pool = w.pool;
+    ws.nthreads = w.nthreads;
+    ws.processing = static_cast<std::uint32_t>(w.processing.size());
+    // The heartbeat's count lags; what the scheduler assigned bounds it from above.
+    ws.executing = std::min<std::uint32_t>(w.executing, std::min<std::uint32_t>(ws.processing, w.nthreads));
+    if (ws.executing == 0 && ws.processing > 0) ws.executing = std::min(ws.processing, w.nthreads);
+    ws.stored = w.has.size();
+    ws.memory_rss = w.memory_rss;
+    ws.memory_limit = w.memory_limit;
+    ws.resources = w.resources;
+    ws.end_time = w.end_time;
+    ws.retiring = w.retiring;
+    ws.last_seen_s = std::chrono::duration<double>(now - w.last_seen).count();
+    s.workers.push_back(std::move(ws));
+  }
+  std::sort(s.workers.begin(), s.workers.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+  for (const auto& [id, t] : graph_.tasks()) {
+    if (t.scattered) continue;
+    const char* state = state_name(t.state);
+    ++s.tasks[state];
+    ++s.functions[t.function][state];
+  }
+  for (const auto& [fn, runs] : runs_by_function_) {
+    s.functions[fn]["finished_total"] = runs.first;
+    s.functions[fn]["failed_total"] = runs.second;
+  }
+  s.finished_total = finished_total_;
+  s.failed_total = failed_total_;
+  const std::int64_t second = s.now_ms / 1000;
+  std::uint64_t recent = 0;
+  for (const auto& [sec, n] : finishes_per_second_) {
+    if (sec > second - kThroughputWindow) recent += n;
+  }
+  s.throughput = static_cast<double>(recent) / std::clamp(s.uptime_s, 1.0, static_cast<double>(kThroughputWindow));
+  for (const auto& p : pools_) {
+    std::uint32_t connected = 0;
+    std::map<std::string, std::string> by_job;
+    for (const auto& [id, w] : workers_) {
+      if (w.pool != p->name()) continue;
+      ++connected;
+      if (!w.job_id.empty()) by_job[w.job_id] = w.name;
+    }
+    s.pools.push_back(p->status(connected));
+    for (const auto& [job_id, info] : p->jobs()) {
+      protocol::JobStatus j;
+      j.pool = p->name();
+      j.id = job_id;
+      j.state = info.state == jobqueue::JobState::pending   ? "pending"
+                : info.state == jobqueue::JobState::running ? "running"
+                                                            : "ended";
+      j.detail = info.detail;
+      j.reason = info.reason;
+      if (auto it = by_job.find(job_id); it != by_job.end()) j.worker = it->second;
+      s.jobs.push_back(std::move(j));
+    }
+  }
+  const std::size_t n = std::min<std::size_t>(max_events, events_.size());
+  s.events.assign(events_.end() - static_cast<std::ptrdiff_t>(n), events_.end());
+  return s;
+}
+
+void Scheduler::start_dashboard() {
+  if (options_.dashboard.empty()) return;
+  try {
+    http_ = std::make_unique<HttpServer>(options_.dashboard);
+    dashboard_url_ = http_->url();
+    publish_dashboard();
+    HERD_LOG(info) << "dashboard at " << dashboard_url_ << " (JSON: " << dashboard_url_
+                   << "api/status, Prometheus: " << dashboard_url_ << "metrics)";
+  } catch (const std::exception& e) {
+    HERD_LOG(warning) << "no dashboard: " << e.what();
+    http_.reset();
+  }
+}
+
+void Scheduler::publish_dashboard() {
+  if (http_) http_->publish(status_snapshot(kDashboardEvents));
+}
+
+}  // namespace herd::scheduler
