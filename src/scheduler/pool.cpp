@@ -138,7 +138,9 @@ void Pool::worker_left(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || cancelled_.count(job_id)) return;
   // Pending again means requeued: that is the job's next incarnation, not the worker we lost.
-  if (it->second.state == jobqueue::JobState::pending) return;
+  // Completing means it is ending anyway, and may be on its way back to the queue (requeue):
+  // cancelling it then would kill the next incarnation.
+  if (it->second.state == jobqueue::JobState::pending || it->second.detail == "COMPLETING") return;
   // The worker is gone (retired, or it died): its job must not linger in the queue holding
   // resources. The batch script exits with the worker, so this is usually a no-op.
   cancelled_.insert(job_id);
