@@ -751,22 +751,7 @@ void Client::adapt(int minimum, int maximum, const std::string& pool, std::chron
 std::vector<PoolInfo> Client::pools() const {
   std::lock_guard lock(core_->mu_);
   std::vector<PoolInfo> out;
-  for (const auto& p : core_->pools_) {
-    PoolInfo i;
-    i.name = p.name;
-    i.kind = p.kind;
-    i.target = static_cast<int>(p.target);
-    i.adaptive = p.adaptive;
-    i.minimum = static_cast<int>(p.minimum);
-    i.maximum = static_cast<int>(p.maximum);
-    i.pending = static_cast<int>(p.pending);
-    i.running = static_cast<int>(p.running);
-    i.workers = static_cast<int>(p.workers);
-    for (const auto& [r, n] : p.pending_reasons) i.pending_reasons[r] = static_cast<int>(n);
-    i.paused = p.paused;
-    i.last_error = p.last_error;
-    out.push_back(std::move(i));
-  }
+  for (const auto& p : core_->pools_) out.push_back(detail::to_pool_info(p));
   return out;
 }
 
