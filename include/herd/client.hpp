@@ -25,6 +25,7 @@
 #include "herd/future.hpp"
 #include "herd/options.hpp"
 #include "herd/remote.hpp"
+#include "herd/logs.hpp"
 #include "herd/status.hpp"
 
 namespace herd {
@@ -134,6 +135,33 @@ class Client {
                                                                    std::forward<A>(args)...);
   }
 
+  /// @brief A gang: `n` copies of fn(args...) started together on `n` distinct workers, one
+  /// slot each (all or nothing: it waits until `n` fit). Inside, herd::gang() gives each
+  /// member its rank and a communicator (herd/collective.hpp). One future per rank, in rank
+  /// order; if one rank fails, all fail with its error, and options.retries() retries the
+  /// whole gang. options.gpus(1) gives every rank a GPU (and NCCL, when built in).
+  template <typename F, typename... A>
+    requires detail::function_pointer<F>
+  auto submit_gang(int n, F fn, A&&... args) {
+    return submit_gang(n, TaskOptions{}, fn, std::forward<A>(args)...);
+  }
+
+  template <typename F, typename... A>
+    requires detail::function_pointer<F>
+  auto submit_gang(int n, const TaskOptions& options, F fn, A&&... args) {
+    using Traits = detail::fn_traits<std::decay_t<F>>;
+    using R = typename Traits::result;
+    const std::string& name = detail::function_name(reinterpret_cast<const void*>(fn),
+                                                    typeid(std::remove_pointer_t<F>).name());
+    std::vector<detail::ArgRefSpec> refs;
+    std::vector<char> buffer = pack_args<typename Traits::args>(refs, std::forward<A>(args)...);
+    std::vector<Future<R>> out;
+    for (auto& state : detail::core_submit_gang(*core_, name, std::move(buffer), std::move(refs), options, n)) {
+      out.push_back(Future<R>(std::move(state)));
+    }
+    return out;
+  }
+
   /// @brief fn applied to each element (several ranges are zipped; they must be the same size).
   template <typename F, typename... Ranges>
     requires detail::function_pointer<F>
@@ -237,14 +265,44 @@ class Client {
   /// std::cout << client.status().to_text();
   /// @endcode
   ClusterStatus status(int max_events = 0) const;
+  /// @brief The newest `lines` of a worker's log ("" = every connected worker), as Dask's
+  /// Client.get_worker_logs: herd's own lines and what the worker process printed.
+  /// @throws LogsNotFound naming the worker when it is not connected (or gone)
+  /// @code
+  /// for (const herd::Logs& w : client.worker_logs()) std::cout << w.to_text();
+  /// @endcode
+  std::vector<Logs> worker_logs(const std::string& worker = "", int lines = 100) const;
+  /// @brief What a task printed (its newest `lines`), from the worker(s) that ran it; while it
+  /// runs, what it printed so far. See herd/logs.hpp for what is attributed to a task.
+  /// @throws LogsNotFound when it has not run, or no connected worker holds its output
+  template <typename T>
+  Logs task_output(const Future<T>& future, int lines = 1000) const {
+    return task_output_of(detail::future_id(*future.state()), future.key(), lines);
+  }
+  /// @brief task_output() by task key, e.g. "train-3".
+  Logs task_output(const std::string& key, int lines = 1000) const;
+  /// @brief What `herd logs NAME` shows: a worker's log, else a batch job's output file(s)
+  /// (a job that failed before its worker connected, too), else a task's output.
+  /// @throws LogsNotFound when nothing has that name
+  std::vector<Logs> logs(const std::string& name, int lines = 100) const;
   /// Address of the scheduler this client talks to.
   const std::string& scheduler_address() const;
   /// Disconnects, and closes the owned cluster. Pending futures fail with ConnectionError.
   void close();
 
  private:
+  Logs task_output_of(std::uint64_t id, const std::string& key, int lines) const;
   template <typename R, typename ParamTuple, typename... A>
   Future<R> submit_packed(const std::string& name, const TaskOptions& options, A&&... args) {
+    std::vector<detail::ArgRefSpec> refs;
+    std::vector<char> buffer = pack_args<ParamTuple>(refs, std::forward<A>(args)...);
+    return Future<R>(
+        detail::core_submit(*core_, name, std::move(buffer), std::move(refs), options));
+  }
+
+  /// The arguments as one msgpack array; futures among them become `refs`.
+  template <typename ParamTuple, typename... A>
+  std::vector<char> pack_args(std::vector<detail::ArgRefSpec>& refs, A&&... args) {
     static_assert(std::tuple_size_v<ParamTuple> == sizeof...(A),
                   "wrong number of arguments for this task function");
     std::vector<char> buffer;
@@ -252,10 +310,8 @@ class Client {
     detail::VectorWriter writer{buffer};
     msgpack::packer<detail::VectorWriter> pk(writer);
     pk.pack_array(static_cast<std::uint32_t>(sizeof...(A)));
-    std::vector<detail::ArgRefSpec> refs;
     pack_all<ParamTuple>(pk, refs, std::index_sequence_for<A...>{}, std::forward<A>(args)...);
-    return Future<R>(
-        detail::core_submit(*core_, name, std::move(buffer), std::move(refs), options));
+    return buffer;
   }
 
   template <typename ParamTuple, std::size_t... I, typename... A>

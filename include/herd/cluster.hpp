@@ -53,6 +53,15 @@ class LocalCluster : public Cluster {
   /// Extra arguments for every worker, e.g. {"--resources", "gpu=1"}.
   LocalCluster& worker_args(std::vector<std::string> args) &;
   LocalCluster&& worker_args(std::vector<std::string> args) && { return std::move(worker_args(std::move(args))); }
+  /// GPUs for each worker: worker i gets its own CUDA_VISIBLE_DEVICES slice of the devices this
+  /// process may use (CUDA_VISIBLE_DEVICES, Slurm's allocation, else every GPU), so two workers
+  /// never claim the same GPU; workers beyond the supply get none. 0 (default): workers inherit
+  /// this process's devices. Each worker advertises the GPUs it got (resource "gpu").
+  /// @code
+  /// herd::Client client{herd::LocalCluster{4}.gpus_per_worker(1)};  // 4 GPUs: one each
+  /// @endcode
+  LocalCluster& gpus_per_worker(int n) &;
+  LocalCluster&& gpus_per_worker(int n) && { return std::move(gpus_per_worker(n)); }
   /// Environment variables for the scheduler and the workers.
   LocalCluster& env(std::string name, std::string value) &;
   LocalCluster&& env(std::string name, std::string value) && { return std::move(env(std::move(name), std::move(value))); }

@@ -79,6 +79,13 @@ class WorkerLostError : public Error {
   using Error::Error;
 };
 
+/// @brief A collective operation of a gang could not complete: another rank failed, its
+/// worker died, or the gang was cancelled. what() says which.
+class GangAborted : public Error {
+ public:
+  using Error::Error;
+};
+
 /// @brief A cluster (local processes or a batch system) could not be started or sized.
 class ClusterError : public Error {
  public:

@@ -14,8 +14,10 @@
 
 #include "herd/client.hpp"
 #include "herd/cluster.hpp"
+#include "herd/collective.hpp"
 #include "herd/error.hpp"
 #include "herd/future.hpp"
+#include "herd/logs.hpp"
 #include "herd/options.hpp"
 #include "herd/progress.hpp"
 #include "herd/remote.hpp"

@@ -24,6 +24,11 @@ class TaskOptions {
   /// advertise theirs with `--resources gpu=2`.
   TaskOptions& resource(const std::string& name, double amount) { resources_[name] = amount; return *this; }
 
+  /// GPUs the task holds while it runs (the resource "gpu"): it runs only on a worker with that
+  /// many free devices, and this_task().gpus / cuda_stream name them. A fraction (0.5) lets
+  /// tasks share a device on purpose.
+  TaskOptions& gpus(double n) { resources_["gpu"] = n; return *this; }
+
   /// How long the task needs to run (seconds): it is not placed on a worker whose batch job
   /// ends before that.
   TaskOptions& duration(std::uint32_t seconds) { duration_s_ = seconds; return *this; }

@@ -27,6 +27,10 @@ struct TaskInfo {
   std::string worker;  ///< name of the worker running it
   std::size_t results_held = 0;        ///< results the worker held when the task started
   std::uint64_t result_bytes_held = 0; ///< their size in bytes
+  std::vector<int> gpus;   ///< CUDA ordinals of the devices the task holds (TaskOptions::gpus)
+  void* cuda_stream = nullptr;  ///< a cudaStream_t of its own on gpus[0] (nullptr: no GPU/CUDA)
+  int gang_rank = -1;      ///< rank in its gang (-1: not a gang member)
+  int gang_size = 0;       ///< members of its gang (0: not a gang member)
 };
 
 /// @brief The task running on this thread; empty fields outside a task.

@@ -28,9 +28,20 @@ struct PoolInfo {
   std::map<std::string, int> pending_reasons;  ///< Slurm's reasons, e.g. {"Priority": 3}
   std::string paused;      ///< why submissions are paused ("" = not paused)
   std::string last_error;  ///< last submission error, in the batch system's words
+  /// Last job that failed (ended unasked: a failed start, a crash, its time limit), and the
+  /// end of its output file, e.g. "job 12_0 FAILED (exit code 3:0) before its worker
+  /// connected; its output ends with:\n  module: command not found" ("" = none failed).
+  std::string last_failure;
 };
 
 /// @brief One connected worker.
+/// @brief A GPU a worker may use (what the batch system gave its job).
+struct GpuInfo {
+  std::string id;            ///< as the batch system named it, e.g. "3" or "GPU-8f1c..."
+  std::string name;          ///< model, e.g. "NVIDIA H100 80GB HBM3" ("" = unknown)
+  std::uint64_t memory = 0;  ///< bytes (0 = unknown)
+};
+
 struct WorkerInfo {
   std::string name;         ///< e.g. "local-3", or host:pid
   std::string host;         ///< hostname
@@ -47,6 +58,7 @@ struct WorkerInfo {
   std::int64_t end_time = 0;      ///< unix seconds when its job ends (0 = never)
   double time_left_s = -1;        ///< seconds until end_time (-1 = no walltime)
   bool retiring = false;          ///< draining, takes no new tasks
+  std::vector<GpuInfo> gpus;      ///< its GPUs
 };
 
 /// @brief One batch job of a pool.
@@ -57,6 +69,8 @@ struct JobInfo {
   std::string detail;  ///< the batch system's state, e.g. PENDING
   std::string reason;  ///< pending reason (Priority, Resources, ...) or how it ended
   std::string worker;  ///< the worker it runs ("" = none yet)
+  std::string output;  ///< failed jobs: its output file(s) (`herd logs JOB` shows them)
+  std::vector<std::string> output_tail;  ///< failed jobs: the last lines of its output
 };
 
 /// @brief One finished task run (the dashboard's task stream).
@@ -85,7 +99,7 @@ struct ClusterStatus {
   std::uint64_t failed_total = 0;    ///< task runs that raised
   double throughput = 0;             ///< tasks finished per second over the last 10 s
   std::vector<PoolInfo> pools;
-  std::vector<JobInfo> jobs;         ///< live jobs of every pool
+  std::vector<JobInfo> jobs;         ///< live jobs of every pool, and recently failed ones
   std::vector<TaskEventInfo> events; ///< newest task runs, oldest first
 
   /// @brief Human-readable tables (what `herd status` prints).

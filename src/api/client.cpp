@@ -108,6 +108,9 @@ class ClientCore {
   std::vector<protocol::StatusRequest> out_statuses_;
   std::map<std::uint64_t, std::optional<protocol::StatusReply>> status_replies_;
   std::uint64_t next_status_id_ = 1;
+  std::vector<protocol::LogsRequest> out_logs_;  // `herd logs` (detail::logs_request)
+  std::map<std::uint64_t, std::optional<protocol::LogsReply>> logs_replies_;
+  std::uint64_t next_logs_id_ = 1;
   bool wake_pending_ = false;
   std::string lost_reason_;  // non-empty once the connection is gone
   int n_workers_ = 0;
@@ -282,10 +285,12 @@ void ClientCore::io_loop() {
     std::map<std::string, std::vector<TaskId>> fetches;
     std::vector<protocol::ScalePoolRequest> scales;
     std::vector<protocol::StatusRequest> statuses;
+    std::vector<protocol::LogsRequest> logs;
     {
       std::lock_guard lock(mu_);
       scales.swap(out_scales_);
       statuses.swap(out_statuses_);
+      logs.swap(out_logs_);
       submits.swap(out_submits_);
       releases.swap(out_releases_);
       cancels.swap(out_cancels_);
@@ -315,13 +320,18 @@ void ClientCore::io_loop() {
     for (const auto& req : statuses) {
       protocol::send(sched_, "", MessageType::status_request, protocol::encode(req));
     }
+    for (const auto& req : logs) protocol::send(sched_, "", MessageType::logs_request, protocol::encode(req));
     for (auto& [address, ids] : fetches) {
       const std::uint64_t rid = next_request_++;
       protocol::send(data_socket(address), "", MessageType::get_data_request,
                      protocol::encode(protocol::GetDataRequest{rid, ids}));
       fetch_requests_[rid] = std::move(ids);
     }
-    while (auto msg = protocol::try_receive(sched_, false)) {
+    // Only when poll saw it: an empty non-blocking receive still costs libzmq a poll(2) and a
+    // getpid(2), on the round trip's path when the eventfd woke us (bench/README.md).
+    while ((items[0].revents & ZMQ_POLLIN) != 0) {
+      auto msg = protocol::try_receive(sched_, false);
+      if (!msg) break;
       last_heard = Clock::now();
       handle_scheduler(*msg);
     }
@@ -414,6 +424,14 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (auto it = status_replies_.find(reply.request_id); it != status_replies_.end()) {
         it->second = std::move(reply);
       }
+      cv_.notify_all();
+      break;
+    }
+    case MessageType::logs_reply: {
+      protocol::LogsReply reply;
+      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      std::lock_guard lock(mu_);
+      if (auto it = logs_replies_.find(reply.request_id); it != logs_replies_.end()) it->second = std::move(reply);
       cv_.notify_all();
       break;
     }
@@ -597,6 +615,49 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   return state;
 }
 
+std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, const std::string& function,
+                                                           std::vector<char>&& args,
+                                                           std::vector<ArgRefSpec>&& refs,
+                                                           const TaskOptions& options, int n) {
+  if (n < 1 || n > 65536) {
+    throw std::invalid_argument("submit_gang: a gang has 1 to 65536 members, got " + std::to_string(n));
+  }
+  std::vector<std::shared_ptr<FutureState>> states;
+  std::vector<protocol::TaskSpec> specs;
+  // Consecutive ids: the gang id is rank 0's, and rank r's id is gang + r.
+  const TaskId first = (core.client_index_ << 40) | core.next_seq_.fetch_add(static_cast<std::uint64_t>(n));
+  for (int rank = 0; rank < n; ++rank) {
+    auto state = std::make_shared<FutureState>();
+    state->core = core.self_.lock();
+    state->id = first + static_cast<TaskId>(rank);
+    state->key = options.key().empty() ? display_key(function, state->id)
+                                       : options.key() + "-rank" + std::to_string(rank);
+    protocol::TaskSpec spec;
+    spec.id = state->id;
+    spec.function = function;
+    spec.args = args;
+    for (const auto& r : refs) spec.refs.push_back({r.id, r.arg, r.elem});
+    if (!options.key().empty()) spec.key = state->key;
+    spec.priority = options.priority();
+    spec.retries = options.retries();
+    spec.resources = options.resources();
+    spec.duration_s = options.duration();
+    spec.gang = first;
+    spec.gang_rank = static_cast<std::uint32_t>(rank);
+    spec.gang_size = static_cast<std::uint32_t>(n);
+    specs.push_back(std::move(spec));
+    states.push_back(std::move(state));
+  }
+  std::lock_guard lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    core.states_[states[i]->id] = states[i].get();
+    core.out_submits_.push_back(std::move(specs[i]));
+  }
+  core.wake_locked();
+  return states;
+}
+
 std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& bytes) {
   auto state = std::make_shared<FutureState>();
   state->core = core.self_.lock();
@@ -700,9 +761,13 @@ void Client::wait_for_workers(int n, std::chrono::milliseconds timeout) {
     if (const std::string why = pool_failure(core_->pools_); !why.empty()) throw JobQueueError(why);
   }
   if (!ok) {
+    std::string failures;  // jobs that ended before their workers came: why, in their own words
+    for (const auto& p : core_->pools_) {
+      if (p.workers == 0 && !p.last_failure.empty()) failures += "; pool " + p.name + ": " + p.last_failure;
+    }
     throw TimeoutError("only " + std::to_string(core_->n_workers_) + " of " + std::to_string(n) +
                        " workers connected to " + core_->address_ + " within " +
-                       std::to_string(timeout.count()) + " ms");
+                       std::to_string(timeout.count()) + " ms" + failures);
   }
 }
 
@@ -786,5 +851,26 @@ void Client::close() {
   if (core_) core_->close("client closed");
   if (cluster_) cluster_->close();
 }
+
+namespace detail {
+// Client::worker_logs / task_output / logs (src/api/logs.cpp) ask through this.
+protocol::LogsReply logs_request(ClientCore& core, protocol::LogsRequest req) {
+  std::unique_lock lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  req.request_id = core.next_logs_id_++;
+  core.logs_replies_[req.request_id] = std::nullopt;
+  core.out_logs_.push_back(req);
+  core.wake_locked();
+  // The scheduler answers within its own bound on silent workers (a few seconds).
+  const bool answered = core.cv_.wait_for(lock, std::chrono::seconds(30), [&] {
+    return core.logs_replies_[req.request_id].has_value() || !core.lost_reason_.empty();
+  });
+  auto reply = std::move(core.logs_replies_[req.request_id]);
+  core.logs_replies_.erase(req.request_id);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  if (!answered || !reply) throw TimeoutError("the scheduler did not answer a logs request within 30 s");
+  return std::move(*reply);
+}
+}  // namespace detail
 
 }  // namespace herd

@@ -1,14 +1,36 @@
 // LocalCluster: this program started again as a scheduler, which starts the workers as its
 // own children (a pool named "local").
 #include <chrono>
+#include <cstdlib>
+#include <string_view>
 
 #include "api/runtime.hpp"
 #include "api/scheduler_process.hpp"
 #include "common/process.hpp"
+#include "gpu/gpu.hpp"
 #include "herd/cluster.hpp"
 #include "herd/error.hpp"
+#include "jobqueue/local_process_job_queue.hpp"
 
 namespace herd {
+namespace {
+// "0,1;2,3": this process's GPUs in groups of `per_worker`, for LocalProcessJobQueue; "none"
+// when not even one group fits (the workers then get no GPU rather than a shared one). A
+// CUDA_VISIBLE_DEVICES given with LocalCluster::env() is the supply, else this process's.
+std::string gpu_slices(int per_worker, const std::map<std::string, std::string>& env) {
+  const auto visible = env.find("CUDA_VISIBLE_DEVICES");
+  const auto devices = visible == env.end() ? gpu::discover() : gpu::discover([&](const char* name) {
+    return std::string_view(name) == "CUDA_VISIBLE_DEVICES" ? visible->second.c_str() : std::getenv(name);
+  });
+  std::string out;
+  const std::size_t n = static_cast<std::size_t>(per_worker);
+  for (std::size_t first = 0; first + n <= devices.size(); first += n) {
+    if (!out.empty()) out += ';';
+    for (std::size_t i = first; i < first + n; ++i) out += (i == first ? "" : ",") + devices[i].id;
+  }
+  return out.empty() ? "none" : out;
+}
+}  // namespace
 
 struct LocalCluster::Impl {
   int n_workers = 2;
@@ -18,6 +40,7 @@ struct LocalCluster::Impl {
   std::map<std::string, std::string> env;
   std::chrono::milliseconds start_timeout{30000};
   std::string log_dir;
+  int gpus_per_worker = 0;
   detail::SchedulerProcess scheduler;
 };
 
@@ -54,6 +77,11 @@ LocalCluster& LocalCluster::env(std::string name, std::string value) & {
   impl_->env[std::move(name)] = std::move(value);
   return *this;
 }
+LocalCluster& LocalCluster::gpus_per_worker(int n) & {
+  if (n < 0) throw std::invalid_argument("LocalCluster: gpus_per_worker must be >= 0, got " + std::to_string(n));
+  impl_->gpus_per_worker = n;
+  return *this;
+}
 LocalCluster& LocalCluster::start_timeout(std::chrono::milliseconds t) & {
   impl_->start_timeout = t;
   return *this;
@@ -72,8 +100,10 @@ std::string LocalCluster::start() {
   args.push_back("--worker-exe=" + (m.worker_exe.empty() ? process::self_executable() : m.worker_exe));
   for (const auto& a : m.worker_args) args.push_back("--worker-arg=" + a);
   if (!m.log_dir.empty()) args.push_back("--log-dir=" + m.log_dir);
+  std::map<std::string, std::string> env = m.env;
+  if (m.gpus_per_worker > 0) env[jobqueue::kGpuSlicesEnv] = gpu_slices(m.gpus_per_worker, m.env);
   try {
-    return m.scheduler.start(args, m.env, m.log_dir.empty() ? "" : m.log_dir + "/scheduler.log", m.start_timeout);
+    return m.scheduler.start(args, env, m.log_dir.empty() ? "" : m.log_dir + "/scheduler.log", m.start_timeout);
   } catch (const ClusterError& e) {
     throw ClusterError(std::string("LocalCluster: ") + e.what());
   }

@@ -18,6 +18,8 @@ int jobscript_main(const std::vector<std::string>& args);
 int sweep_main(const std::vector<std::string>& args);
 /// `herd status ARGS...` (src/cli/status.cpp)
 int status_main(const std::vector<std::string>& args);
+/// `herd logs ARGS...` (src/cli/logs.cpp)
+int logs_main(const std::vector<std::string>& args);
 
 /// When HERD_ROLE=scheduler|worker is set, runs that role with HERD_ROLE_ARGS and exits.
 void enter_role_if_requested();

@@ -11,25 +11,30 @@
 #include <cstdlib>
 
 #include "herd/shell.hpp"
+#include "worker/log_capture.hpp"
 
 namespace bp = boost::process;
 
 namespace herd {
 namespace {
 
-/// Keeps the last `limit` bytes of a stream read in chunks.
+/// Keeps the last `limit` bytes of a stream read in chunks. Inside a task on a worker, the
+/// lines also go to the task's captured output as they come (`herd logs TASK` while it runs).
 class Tail {
  public:
-  Tail(bp::async_pipe& pipe, std::size_t limit) : pipe_(pipe), limit_(limit) {}
+  Tail(bp::async_pipe& pipe, std::size_t limit, std::uint8_t stream)
+      : pipe_(pipe), limit_(limit), lines_(stream) {}
   void start() {
     pipe_.async_read_some(boost::asio::buffer(chunk_), [this](const boost::system::error_code& ec,
                                                               std::size_t n) {
       text_.append(chunk_.data(), n);
+      lines_.add(chunk_.data(), n);
       if (text_.size() > 2 * limit_ + chunk_.size()) text_.erase(0, text_.size() - limit_);
       if (!ec) start();
     });
   }
   std::string take() {
+    lines_.flush();
     if (text_.size() > limit_) text_.erase(0, text_.size() - limit_);
     return std::move(text_);
   }
@@ -39,6 +44,7 @@ class Tail {
   std::size_t limit_;
   std::array<char, 16384> chunk_{};
   std::string text_;
+  worker::TaskLineSplitter lines_;
 };
 
 /// PATH lookup (bp::search_path would pull in the compiled Boost.Filesystem library).
@@ -84,7 +90,7 @@ ShellResult shell(ShellCommand command) {
   bp::group group;
   bp::child child(exe, bp::args(args), bp::std_out > out, bp::std_err > err, bp::std_in.close(),
                   bp::start_dir(cwd), env, group);
-  Tail out_tail(out, command.tail_bytes), err_tail(err, command.tail_bytes);
+  Tail out_tail(out, command.tail_bytes, worker::kStreamStdout), err_tail(err, command.tail_bytes, worker::kStreamStderr);
   out_tail.start();
   err_tail.start();
   ShellResult result;

@@ -24,6 +24,7 @@ PoolInfo to_pool_info(const protocol::PoolStatus& p) {
   for (const auto& [r, n] : p.pending_reasons) i.pending_reasons[r] = static_cast<int>(n);
   i.paused = p.paused;
   i.last_error = p.last_error;
+  i.last_failure = p.last_failure;
   return i;
 }
 
@@ -52,6 +53,7 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
     i.end_time = w.end_time;
     i.time_left_s = w.end_time > 0 ? std::max<double>(0, static_cast<double>(w.end_time) - static_cast<double>(r.now_ms) / 1000.0) : -1;
     i.retiring = w.retiring;
+    for (const auto& g : w.gpus) i.gpus.push_back({g.id, g.name, g.memory});
     s.workers.push_back(std::move(i));
   }
   s.tasks = r.tasks;
@@ -60,7 +62,9 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
   s.failed_total = r.failed_total;
   s.throughput = r.throughput;
   for (const auto& p : r.pools) s.pools.push_back(to_pool_info(p));
-  for (const auto& j : r.jobs) s.jobs.push_back({j.pool, j.id, j.state, j.detail, j.reason, j.worker});
+  for (const auto& j : r.jobs) {
+    s.jobs.push_back({j.pool, j.id, j.state, j.detail, j.reason, j.worker, j.output, j.output_tail});
+  }
   for (const auto& e : r.events) s.events.push_back({e.key, e.function, e.worker, e.start_ms, e.end_ms, e.ok});
   return s;
 }
@@ -109,6 +113,19 @@ std::string table(const std::vector<std::vector<std::string>>& rows) {
     }
     out += "  " + line + "\n";
   }
+  return out;
+}
+
+// "-", or "2 x NVIDIA H100 80GB HBM3 (80 GiB)", or "0,1" when the model is unknown.
+std::string gpus_text(const std::vector<GpuInfo>& gpus) {
+  if (gpus.empty()) return "-";
+  if (gpus.front().name.empty()) {
+    std::string ids;
+    for (const auto& g : gpus) ids += (ids.empty() ? "" : ",") + g.id;
+    return ids;
+  }
+  std::string out = std::to_string(gpus.size()) + " x " + gpus.front().name;
+  if (gpus.front().memory > 0) out += " (" + detail::format_bytes(gpus.front().memory) + ")";
   return out;
 }
 
@@ -168,6 +185,11 @@ std::string ClusterStatus::to_json() const {
     x.f("stored", jnum(w.stored)).f("memory_rss", jnum(w.memory_rss)).f("memory_limit", jnum(w.memory_limit));
     x.f("resources", jmap(w.resources, [](double v) { return jnum(v); }));
     x.f("end_time", jnum(w.end_time)).f("time_left_s", jnum(w.time_left_s)).f("retiring", jbool(w.retiring));
+    x.f("gpus", jarray(w.gpus, [](const GpuInfo& g) {
+      Obj y;
+      y.s("id", g.id).s("name", g.name).f("memory", jnum(g.memory));
+      return y.str();
+    }));
     return x.str();
   }));
   o.f("tasks", count_map(tasks));
@@ -180,12 +202,13 @@ std::string ClusterStatus::to_json() const {
     x.f("minimum", jnum(p.minimum)).f("maximum", jnum(p.maximum)).f("pending", jnum(p.pending));
     x.f("running", jnum(p.running)).f("workers", jnum(p.workers));
     x.f("pending_reasons", jmap(p.pending_reasons, [](int n) { return jnum(n); }));
-    x.s("paused", p.paused).s("last_error", p.last_error);
+    x.s("paused", p.paused).s("last_error", p.last_error).s("last_failure", p.last_failure);
     return x.str();
   }));
   o.f("jobs", jarray(jobs, [](const JobInfo& j) {
     return Obj{}.s("pool", j.pool).s("id", j.id).s("state", j.state).s("detail", j.detail)
-        .s("reason", j.reason).s("worker", j.worker).str();
+        .s("reason", j.reason).s("worker", j.worker).s("output", j.output)
+        .f("output_tail", jarray(j.output_tail, [](const std::string& l) { return json_quote(l); })).str();
   }));
   o.f("events", jarray(events, [](const TaskEventInfo& e) {
     return Obj{}.s("key", e.key).s("function", e.function).s("worker", e.worker)
@@ -211,7 +234,7 @@ std::string ClusterStatus::to_text() const {
   out << "\nworkers: " << workers.size() << ", slots " << busy << "/" << slots << " busy\n";
   if (!workers.empty()) {
     std::vector<std::vector<std::string>> rows = {
-        {"name", "host", "pool", "job", "busy", "queued", "memory", "resources", "time left"}};
+        {"name", "host", "pool", "job", "busy", "queued", "memory", "resources", "gpus", "time left"}};
     for (const auto& w : workers) {
       std::string mem = detail::format_bytes(w.memory_rss);
       if (w.memory_limit > 0) mem += " / " + detail::format_bytes(w.memory_limit);
@@ -219,7 +242,7 @@ std::string ClusterStatus::to_text() const {
                       w.job_id.empty() ? "-" : w.job_id,
                       std::to_string(w.busy) + "/" + std::to_string(w.nthreads),
                       std::to_string(std::max(0, w.processing - w.busy)), mem, resources_text(w.resources),
-                      detail::format_seconds(w.time_left_s)});
+                      gpus_text(w.gpus), detail::format_seconds(w.time_left_s)});
     }
     out << table(rows);
   }
@@ -267,6 +290,12 @@ std::string ClusterStatus::to_text() const {
                       j.worker.empty() ? "-" : j.worker});
     }
     out << table(rows);
+    // Why failed jobs failed, in their own words (the end of their output files).
+    for (const auto& j : jobs) {
+      if (j.state != "ended" || (j.output.empty() && j.output_tail.empty())) continue;
+      out << "\njob " << j.id << " " << j.detail << ": " << (j.output.empty() ? "output not kept" : j.output) << "\n";
+      for (const auto& line : j.output_tail) out << "  | " << line << "\n";
+    }
   }
   return out.str();
 }

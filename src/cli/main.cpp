@@ -20,6 +20,8 @@ const char* kUsage =
     "              (herd sweep --grid lr=0.1,0.01 --metric loss -- python train.py --lr {lr})\n"
     "  status      show a running scheduler's workers, tasks, pools and jobs\n"
     "              (herd status --scheduler tcp://host:port [--json])\n"
+    "  logs        a worker's log, a job's output file or a task's output\n"
+    "              (herd logs [WORKER|JOB|TASK] --scheduler tcp://host:port [-n LINES])\n"
     "  version     print the version\n";
 }
 
@@ -36,6 +38,7 @@ int main(int argc, char** argv) {
   if (command == "jobscript") return herd::detail::jobscript_main(args);
   if (command == "sweep") return herd::detail::sweep_main(args);
   if (command == "status") return herd::detail::status_main(args);
+  if (command == "logs") return herd::detail::logs_main(args);
   if (command == "version") {
     std::cout << "herd 0.1.0 (protocol 1)\n";
     return 0;

@@ -20,3 +20,10 @@ HERD_CONFIG(allowed_failures, std::uint32_t, 3, "HERD_ALLOWED_FAILURES",
 HERD_CONFIG(drain_grace_ms, std::uint32_t, 20000, "HERD_DRAIN_GRACE_MS",
             "after SIGTERM or the walltime warning signal, how long a worker drains before it leaves "
             "anyway (milliseconds; never past its job's end)")
+HERD_CONFIG(worker_log_bytes, std::uint32_t, 4194304, "HERD_WORKER_LOG_BYTES",
+            "how much of its recent log (herd's lines, stdout, stderr) a worker keeps in memory for "
+            "`herd logs` (bytes; 0 = no capture)")
+HERD_CONFIG(task_output_bytes, std::uint32_t, 65536, "HERD_TASK_OUTPUT_BYTES",
+            "how much of each task's captured output a worker keeps: the end of it (bytes)")
+HERD_CONFIG(task_output_tasks, std::uint32_t, 256, "HERD_TASK_OUTPUT_TASKS",
+            "tasks whose captured output a worker keeps; the oldest finished go first")

@@ -1,5 +1,7 @@
 #include "common/logging.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -21,11 +23,22 @@ Level parse_level() {
   if (std::strcmp(v, "debug") == 0) return Level::debug;
   return Level::warning;
 }
+
+Level stderr_threshold() {
+  static const Level level = parse_level();
+  return level;
+}
+std::atomic<Sink> g_sink{nullptr};
+std::atomic<int> g_sink_level{0};
 }  // namespace
 
 Level threshold() {
-  static const Level level = parse_level();
-  return level;
+  return std::max(stderr_threshold(), static_cast<Level>(g_sink_level.load(std::memory_order_relaxed)));
+}
+
+void set_sink(Sink sink, Level level) {
+  g_sink.store(sink);
+  g_sink_level.store(sink != nullptr ? static_cast<int>(level) : 0);
 }
 
 void set_process_name(std::string name) { process_name() = std::move(name); }
@@ -41,6 +54,13 @@ Line::~Line() {
   char stamp[32];
   std::snprintf(stamp, sizeof stamp, "%02d:%02d:%02d.%03d", tm.tm_hour, tm.tm_min, tm.tm_sec,
                 static_cast<int>(ms.count()));
+  if (level_ > stderr_threshold()) {
+    if (Sink sink = g_sink.load(); sink != nullptr) {
+      sink(std::string("[herd ") + process_name() + " " + stamp + " " + names[static_cast<int>(level_)] + "] " +
+           out_.str());
+    }
+    return;
+  }
   std::lock_guard<std::mutex> lock(mu);
   std::fprintf(stderr, "[herd %s %s %s] %s\n", process_name().c_str(), stamp,
                names[static_cast<int>(level_)], out_.str().c_str());

@@ -11,6 +11,12 @@ enum class Level { error = 0, warning = 1, info = 2, debug = 3 };
 Level threshold();
 void set_process_name(std::string name);  // "scheduler", "worker local-2", ...
 
+/// A process may also keep recent lines in memory (a worker does, for `herd logs`): `sink`
+/// gets each formatted line (no newline) of `level` or more severe that stderr's threshold
+/// does not print; lines that stderr prints reach such a process through its captured stderr.
+using Sink = void (*)(const std::string& line);
+void set_sink(Sink sink, Level level);
+
 class Line {
  public:
   explicit Line(Level level) : level_(level) {}

@@ -38,6 +38,12 @@ class JobQueue {
   virtual PollResult poll() = 0;
   /// Stops every job it started and waits (bounded) until the batch system has them gone.
   virtual void close() = 0;
+  /// Files job `id`'s stdout and stderr go to (one entry when they share a file; none when
+  /// not kept), for `herd logs JOB` and the last lines shown when a job fails.
+  virtual std::vector<std::string> output_files(const std::string& id) const {
+    (void)id;
+    return {};
+  }
 };
 
 }  // namespace herd::jobqueue

@@ -2,13 +2,40 @@
 
 #include <signal.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "api/runtime.hpp"
 #include "common/process.hpp"
 #include "herd/error.hpp"
 
 namespace herd::jobqueue {
 
-LocalProcessJobQueue::LocalProcessJobQueue(LocalProcessOptions options) : options_(std::move(options)) {}
+LocalProcessJobQueue::LocalProcessJobQueue(LocalProcessOptions options) : options_(std::move(options)) {
+  if (const char* slices = std::getenv(kGpuSlicesEnv); slices && options_.gpu_slices.empty()) {
+    const std::string all = slices;
+    for (std::size_t start = 0; start <= all.size();) {
+      const std::size_t end = std::min(all.find(';', start), all.size());
+      if (end > start) options_.gpu_slices.push_back(all.substr(start, end - start));
+      start = end + 1;
+    }
+    if (options_.gpu_slices.empty()) options_.gpu_slices.push_back("none");
+  }
+}
+
+// The slice for a new worker: one no running worker holds, so two never share a GPU.
+std::string LocalProcessJobQueue::take_gpu_slice(const std::string& id) {
+  std::erase_if(gpu_slice_of_, [&](const auto& entry) { return !children_.count(entry.first); });
+  std::vector<bool> held(options_.gpu_slices.size(), false);
+  for (const auto& [job, slice] : gpu_slice_of_) held[slice] = true;
+  for (std::size_t i = 0; i < held.size(); ++i) {
+    if (!held[i] && options_.gpu_slices[i] != "none") {
+      gpu_slice_of_[id] = i;
+      return options_.gpu_slices[i];
+    }
+  }
+  return "";  // CUDA_VISIBLE_DEVICES="" hides every device: a worker without GPUs
+}
 
 LocalProcessJobQueue::~LocalProcessJobQueue() { close(); }
 
@@ -24,6 +51,10 @@ std::vector<std::string> LocalProcessJobQueue::submit(std::size_t count) {
     spawn.env[detail::kRoleEnv] = "worker";
     spawn.env[detail::kRoleArgsEnv] = detail::join_role_args(args);
     spawn.env["HERD_JOB_ID"] = id;
+    if (!options_.gpu_slices.empty()) {
+      spawn.env["CUDA_VISIBLE_DEVICES"] = take_gpu_slice(id);
+      spawn.unset_env.push_back(kGpuSlicesEnv);
+    }
     spawn.death_signal = SIGKILL;  // workers die with the scheduler, even if it is SIGKILLed
     if (!options_.log_directory.empty()) spawn.stdout_path = options_.log_directory + "/" + id + ".log";
     try {

@@ -10,6 +10,7 @@
 #include "common/logging.hpp"
 #include "herd/error.hpp"
 #include "herd/shell.hpp"
+#include "jobqueue/job_output.hpp"
 
 namespace herd::jobqueue {
 namespace {
@@ -56,6 +57,13 @@ SlurmJobQueue::SlurmJobQueue(SlurmQueueOptions options) : options_(std::move(opt
   std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
   script_path_ = dir + "/" + options_.options.pool() + "-" + std::to_string(::getpid()) + ".sbatch";
   std::ofstream(script_path_) << script_;
+  submit_dir_ = std::filesystem::current_path().string();
+}
+
+std::vector<std::string> SlurmJobQueue::output_files(const std::string& id) const {
+  const std::string& name = options_.options.job_name().empty() ? "herd-" + options_.options.pool()
+                                                                : options_.options.job_name();
+  return slurm_output_files(sbatch_output_patterns(script_), id, name, submit_dir_);
 }
 
 SlurmJobQueue::~SlurmJobQueue() {

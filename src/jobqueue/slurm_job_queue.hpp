@@ -33,6 +33,7 @@ class SlurmJobQueue : public JobQueue {
   void cancel(const std::vector<std::string>& ids) override;
   PollResult poll() override;
   void close() override;
+  std::vector<std::string> output_files(const std::string& id) const override;  // job_output.cpp
 
   /// The script submit() hands to sbatch.
   const std::string& script() const { return script_; }
@@ -48,6 +49,7 @@ class SlurmJobQueue : public JobQueue {
   SlurmQueueOptions options_;
   std::string script_;
   std::string script_path_;
+  std::string submit_dir_;  // where sbatch ran: relative --output paths start there
   std::map<std::string, Job> jobs_;  // live jobs (not yet reported ended)
   std::chrono::steady_clock::time_point last_poll_{};
 };

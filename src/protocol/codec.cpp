@@ -2,6 +2,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 namespace herd::protocol {
 
@@ -13,6 +14,43 @@ zmq::message_t make_header(MessageType type) {
   p[5] = static_cast<char>(type);
   return m;
 }
+
+namespace {
+// Every message type and its name: parse_header() accepts exactly these.
+constexpr std::pair<MessageType, const char*> kTypes[] = {
+    {MessageType::hello_request, "hello_request"},
+    {MessageType::heartbeat, "heartbeat"},
+    {MessageType::submit_tasks, "submit_tasks"},
+    {MessageType::release_keys, "release_keys"},
+    {MessageType::cancel_tasks, "cancel_tasks"},
+    {MessageType::scatter_data, "scatter_data"},
+    {MessageType::task_results, "task_results"},
+    {MessageType::goodbye, "goodbye"},
+    {MessageType::scale_pool, "scale_pool"},
+    {MessageType::retire_request, "retire_request"},
+    {MessageType::status_request, "status_request"},
+    {MessageType::status_reply, "status_reply"},
+    {MessageType::gang_join, "gang_join"},
+    {MessageType::gang_ready, "gang_ready"},
+    {MessageType::gang_abort, "gang_abort"},
+    {MessageType::logs_request, "logs_request"},
+    {MessageType::worker_logs_reply, "worker_logs_reply"},
+    {MessageType::logs_reply, "logs_reply"},
+    {MessageType::logs_fetch, "logs_fetch"},
+    {MessageType::scale_reply, "scale_reply"},
+    {MessageType::acquire_keys, "acquire_keys"},
+    {MessageType::hello_reply, "hello_reply"},
+    {MessageType::task_updates, "task_updates"},
+    {MessageType::cluster_state, "cluster_state"},
+    {MessageType::execute_tasks, "execute_tasks"},
+    {MessageType::free_keys, "free_keys"},
+    {MessageType::put_data, "put_data"},
+    {MessageType::shutdown, "shutdown"},
+    {MessageType::get_data_request, "get_data_request"},
+    {MessageType::get_data_reply, "get_data_reply"},
+    {MessageType::error, "error"},
+};
+}  // namespace
 
 std::optional<MessageType> parse_header(const zmq::message_t& frame, std::string& error) {
   if (frame.size() != kHeaderSize || std::memcmp(frame.data(), kMagic, 4) != 0) {
@@ -26,7 +64,8 @@ std::optional<MessageType> parse_header(const zmq::message_t& frame, std::string
     return std::nullopt;
   }
   const auto t = p[5];
-  const bool known = (t >= 1 && t <= 11) || (t >= 20 && t <= 29) || t == 40 || t == 41 || t == 60;
+  bool known = false;
+  for (const auto& entry : kTypes) known = known || static_cast<std::uint8_t>(entry.first) == t;
   if (!known) {
     error = "unknown message type " + std::to_string(t);
     return std::nullopt;
@@ -93,31 +132,8 @@ std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
 }
 
 std::string to_string(MessageType type) {
-  switch (type) {
-    case MessageType::hello_request: return "hello_request";
-    case MessageType::heartbeat: return "heartbeat";
-    case MessageType::submit_tasks: return "submit_tasks";
-    case MessageType::release_keys: return "release_keys";
-    case MessageType::cancel_tasks: return "cancel_tasks";
-    case MessageType::scatter_data: return "scatter_data";
-    case MessageType::task_results: return "task_results";
-    case MessageType::goodbye: return "goodbye";
-    case MessageType::scale_pool: return "scale_pool";
-    case MessageType::retire_request: return "retire_request";
-    case MessageType::status_request: return "status_request";
-    case MessageType::status_reply: return "status_reply";
-    case MessageType::scale_reply: return "scale_reply";
-    case MessageType::acquire_keys: return "acquire_keys";
-    case MessageType::hello_reply: return "hello_reply";
-    case MessageType::task_updates: return "task_updates";
-    case MessageType::cluster_state: return "cluster_state";
-    case MessageType::execute_tasks: return "execute_tasks";
-    case MessageType::free_keys: return "free_keys";
-    case MessageType::put_data: return "put_data";
-    case MessageType::shutdown: return "shutdown";
-    case MessageType::get_data_request: return "get_data_request";
-    case MessageType::get_data_reply: return "get_data_reply";
-    case MessageType::error: return "error";
+  for (const auto& [t, name] : kTypes) {
+    if (t == type) return name;
   }
   return "type " + std::to_string(static_cast<int>(type));
 }

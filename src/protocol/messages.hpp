@@ -25,7 +25,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 1;
+inline constexpr std::uint8_t kProtocolVersion = 2;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
@@ -45,6 +45,10 @@ enum class MessageType : std::uint8_t {
   scale_pool = 9,        // ScalePoolRequest              client -> scheduler
   retire_request = 10,   // GoodbyeEvent: worker asks to be retired (walltime, SIGTERM)
   status_request = 11,   // StatusRequest                 client -> scheduler
+  gang_join = 14,        // GangJoinRequest               worker -> scheduler (a member's
+                         //   communicator wants the others' addresses)
+  logs_request = 15,     // LogsRequest                   client -> scheduler (`herd logs`)
+  worker_logs_reply = 16,  // LogsReply                   worker -> scheduler (answers logs_fetch)
   // scheduler -> client|worker
   hello_reply = 20,      // HelloReply
   task_updates = 21,     // TaskUpdatesEvent              scheduler -> client
@@ -56,6 +60,10 @@ enum class MessageType : std::uint8_t {
   scale_reply = 27,      // ScalePoolReply                scheduler -> client
   acquire_keys = 28,     // AcquireKeysEvent: copy these results from their holders
   status_reply = 29,     // StatusReply                   scheduler -> client
+  gang_ready = 32,       // GangReadyEvent: every member joined  scheduler -> worker
+  gang_abort = 33,       // GangAbortEvent: a member failed      scheduler -> worker
+  logs_reply = 34,       // LogsReply                     scheduler -> client
+  logs_fetch = 35,       // LogsRequest: send your log / a task's output  scheduler -> worker
   // data port (worker ROUTER) <-> peers and clients
   get_data_request = 40, // GetDataRequest
   get_data_reply = 41,   // GetDataReply + one payload per found key
@@ -76,6 +84,14 @@ enum class TaskState : std::uint8_t {
   cancelled = 5,   // cancelled by the client before it finished
 };
 
+/// A GPU a worker may use.
+struct GpuInfo {
+  std::string id;            // as the batch system named it ("3", "GPU-8f1c...")
+  std::string name;          // model ("" when unknown)
+  std::uint64_t memory = 0;  // bytes (0 when unknown)
+  MSGPACK_DEFINE_MAP(id, name, memory);
+};
+
 struct HelloRequest {
   std::uint32_t protocol = kProtocolVersion;  // must equal the scheduler's kProtocolVersion
   std::uint8_t role = 0;                      // Role
@@ -90,8 +106,9 @@ struct HelloRequest {
   std::string job_id;                         // batch-system job id, "" outside Slurm
   std::string pool;                           // name of the pool that launched it ("" = none)
   std::int64_t end_time = 0;                  // unix seconds when its job's time runs out (0 = never)
+  std::vector<GpuInfo> gpus;                  // its GPUs (also counted in resources["gpu"])
   MSGPACK_DEFINE_MAP(protocol, role, name, host, pid, nthreads, data_address, resources,
-                     memory_limit, job_id, pool, end_time);
+                     memory_limit, job_id, pool, end_time, gpus);
 };
 
 struct HelloReply {
@@ -133,7 +150,11 @@ struct TaskSpec {
   bool want_result = true;                  // client holds a future for it
   std::uint32_t duration_s = 0;             // run time it needs: not placed on a worker whose
                                             //   job ends sooner (0 = unknown)
-  MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s);
+  TaskId gang = 0;                          // gang id (= rank 0's task id), 0 = not in a gang
+  std::uint32_t gang_rank = 0;              // rank of this member
+  std::uint32_t gang_size = 0;              // members (all submitted together, ranks 0..n-1)
+  MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s,
+                 gang, gang_rank, gang_size);
 };
 
 struct SubmitTasksRequest {
@@ -212,8 +233,10 @@ struct PoolStatus {
   std::string paused;                        // why submissions are paused ("" = not paused)
   std::string last_error;                    // last submission error (sbatch's own words)
   std::uint64_t submitted = 0, failed_submissions = 0;  // totals
+  std::string last_failure;                  // last job that failed: how, and the end of its
+                                             //   output file ("" = none failed)
   MSGPACK_DEFINE_MAP(name, kind, target, adaptive, minimum, maximum, pending, running, workers,
-                     pending_reasons, paused, last_error, submitted, failed_submissions);
+                     pending_reasons, paused, last_error, submitted, failed_submissions, last_failure);
 };
 
 struct ClusterStateEvent {
@@ -266,8 +289,9 @@ struct WorkerStatus {
   std::int64_t end_time = 0;                // unix seconds when its job ends (0 = never)
   bool retiring = false;                    // draining: takes no new tasks
   double last_seen_s = 0;                   // seconds since its last message
+  std::vector<GpuInfo> gpus;                // its GPUs: id, model, memory
   MSGPACK_DEFINE_MAP(id, name, host, address, job_id, pool, nthreads, processing, executing, stored,
-                     memory_rss, memory_limit, resources, end_time, retiring, last_seen_s);
+                     memory_rss, memory_limit, resources, end_time, retiring, last_seen_s, gpus);
 };
 
 struct JobStatus {
@@ -277,7 +301,9 @@ struct JobStatus {
   std::string detail;  // the batch system's own state (PENDING, RUNNING, ...)
   std::string reason;  // pending reason (Priority, Resources, ...), or how it ended
   std::string worker;  // name of the worker it runs ("" = none connected yet)
-  MSGPACK_DEFINE_MAP(pool, id, state, detail, reason, worker);
+  std::string output;  // its output file(s), ", "-separated ("" = not kept / unknown)
+  std::vector<std::string> output_tail;  // ended in failure: the last lines of its output
+  MSGPACK_DEFINE_MAP(pool, id, state, detail, reason, worker, output, output_tail);
 };
 
 /// One finished task run, for the task stream (what ran where, when).
@@ -334,7 +360,11 @@ struct ExecuteTask {
   std::string key;                          // display key (for errors and logs)
   std::map<std::string, double> resources;  // what it holds while it runs
   bool full_result = false;                 // send the whole result back (the journal keeps it)
-  MSGPACK_DEFINE(id, function, args, refs, inputs, key, resources, full_result);
+  TaskId gang = 0;                          // as in TaskSpec
+  std::uint32_t gang_rank = 0, gang_size = 0;
+  std::uint32_t gang_attempt = 0;           // which run of the gang (a retry is a new attempt)
+  MSGPACK_DEFINE(id, function, args, refs, inputs, key, resources, full_result, gang, gang_rank,
+                 gang_size, gang_attempt);
 };
 
 struct ExecuteTasksEvent {
@@ -363,6 +393,83 @@ struct GetDataReply {
   std::vector<TaskId> found;     // one payload frame follows per entry, in this order
   std::vector<TaskId> missing;   // not held by this worker
   MSGPACK_DEFINE(request_id, found, missing);
+};
+
+/// Gang rendezvous: each member's communicator binds a ring listener and joins; when all
+/// members of the attempt have joined, each gets everybody's address (and NCCL's id).
+struct GangJoinRequest {
+  TaskId gang = 0;
+  std::uint32_t attempt = 0;
+  std::uint32_t rank = 0;
+  std::string ring_address;     // "host:port" of this member's ring listener
+  bool has_gpu = false;         // the member holds a GPU and NCCL is built in
+  std::uint8_t wanted = 0;      // herd::CollectiveBackend the member asked for
+  std::vector<char> nccl_id;    // rank 0 with has_gpu: a fresh ncclUniqueId
+  MSGPACK_DEFINE(gang, attempt, rank, ring_address, has_gpu, wanted, nccl_id);
+};
+
+struct GangReadyEvent {
+  TaskId gang = 0;
+  std::uint32_t attempt = 0;
+  std::uint8_t backend = 0;                 // herd::CollectiveBackend chosen for all ranks
+  std::vector<std::string> ring_addresses;  // by rank
+  std::string token;                        // secret the ring's connections open with
+  std::vector<char> nccl_id;                // rank 0's, when backend is nccl
+  std::string error;                        // non-empty: the join was refused (why)
+  MSGPACK_DEFINE(gang, attempt, backend, ring_addresses, token, nccl_id, error);
+};
+
+struct GangAbortEvent {
+  TaskId gang = 0;
+  std::uint32_t attempt = 0;
+  std::string reason;  // e.g. "rank 2 of 4 (train-5) raised std::runtime_error: ..."
+  MSGPACK_DEFINE(gang, attempt, reason);
+};
+
+/// Logs (`herd logs`, Client::worker_logs / task_output / logs). The client asks the
+/// scheduler, which answers job output files itself and routes worker logs and task output to
+/// the workers that hold them (logs_fetch / worker_logs_reply), then answers once. All maps:
+/// rare messages, fields will be added.
+enum class LogsKind : std::uint8_t {
+  any = 0,     // a worker name, else a job id, else a task key (what `herd logs NAME` means)
+  worker = 1,  // worker log ring(s); target "" = every worker
+  task = 2,    // captured output of a task (target = its key, or `task` = its id)
+  job = 3,     // a batch job's output file(s) (target = the job id)
+};
+
+struct LogsRequest {
+  std::uint64_t request_id = 0;  // echoed in the reply
+  std::uint8_t kind = 0;         // LogsKind
+  std::string target;            // worker name, task key or job id ("" with worker: every worker)
+  TaskId task = 0;               // task id when the client holds the future (0 = by key)
+  std::uint32_t lines = 0;       // newest lines wanted per source (0 = 100)
+  MSGPACK_DEFINE_MAP(request_id, kind, target, task, lines);
+};
+
+struct LogLine {
+  std::int64_t time_ms = 0;  // unix milliseconds when the line was captured (0 = unknown)
+  std::uint8_t stream = 0;   // 0 herd's own log, 1 stdout, 2 stderr, 3 herd::task_log()
+  std::string text;          // one line, without its newline (long lines are cut)
+  MSGPACK_DEFINE(time_ms, stream, text);
+};
+
+struct LogSource {
+  std::string kind;             // "worker", "task" or "job"
+  std::string name;             // worker name, task key or job id
+  std::string worker;           // worker it was read from ("" = the scheduler read a file)
+  std::string path;             // job: the file(s) read
+  std::vector<LogLine> lines;   // oldest first
+  std::uint64_t dropped = 0;    // older lines the source no longer holds (or were not asked for)
+  std::string note;             // e.g. "still running", or how output was attributed
+  MSGPACK_DEFINE_MAP(kind, name, worker, path, lines, dropped, note);
+};
+
+struct LogsReply {
+  std::uint64_t request_id = 0;    // from the request
+  bool ok = false;                 // false: nothing found, see error
+  std::string error;               // e.g. "no worker, job or task named 'x'"
+  std::vector<LogSource> sources;  // one per worker / task run / job file
+  MSGPACK_DEFINE_MAP(request_id, ok, error, sources);
 };
 
 struct ErrorEvent {

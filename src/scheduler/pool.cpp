@@ -59,6 +59,7 @@ std::vector<std::uint32_t> Pool::step(std::size_t backlog, double avg_task_us,
   std::set<std::string> leaving_jobs;
   for (const auto& w : workers) {
     if (w.leaving) leaving_jobs.insert(w.job_id);
+    if (jobs_.count(w.job_id)) had_worker_.insert(w.job_id);
   }
   // Capacity: jobs pending or running whose worker is not on its way out.
   std::uint32_t active = 0;
@@ -125,6 +126,7 @@ std::vector<std::string> Pool::poll(std::vector<std::pair<std::string, std::stri
   for (const auto& job : r.jobs) {
     if (job.state == jobqueue::JobState::ended) {
       if (ended != nullptr) ended->emplace_back(job.id, job.detail + (job.reason.empty() ? "" : " (" + job.reason + ")"));
+      if (jobs_.count(job.id)) job_ended(job, cancelled_.count(job.id) > 0);
       jobs_.erase(job.id);
       cancelled_.erase(job.id);
     } else if (auto it = jobs_.find(job.id); it != jobs_.end()) {
@@ -174,6 +176,7 @@ protocol::PoolStatus Pool::status(std::uint32_t connected_workers) const {
   s.last_error = last_error_;
   s.submitted = submitted_;
   s.failed_submissions = failed_submissions_;
+  s.last_failure = last_failure_;
   return s;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -73,6 +74,19 @@ class Pool {
   /// Live jobs by id, with the batch system's state and pending reason (for `herd status`).
   const std::map<std::string, jobqueue::JobInfo>& jobs() const { return jobs_; }
 
+  /// A job that ended without being asked to (failed start, crash, time limit, ...), with
+  /// the end of its output file(s): in `herd status` and the pool's last_failure.
+  struct FailedJob {
+    jobqueue::JobInfo info;
+    bool had_worker = false;          // its worker had connected
+    std::vector<std::string> files;   // its output file(s)
+    std::vector<std::string> tail;    // their last lines
+  };
+  const std::deque<FailedJob>& failed_jobs() const { return failed_; }
+  /// `herd logs JOB`: the output file(s) of a live or recently ended job of this pool, one
+  /// source per file. False when the pool does not know the job.
+  bool job_output(const std::string& id, std::size_t lines, std::vector<protocol::LogSource>& out) const;
+
  private:
   void submit(std::size_t count);
 
@@ -85,6 +99,12 @@ class Pool {
   Clock::time_point paused_until_{};
   std::string paused_reason_, last_error_;
   std::uint64_t submitted_ = 0, failed_submissions_ = 0;
+  // Job output (src/scheduler/pool_logs.cpp).
+  void job_ended(const jobqueue::JobInfo& job, bool asked_to_stop);
+  std::set<std::string> had_worker_;   // live jobs whose worker has connected
+  std::deque<std::string> ended_;      // recently ended job ids (for `herd logs JOB`)
+  std::deque<FailedJob> failed_;       // recent failures, newest last
+  std::string last_failure_;
 };
 
 }  // namespace herd::scheduler

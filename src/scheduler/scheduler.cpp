@@ -189,6 +189,7 @@ void Scheduler::handle_hello(const std::string& identity, const zmq::message_t& 
     w.nthreads = std::max<std::uint32_t>(1, hello.nthreads);
     w.resources = hello.resources;
     w.end_time = hello.end_time;
+    w.gpus = hello.gpus;
     w.memory_limit = hello.memory_limit;
     w.last_seen = Clock::now();
     w.idle_since = w.last_seen;
@@ -246,6 +247,7 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
       if (!protocol::decode(msg.frames[1], ev, error)) break;
       for (auto& r : ev.results) {
         w.processing.erase(r.id);
+        if (gang_result(w, r)) continue;
         if (!r.handed_back && !r.missing_input) record_run(graph_.find(r.id), w, r);
         if (r.ok) {
           const double us = static_cast<double>(r.duration_us);
@@ -289,6 +291,14 @@ void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received
       worker_lost(w.id, "said goodbye: " + bye.reason, /*count_deaths=*/!w.retiring);
       return;
     }
+    case MessageType::gang_join: {
+      protocol::GangJoinRequest req;
+      if (protocol::decode(msg.frames[1], req, error)) gang_join(w, req);
+      break;
+    }
+    case MessageType::worker_logs_reply:
+      on_worker_logs_reply(w, msg.frames[1]);  // src/scheduler/logs.cpp
+      break;
     case MessageType::retire_request: {
       protocol::GoodbyeEvent why;
       if (protocol::decode(msg.frames[1], why, error)) retire(w, why.reason);
@@ -315,6 +325,7 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
           break;
         }
         graph_.add(spec, c.index, fx_);
+        if (spec.gang != 0) gang_member_added(spec);
         // Finished before a restart: put the journaled result on a worker instead of running
         // the task again (its recipe stays, for lineage).
         if (journal_ && !spec.key.empty()) {
@@ -337,6 +348,8 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
         if (t == nullptr || t->client != c.index) continue;
         if (type == MessageType::release_keys) {
           graph_.release(id, fx_);
+        } else if (t->gang != 0) {
+          cancel_gang(t->gang, "gang member " + t->key + " was cancelled");
         } else {
           graph_.cancel(id, fx_);
         }
@@ -362,6 +375,11 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
     case MessageType::scale_pool: {
       protocol::ScalePoolRequest req;
       if (protocol::decode(msg.frames[1], req, error)) handle_scale(c, req);
+      break;
+    }
+    case MessageType::logs_request: {
+      protocol::LogsRequest req;
+      if (protocol::decode(msg.frames[1], req, error)) handle_logs_request(c, req);  // logs.cpp
       break;
     }
     case MessageType::status_request: {
@@ -435,8 +453,10 @@ void Scheduler::worker_lost(std::uint32_t id, const std::string& why, bool count
     pool->worker_left(w.job_id);
   }
   std::vector<TaskId> processing(w.processing.begin(), w.processing.end());
+  gang_worker_lost(w, processing);
   std::vector<TaskId> held(w.has.begin(), w.has.end());
   graph_.worker_lost(id, processing, held, options_.config.allowed_failures, fx_, count_deaths, w.name);
+  logs_worker_gone(w, why);  // pending `herd logs` requests stop waiting for it
   // Clients must not keep pointing at this worker's data port.
   for (auto& [idx, c] : clients_) c.address_index.erase(id);
   apply(fx_);
@@ -554,6 +574,13 @@ void Scheduler::schedule() {
       ready_.pop();
       continue;
     }
+    if (t->gang != 0) {
+      const GangPlacement p = place_gang(*t);
+      if (p == GangPlacement::wait) break;  // it blocks what comes after it, or it would starve
+      ready_.pop();
+      if (p == GangPlacement::set_aside) no_worker_.push_back(t->id);
+      continue;
+    }
     WorkerRec* w = pick_worker(*t);
     if (w == nullptr) {
       // Full, or nobody could ever run it: set such a task aside so it does not block others.
@@ -572,29 +599,32 @@ void Scheduler::schedule() {
       continue;
     }
     ready_.pop();
-    graph_.started(t->id, w->id);
-    w->processing.insert(t->id);
-    w->idle_since = Clock::time_point::max();
-    protocol::ExecuteTask e;
-    e.id = t->id;
-    e.function = t->function;
-    e.args = t->args;
-    e.refs = t->refs;
-    e.key = t->key;
-    e.resources = t->resources;
-    e.full_result = journal_ != nullptr && t->keyed;
-    for (TaskId d : t->deps) {
-      protocol::DepLocation loc;
-      loc.id = d;
-      if (const Task* dep = graph_.find(d)) {
-        for (std::uint32_t h : dep->who_has) {
-          if (auto hw = workers_.find(h); hw != workers_.end()) loc.holders.push_back(hw->second.address);
-        }
-      }
-      e.inputs.push_back(std::move(loc));
-    }
-    w->exec_out.push_back(std::move(e));
+    dispatch(*t, *w, {});
   }
+}
+
+void Scheduler::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
+  graph_.started(t.id, w.id);
+  w.processing.insert(t.id);
+  w.idle_since = Clock::time_point::max();
+  e.id = t.id;
+  e.function = t.function;
+  e.args = t.args;
+  e.refs = t.refs;
+  e.key = t.key;
+  e.resources = t.resources;
+  e.full_result = journal_ != nullptr && t.keyed;
+  for (TaskId d : t.deps) {
+    protocol::DepLocation loc;
+    loc.id = d;
+    if (const Task* dep = graph_.find(d)) {
+      for (std::uint32_t h : dep->who_has) {
+        if (auto hw = workers_.find(h); hw != workers_.end()) loc.holders.push_back(hw->second.address);
+      }
+    }
+    e.inputs.push_back(std::move(loc));
+  }
+  w.exec_out.push_back(std::move(e));
 }
 
 void Scheduler::flush() {
@@ -669,6 +699,7 @@ void Scheduler::tick() {
     progress_retirements();
   }
   if (!pools_.empty() && now - last_state_broadcast_ >= std::chrono::seconds(1)) cluster_changed_ = true;
+  if (!logs_queries_.empty()) expire_logs_queries();
   if (http_ && http_->wanted() && now - last_publish_ >= std::chrono::milliseconds(100)) {
     last_publish_ = now;
     publish_dashboard();

@@ -72,6 +72,7 @@ class Scheduler {
     std::uint32_t executing = 0;        // running now, as its last heartbeat said
     std::uint64_t memory_limit = 0;     // 0 = none
     std::int64_t end_time = 0;          // unix seconds when its job ends (0 = never)
+    std::vector<protocol::GpuInfo> gpus;
     Clock::time_point idle_since;       // when processing last became empty
     bool retiring = false;              // no new tasks; leaves once drained and copied
     bool retired_by_pool = false;       // the pool shrinks (vs. walltime, drain signal)
@@ -95,6 +96,41 @@ class Scheduler {
       return priority != o.priority ? priority < o.priority : seq > o.seq;
     }
   };
+
+  // Gangs (src/scheduler/gangs.cpp): N tasks placed together on N distinct workers, their
+  // results held back until every rank succeeded, failed and retried as a whole.
+  struct Gang {
+    TaskId id = 0;                      // = rank 0's task id
+    std::uint32_t size = 0;
+    std::vector<TaskId> members;        // by rank (0 = not submitted yet)
+    std::uint32_t registered = 0;       // members submitted
+    std::uint32_t retries_left = 0;
+    std::uint32_t attempt = 0;          // the current (or last) run; a retry is a new attempt
+    std::uint32_t next_attempt = 0;
+    bool running = false;               // placed; results of this attempt not all in
+    bool failing = false;               // a rank failed: waiting for the others to stop
+    bool requeue_free = false;          // the failure does not use up a retry (handed back)
+    std::uint32_t outstanding = 0;      // members of this attempt not reported yet
+    std::vector<std::uint32_t> worker;  // by rank: worker it runs on (this attempt)
+    std::vector<bool> reported;         // by rank: its result of this attempt came in
+    std::vector<std::unique_ptr<protocol::TaskResult>> done;  // by rank: held-back success
+    std::unique_ptr<protocol::ErrorInfo> error;                // first failure of the attempt
+    std::vector<protocol::GangJoinRequest> joins;              // by rank, this attempt
+    std::uint32_t joined = 0;
+  };
+  enum class GangPlacement { placed, wait, set_aside, skip };
+  void gang_member_added(const protocol::TaskSpec& spec);
+  GangPlacement place_gang(const Task& member);
+  /// True when `r` belongs to a gang and was dealt with here.
+  bool gang_result(WorkerRec& w, protocol::TaskResult& r);
+  void gang_join(WorkerRec& w, const protocol::GangJoinRequest& req);
+  void gang_failed(Gang& g, std::uint32_t rank, protocol::ErrorInfo error, bool uses_retry);
+  void gang_settle(Gang& g);
+  /// Takes the gang members out of a lost worker's `processing` and fails their gangs.
+  void gang_worker_lost(const WorkerRec& w, std::vector<TaskId>& processing);
+  void cancel_gang(TaskId gang, const std::string& why);
+  std::map<std::string, double> free_resources(const WorkerRec& w) const;
+  void dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e);
 
   void handle(protocol::Received& msg);
   void handle_hello(const std::string& identity, const zmq::message_t& body);
@@ -121,6 +157,12 @@ class Scheduler {
   void record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r);
   void start_dashboard();
   void publish_dashboard();
+  // Logs (src/scheduler/logs.cpp): `herd logs` requests, routed to the workers that hold them.
+  void handle_logs_request(ClientRec& c, const protocol::LogsRequest& req);
+  void on_worker_logs_reply(WorkerRec& w, const zmq::message_t& body);
+  void logs_worker_gone(const WorkerRec& w, const std::string& why);
+  void expire_logs_queries();
+  void finish_logs_query(std::uint64_t id);
 
   SchedulerOptions options_;
   zmq::context_t context_{1};
@@ -132,6 +174,7 @@ class Scheduler {
   Effects fx_;
   std::priority_queue<ReadyItem> ready_;
   std::vector<TaskId> no_worker_;  // ready tasks no worker can ever fit (yet)
+  std::unordered_map<TaskId, Gang> gangs_;
   std::unordered_map<std::string, std::pair<protocol::Role, std::uint32_t>> peers_;
   std::unordered_map<std::uint32_t, WorkerRec> workers_;
   std::unordered_map<std::uint32_t, ClientRec> clients_;
@@ -156,6 +199,18 @@ class Scheduler {
   std::unique_ptr<HttpServer> http_;
   std::string dashboard_url_;
   Clock::time_point last_publish_{};
+  // Logs: requests waiting for workers' answers, and workers that left (for clear errors).
+  struct LogsQuery {
+    std::string client;                       // identity of the client that asked
+    protocol::LogsRequest request;            // as the client sent it
+    std::map<std::uint32_t, std::string> waiting;  // workers not yet answered: id -> name
+    protocol::LogsReply reply;                // sources gathered so far
+    std::vector<std::string> misses;          // workers' "not here" / "gone" answers
+    Clock::time_point deadline;
+  };
+  std::map<std::uint64_t, LogsQuery> logs_queries_;
+  std::uint64_t next_logs_query_ = 1;
+  std::deque<std::pair<std::string, std::string>> departed_;  // (worker name, why), newest last
 };
 
 }  // namespace herd::scheduler

@@ -86,6 +86,7 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
     ws.memory_limit = w.memory_limit;
     ws.resources = w.resources;
     ws.end_time = w.end_time;
+    ws.gpus = w.gpus;
     ws.retiring = w.retiring;
     ws.last_seen_s = std::chrono::duration<double>(now - w.last_seen).count();
     s.workers.push_back(std::move(ws));
@@ -128,6 +129,18 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
       j.detail = info.detail;
       j.reason = info.reason;
       if (auto it = by_job.find(job_id); it != by_job.end()) j.worker = it->second;
+      s.jobs.push_back(std::move(j));
+    }
+    // Jobs that failed recently, with the end of their output (src/scheduler/pool_logs.cpp).
+    for (const auto& f : p->failed_jobs()) {
+      protocol::JobStatus j;
+      j.pool = p->name();
+      j.id = f.info.id;
+      j.state = "ended";
+      j.detail = f.info.detail;
+      j.reason = f.info.reason + (f.had_worker ? "" : std::string(f.info.reason.empty() ? "" : ", ") + "before its worker connected");
+      for (const auto& file : f.files) j.output += (j.output.empty() ? "" : ", ") + file;
+      j.output_tail = f.tail;
       s.jobs.push_back(std::move(j));
     }
   }

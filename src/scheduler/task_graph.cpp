@@ -38,7 +38,9 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, Effect
   t.args = spec.args;
   t.refs = spec.refs;
   t.priority = spec.priority;
-  t.retries_left = spec.retries;
+  t.retries_left = spec.gang != 0 ? 0 : spec.retries;
+  t.gang = spec.gang;
+  t.gang_rank = spec.gang_rank;
   t.duration_s = spec.duration_s;
   t.resources = spec.resources;
   t.seq = next_seq_++;
@@ -241,6 +243,12 @@ void TaskGraph::input_missing(TaskId id, Effects& fx) {
     if (Task* dep = find(d)) ensure_data(*dep, fx);
   }
   if (t->st() == TaskState::processing) make_runnable(*t, fx);
+}
+
+void TaskGraph::fail(TaskId id, const protocol::ErrorInfo& error, Effects& fx) {
+  Task* t = find(id);
+  if (t == nullptr || !unfinished(*t)) return;
+  fail_with(*t, error, TaskState::erred, fx);
 }
 
 void TaskGraph::requeue(TaskId id, Effects& fx) {

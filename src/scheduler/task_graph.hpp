@@ -50,6 +50,8 @@ struct Task {
   std::int32_t priority = 0;
   std::uint32_t duration_s = 0;  // declared run time (placement near walltime)
   std::uint64_t seq = 0;         // submission order
+  TaskId gang = 0;               // gang id (0 = not a gang member); the gang keeps the retries
+  std::uint32_t gang_rank = 0;
   std::uint64_t nbytes = 0;
   std::string function;
   std::string key;               // display key
@@ -105,6 +107,8 @@ class TaskGraph {
   void worker_lost(std::uint32_t worker, const std::vector<TaskId>& processing,
                    const std::vector<TaskId>& held, std::uint32_t allowed_failures, Effects& fx,
                    bool count_deaths = true, const std::string& worker_name = "");
+  /// Fails an unfinished task (any state) and everything downstream, retries or not.
+  void fail(TaskId id, const protocol::ErrorInfo& error, Effects& fx);
   /// Back to ready after being handed back by a worker (not a failure).
   void requeue(TaskId id, Effects& fx);
 

@@ -2,10 +2,12 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -13,7 +15,9 @@
 
 #include "api/runtime.hpp"
 #include "common/logging.hpp"
+#include "herd/error.hpp"
 #include "herd/remote.hpp"
+#include "worker/log_capture.hpp"
 
 namespace herd::worker {
 
@@ -23,7 +27,6 @@ using protocol::TaskId;
 namespace {
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_drain_signals{0};
-constexpr const char* kWakeEndpoint = "inproc://herd-worker-wake";
 
 std::string demangle(const char* name) {
   int status = 0;
@@ -57,14 +60,18 @@ bool substitute(msgpack::object& args, const protocol::ArgRef& ref, const msgpac
 
 void Worker::request_stop() { g_stop.store(true); }
 
+void Worker::wake_io() {
+  const std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+}
+
 void Worker::request_drain() {
   if (g_drain_signals.fetch_add(1) >= 1) g_stop.store(true);  // a second signal: leave now
 }
 
 Worker::Worker(WorkerOptions options)
     : options_(std::move(options)), auth_(security::Auth::for_server(context_)),
-      sched_(context_, zmq::socket_type::dealer), data_(context_, zmq::socket_type::router),
-      wake_(context_, zmq::socket_type::pull) {
+      sched_(context_, zmq::socket_type::dealer), data_(context_, zmq::socket_type::router) {
   auth_.server(data_);
   auth_.client(sched_);
   if (options_.name.empty()) {
@@ -86,6 +93,20 @@ Worker::Worker(WorkerOptions options)
       options_.memory_limit = static_cast<std::uint64_t>(std::atoll(mb)) * 1024 * 1024 * 95 / 100;
     }
   }
+  // GPUs: what the batch system gave this job. An explicit --resources gpu=N wins for the
+  // count; devices beyond those discovered get plain ordinals.
+  gpus_ = gpu::discover();
+  if (!gpus_.empty() && options_.resources.count("gpu") == 0) {
+    options_.resources["gpu"] = static_cast<double>(gpus_.size());
+  }
+  if (auto g = options_.resources.find("gpu"); g != options_.resources.end()) {
+    const auto want = static_cast<std::size_t>(std::max(0.0, g->second));
+    if (gpus_.size() > want) gpus_.resize(want);
+    for (std::size_t i = gpus_.size(); i < want; ++i) {
+      gpus_.push_back({static_cast<int>(i), std::to_string(i), "", 0});
+    }
+  }
+  gpu_free_.assign(gpus_.size(), 1.0);
   free_resources_ = options_.resources;
   for (const auto& lib : options_.load) {
     if (::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
@@ -102,10 +123,14 @@ Worker::Worker(WorkerOptions options)
   data_.set(zmq::sockopt::linger, 0);
   data_.bind("tcp://" + host + ":*");
   data_address_ = data_.get(zmq::sockopt::last_endpoint);
+  ring_host_ = host == "0.0.0.0" ? hostname() : host;
   if (const auto pos = data_address_.find("0.0.0.0"); pos != std::string::npos) {
     data_address_.replace(pos, 7, hostname());
   }
-  wake_.bind(kWakeEndpoint);
+  // Executors (and the memory monitor) wake the I/O thread through an eventfd: one write(2),
+  // cheaper than an inproc ZeroMQ message (bench/README.md, "Profile: the round trip").
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
   sched_.set(zmq::sockopt::linger, 1000);
   sched_.set(zmq::sockopt::sndhwm, 0);
   sched_.set(zmq::sockopt::rcvhwm, 0);
@@ -130,6 +155,7 @@ bool Worker::connect() {
   hello.nthreads = options_.nthreads;
   hello.data_address = data_address_;
   hello.resources = options_.resources;
+  for (const auto& d : gpus_) hello.gpus.push_back({d.id, d.name, d.memory});
   if (const char* job = std::getenv("HERD_JOB_ID")) {
     hello.job_id = job;
   } else if (const char* sjob = std::getenv("SLURM_JOB_ID")) {
@@ -191,7 +217,7 @@ int Worker::run() {
   while (!g_stop.load()) {
     items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0},
                   {static_cast<void*>(data_), 0, ZMQ_POLLIN, 0},
-                  {static_cast<void*>(wake_), 0, ZMQ_POLLIN, 0}});
+                  {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
     item_peers.clear();
     for (auto& [address, socket] : peers_) {
       items.push_back({static_cast<void*>(socket), 0, ZMQ_POLLIN, 0});
@@ -203,9 +229,9 @@ int Worker::run() {
       if (e.num() != EINTR) throw;
     }
     // Wake-ups only say "look at the completion queue".
-    while (true) {
-      zmq::message_t m;
-      if (!wake_.recv(m, zmq::recv_flags::dontwait)) break;
+    if (items[2].revents & ZMQ_POLLIN) {
+      std::uint64_t n;
+      (void)!::read(wake_fd_, &n, sizeof n);
     }
     drain_completions();
     if (const std::uint64_t rss = over_limit_rss_.load(); rss > 0) {
@@ -215,7 +241,9 @@ int Worker::run() {
     }
     bool shutdown = false;
     std::map<std::string, std::vector<TaskId>> wanted;
-    for (int n = 0; n < 1000; ++n) {
+    // Not when only the eventfd woke us: an empty non-blocking receive costs libzmq a poll(2)
+    // and a getpid(2), on the round trip's path (bench/README.md).
+    for (int n = 0; n < 1000 && (items[0].revents & ZMQ_POLLIN) != 0; ++n) {
       auto msg = protocol::try_receive(sched_, false);
       if (!msg) break;
       last_from_scheduler_ = Clock::now();
@@ -268,6 +296,13 @@ int Worker::run() {
           shutdown = true;
           break;
         }
+        case MessageType::gang_ready:
+        case MessageType::gang_abort:
+          on_gang_message(*type, msg->frames[1]);
+          break;
+        case MessageType::logs_fetch:
+          on_logs_fetch(msg->frames[1]);  // src/worker/worker_logs.cpp
+          break;
         case MessageType::heartbeat:
         case MessageType::error:
           break;
@@ -356,6 +391,13 @@ int Worker::run() {
 void Worker::on_execute(protocol::ExecuteTasksEvent& ev) {
   std::map<std::string, std::vector<TaskId>> wanted;
   for (auto& task : ev.tasks) {
+    if (task.gang != 0) {
+      std::lock_guard lock(gang_mu_);
+      gangs_[{task.gang, task.gang_attempt}] = std::make_shared<collective::GangSession>(
+          task.gang, task.gang_attempt, task.gang_rank, task.gang_size);
+      HERD_LOG(debug) << "gang member " << task.key << " (rank " << task.gang_rank << " of "
+                      << task.gang_size << ", attempt " << task.gang_attempt << ") arrived";
+    }
     std::uint32_t missing = 0;
     for (const auto& in : task.inputs) {
       if (store_.contains(in.id)) continue;
@@ -528,15 +570,67 @@ void Worker::on_acquire(const protocol::AcquireKeysEvent& ev) {
 void Worker::make_runnable(protocol::ExecuteTask task) {
   {
     std::lock_guard lock(run_mu_);
-    runnable_.push_back(std::move(task));
+    // A gang member goes first: the other ranks are waiting for it.
+    if (task.gang != 0) runnable_.push_front(std::move(task));
+    else runnable_.push_back(std::move(task));
   }
-  run_cv_.notify_one();
+  run_cv_.notify_all();
+}
+
+std::vector<int> Worker::pick_gpus(double need) const {
+  std::vector<int> out;
+  if (need <= 0) return out;
+  if (need < 1) {
+    // One device with room, the fullest that fits (so whole devices stay whole).
+    int best = -1;
+    for (std::size_t i = 0; i < gpu_free_.size(); ++i) {
+      if (gpu_free_[i] + 1e-9 >= need && (best < 0 || gpu_free_[i] < gpu_free_[static_cast<std::size_t>(best)])) {
+        best = static_cast<int>(i);
+      }
+    }
+    if (best >= 0) out.push_back(best);
+    return out;
+  }
+  const auto n = static_cast<std::size_t>(std::ceil(need - 1e-9));
+  for (std::size_t i = 0; i < gpu_free_.size() && out.size() < n; ++i) {
+    if (gpu_free_[i] >= 1.0 - 1e-9) out.push_back(static_cast<int>(i));
+  }
+  if (out.size() < n) out.clear();
+  return out;
+}
+
+void Worker::on_gang_message(MessageType type, const zmq::message_t& body) {
+  std::string error;
+  std::shared_ptr<collective::GangSession> session;
+  if (type == MessageType::gang_ready) {
+    protocol::GangReadyEvent ev;
+    if (!protocol::decode(body, ev, error)) {
+      HERD_LOG(error) << "bad gang_ready from the scheduler: " << error;
+      return;
+    }
+    {
+      std::lock_guard lock(gang_mu_);
+      if (auto it = gangs_.find({ev.gang, ev.attempt}); it != gangs_.end()) session = it->second;
+    }
+    if (session) session->deliver(std::move(ev));
+    return;
+  }
+  protocol::GangAbortEvent ev;
+  if (!protocol::decode(body, ev, error)) {
+    HERD_LOG(error) << "bad gang_abort from the scheduler: " << error;
+    return;
+  }
+  {
+    std::lock_guard lock(gang_mu_);
+    if (auto it = gangs_.find({ev.gang, ev.attempt}); it != gangs_.end()) session = it->second;
+  }
+  HERD_LOG(debug) << "gang " << ev.gang << " attempt " << ev.attempt << " aborted"
+                  << (session ? "" : " (no member here)") << ": " << ev.reason;
+  if (session) session->abort(ev.reason);
 }
 
 void Worker::executor_loop(std::size_t index) {
-  zmq::socket_t wake(context_, zmq::socket_type::push);
-  wake.set(zmq::sockopt::linger, 0);
-  wake.connect(kWakeEndpoint);
+  std::vector<int> devices;  // indexes into gpus_ held by the current task
   while (true) {
     protocol::ExecuteTask task;
     {
@@ -547,7 +641,8 @@ void Worker::executor_loop(std::size_t index) {
         chosen = std::find_if(runnable_.begin(), runnable_.end(), [&](const auto& t) {
           for (const auto& [r, amount] : t.resources) {
             auto have = free_resources_.find(r);
-            if (have == free_resources_.end() || have->second < amount) return false;
+            if (have == free_resources_.end() || have->second + 1e-9 < amount) return false;
+            if (r == "gpu" && pick_gpus(amount).empty() && amount > 0) return false;
           }
           return true;
         });
@@ -557,13 +652,20 @@ void Worker::executor_loop(std::size_t index) {
       task = std::move(*chosen);
       runnable_.erase(chosen);
       for (const auto& [r, amount] : task.resources) free_resources_[r] -= amount;
+      devices.clear();
+      if (auto g = task.resources.find("gpu"); g != task.resources.end() && g->second > 0) {
+        devices = pick_gpus(g->second);
+        for (int d : devices) gpu_free_[static_cast<std::size_t>(d)] -= std::min(1.0, g->second);
+      }
     }
     ++executing_;
     {
       std::lock_guard lock(run_mu_);
       running_[task.id] = task.key;
     }
-    Completion c = execute(task);
+    LogBook::instance().task_started(task.id, task.key);  // output capture (log_capture.hpp)
+    Completion c = execute(task, devices);
+    LogBook::instance().task_finished(task.id);
     {
       std::lock_guard lock(run_mu_);
       running_.erase(task.id);
@@ -573,6 +675,9 @@ void Worker::executor_loop(std::size_t index) {
       {
         std::lock_guard lock(run_mu_);
         for (const auto& [r, amount] : task.resources) free_resources_[r] += amount;
+        if (auto g = task.resources.find("gpu"); g != task.resources.end()) {
+          for (int d : devices) gpu_free_[static_cast<std::size_t>(d)] += std::min(1.0, g->second);
+        }
       }
       run_cv_.notify_all();
     }
@@ -582,15 +687,48 @@ void Worker::executor_loop(std::size_t index) {
       was_empty = done_.empty();
       done_.push_back(std::move(c));
     }
-    if (was_empty) (void)wake.send(zmq::message_t(), zmq::send_flags::dontwait);
+    if (was_empty) wake_io();
   }
   (void)index;
 }
 
-Worker::Completion Worker::execute(const protocol::ExecuteTask& task) {
+Worker::Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices) {
   Completion c;
   c.id = task.id;
   c.full_result = task.full_result;
+  // What the task may know about itself: its GPUs (with a stream of its own) and its gang.
+  TaskInfo info;
+  info.key = task.key;
+  info.worker = options_.name;
+  info.results_held = store_.size();
+  info.result_bytes_held = store_.bytes();
+  for (int d : devices) info.gpus.push_back(gpus_[static_cast<std::size_t>(d)].ordinal);
+  collective::GangTicket ticket;
+  std::shared_ptr<collective::GangSession> session;
+  if (task.gang != 0) {
+    info.gang_rank = static_cast<int>(task.gang_rank);
+    info.gang_size = static_cast<int>(task.gang_size);
+    std::lock_guard lock(gang_mu_);
+    if (auto it = gangs_.find({task.gang, task.gang_attempt}); it != gangs_.end()) session = it->second;
+  }
+  struct Cleanup {  // whatever happens below: the stream, the communicator, the mailbox go
+    Worker* self;
+    collective::GangTicket* ticket;
+    protocol::TaskId gang;
+    std::uint32_t attempt;
+    void* stream = nullptr;
+    ~Cleanup() {
+      detail::current_task() = TaskInfo{};
+      collective::current_gang() = nullptr;
+      if (ticket->session) ticket->session->detach();
+      ticket->communicator.reset();
+      if (stream != nullptr) gpu::destroy_stream(stream);
+      if (gang != 0) {
+        std::lock_guard lock(self->gang_mu_);
+        self->gangs_.erase({gang, attempt});
+      }
+    }
+  } cleanup{this, &ticket, task.gang, task.gang_attempt};
   const auto start = Clock::now();
   const detail::FunctionEntry* entry = detail::find_function(task.function);
   if (entry == nullptr) {
@@ -619,7 +757,28 @@ Worker::Completion Worker::execute(const protocol::ExecuteTask& task) {
         throw std::invalid_argument("argument reference does not match the arguments");
       }
     }
-    detail::current_task() = TaskInfo{task.key, options_.name, store_.size(), store_.bytes()};
+    // A stream only on a device CUDA can use (a fake or unreachable one has no model name).
+    if (!devices.empty() && !gpus_[static_cast<std::size_t>(devices.front())].name.empty()) {
+      gpu::set_device(info.gpus.front());
+      cleanup.stream = info.cuda_stream = gpu::create_stream(info.gpus.front());
+    }
+    if (session) {
+      ticket.session = session;
+      ticket.listen_host = ring_host_;
+      ticket.device = info.cuda_stream != nullptr ? info.gpus.front() : -1;  // NCCL needs a real one
+      ticket.stream = info.cuda_stream;
+      ticket.send = [this](const protocol::GangJoinRequest& join) {
+        {
+          std::lock_guard lock(done_mu_);
+          gang_joins_.push_back(join);
+        }
+        wake_io();
+      };
+      collective::current_gang() = &ticket;
+    } else if (task.gang != 0) {
+      throw GangAborted("gang attempt " + std::to_string(task.gang_attempt) + " is unknown to this worker");
+    }
+    detail::current_task() = std::move(info);
     msgpack::sbuffer out;
     entry->invoke(args, out);
     detail::current_task() = TaskInfo{};
@@ -648,10 +807,13 @@ Worker::Completion Worker::execute(const protocol::ExecuteTask& task) {
 
 void Worker::drain_completions() {
   std::vector<Completion> done;
+  std::vector<protocol::GangJoinRequest> joins;
   {
     std::lock_guard lock(done_mu_);
     done.swap(done_);
+    joins.swap(gang_joins_);
   }
+  for (const auto& join : joins) protocol::send(sched_, "", MessageType::gang_join, protocol::encode(join));
   for (auto& c : done) {
     protocol::TaskResult r;
     r.id = c.id;
@@ -686,10 +848,7 @@ void Worker::memory_monitor() {
     const std::uint64_t rss = rss_bytes();
     if (rss > options_.memory_limit) {
       over_limit_rss_.store(rss);
-      zmq::socket_t wake(context_, zmq::socket_type::push);
-      wake.set(zmq::sockopt::linger, 0);
-      wake.connect(kWakeEndpoint);
-      (void)wake.send(zmq::message_t(), zmq::send_flags::dontwait);
+      wake_io();
       return;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -762,6 +921,7 @@ int run_worker(WorkerOptions options) {
   auto* w = new Worker(std::move(options));
   const int rc = w->run();
   std::fflush(nullptr);
+  LogBook::instance().stop_capture();  // what is still in the capture pipes reaches the log files
   ::_exit(rc);
 }
 

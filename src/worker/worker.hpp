@@ -19,9 +19,11 @@
 
 #include <zmq.hpp>
 
+#include "collective/gang_runtime.hpp"
 #include "common/config.hpp"
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
+#include "gpu/gpu.hpp"
 #include "worker/data_store.hpp"
 
 namespace herd::worker {
@@ -70,10 +72,13 @@ class Worker {
 
   bool connect();
   void executor_loop(std::size_t index);
-  Completion execute(const protocol::ExecuteTask& task);
+  Completion execute(const protocol::ExecuteTask& task, const std::vector<int>& devices);
   void on_execute(protocol::ExecuteTasksEvent& ev);
   void on_cancel(const protocol::KeysEvent& ev);
   void on_acquire(const protocol::AcquireKeysEvent& ev);
+  /// `herd logs`: answers the scheduler with this worker's log or a task's output.
+  void on_logs_fetch(const zmq::message_t& body);
+  bool queued(protocol::TaskId id, const std::string& key);  // received, not started
   void on_data_request(protocol::Received& msg);
   void on_data_reply(const std::string& address, protocol::Received& msg);
   void request_inputs(std::map<std::string, std::vector<protocol::TaskId>>& wanted);
@@ -82,7 +87,12 @@ class Worker {
   void input_arrived(protocol::TaskId dep);
   void input_unavailable(protocol::TaskId dep);
   void make_runnable(protocol::ExecuteTask task);
+  /// Devices for `need` GPUs from the free ones (whole devices for need >= 1, one shared
+  /// device for a fraction); empty when they do not fit now. run_mu_ held.
+  std::vector<int> pick_gpus(double need) const;
+  void on_gang_message(protocol::MessageType type, const zmq::message_t& body);
   void drain_completions();
+  void wake_io();  // any thread: the I/O thread leaves its poll and drains completions
   void memory_monitor();
   void over_memory_limit(std::uint64_t rss);
   void flush_results();
@@ -94,7 +104,8 @@ class Worker {
   WorkerOptions options_;
   zmq::context_t context_{1};
   security::Auth auth_;  // before the sockets: the data port is a CURVE server
-  zmq::socket_t sched_, data_, wake_;
+  zmq::socket_t sched_, data_;
+  int wake_fd_ = -1;  // eventfd: "look at the completion queue" (wake_io), polled by run()
   std::string data_address_;
   DataStore store_;
 
@@ -103,6 +114,8 @@ class Worker {
   std::condition_variable run_cv_;
   std::deque<protocol::ExecuteTask> runnable_;
   std::map<std::string, double> free_resources_;
+  std::vector<gpu::Device> gpus_;    // devices this worker may use
+  std::vector<double> gpu_free_;     // by device: 1 = free, 0 = taken (fractions shared)
   std::unordered_set<protocol::TaskId> cancelled_;  // cancelled while queued
   bool stopping_ = false;
   std::atomic<std::uint32_t> executing_{0};
@@ -112,6 +125,13 @@ class Worker {
   std::vector<std::thread> executors_;
   std::mutex done_mu_;
   std::vector<Completion> done_;
+  std::vector<protocol::GangJoinRequest> gang_joins_;  // from members, for the I/O thread
+
+  // Gang members on this worker: (gang, attempt) -> mailbox (made when the task arrives, so an
+  // abort that comes before the member starts is kept).
+  std::mutex gang_mu_;
+  std::map<std::pair<protocol::TaskId, std::uint32_t>, std::shared_ptr<collective::GangSession>> gangs_;
+  std::string ring_host_;  // where gang members' ring listeners bind
 
   // I/O side.
   std::unordered_map<protocol::TaskId, Pending> pending_;                       // awaiting inputs

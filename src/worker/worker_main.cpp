@@ -2,10 +2,12 @@
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdlib>
 #include <iostream>
 
 #include "api/runtime.hpp"
 #include "common/logging.hpp"
+#include "worker/log_capture.hpp"
 #include "worker/worker.hpp"
 
 namespace herd::detail {
@@ -60,6 +62,19 @@ int worker_main(const std::vector<std::string>& args) {
     return app.exit(e);
   }
   log::set_process_name("worker " + (options.name.empty() ? std::string("?") : options.name));
+  // Keep recent output in memory for `herd logs` (it still goes to stderr / the job's files),
+  // herd's info lines included even when stderr shows only warnings.
+  {
+    worker::LogLimits limits;
+    limits.worker_bytes = options.config.worker_log_bytes;
+    limits.task_bytes = options.config.task_output_bytes;
+    limits.tasks = options.config.task_output_tasks;
+    worker::LogBook::instance().start_capture(limits);
+    if (worker::LogBook::instance().capturing()) {
+      log::set_sink([](const std::string& line) { worker::LogBook::instance().log_line(line); }, log::Level::info);
+      std::atexit([] { worker::LogBook::instance().stop_capture(); });
+    }
+  }
   ::signal(SIGPIPE, SIG_IGN);
   // TERM (scancel, preemption, end of walltime), INT and USR2 (a common --signal choice)
   // start a drain; a second one makes the worker leave at once. USR1 is left to NCCL.
@@ -71,6 +86,7 @@ int worker_main(const std::vector<std::string>& args) {
   try {
     return worker::run_worker(std::move(options));
   } catch (const std::exception& e) {
+    worker::LogBook::instance().stop_capture();
     std::cerr << "herd worker: " << e.what() << std::endl;
     return 1;
   }

@@ -44,6 +44,14 @@ std::string pool_of(int ms) {
 }
 HERD_TASK(pool_of);
 
+/// "<CUDA ordinals the task holds>|<CUDA_VISIBLE_DEVICES>".
+std::string gpus_held() {
+  std::string ids;
+  for (int g : herd::this_task().gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
+  return ids + "|" + env_or("CUDA_VISIBLE_DEVICES", "unset");
+}
+HERD_TASK(gpus_held);
+
 }  // namespace
 
 TEST_CASE("Slurm.JobScript.AcceptedBySbatchTestOnly" * doctest::timeout(60)) {
@@ -222,6 +230,18 @@ TEST_CASE("Slurm.TwoPools.GpuTasksOnlyOnGpuWorkers" * doctest::timeout(180)) {
     any.push_back(client.submit(pool_of, 50));
   }
   for (const auto& where : client.gather(gpu)) CHECK(where == "gpu|gpu");
+  // The gpu pool's worker found its GPU where Slurm put it (CUDA_VISIBLE_DEVICES of the job),
+  // and a gpus(1) task is told which device it holds.
+  bool found = false;
+  for (const auto& w : client.status().workers) {
+    if (w.pool != "gpu") continue;
+    found = true;
+    REQUIRE(w.gpus.size() == 1);
+    CHECK(w.gpus[0].id == "0");
+    CHECK(w.resources.at("gpu") == 1);
+  }
+  CHECK(found);
+  CHECK(client.submit(herd::TaskOptions{}.gpus(1), gpus_held).result() == "0|0");
   std::set<std::string> seen;
   for (const auto& where : client.gather(any)) seen.insert(where);
   CHECK(seen.count("cpu|cpu") == 1);  // untagged tasks also use the cpu pool

@@ -147,7 +147,7 @@ TEST_CASE("Protocol.Status.RoundTrip") {
   s.functions["add"]["finished_total"] = 5;
   s.pools.push_back({});
   s.pools[0].pending_reasons = {{"Priority", 2}};
-  s.jobs.push_back({"cpu", "12_3", "pending", "PENDING", "Priority", ""});
+  s.jobs.push_back({"cpu", "12_3", "pending", "PENDING", "Priority", "", "", {}});
   s.events.push_back({"add-1", "add", "w-1", 1000, 1500, false});
   const StatusReply out = round_trip(s);
   CHECK(out.request_id == 7);
@@ -160,4 +160,36 @@ TEST_CASE("Protocol.Status.RoundTrip") {
   CHECK(out.events.at(0).end_ms == 1500);
   CHECK_FALSE(out.events.at(0).ok);
   CHECK(round_trip(StatusRequest{3, 100}).max_events == 100);
+}
+
+TEST_CASE("Protocol.Logs.RoundTrip") {
+  CHECK(to_string(MessageType::logs_request) == "logs_request");
+  CHECK(to_string(MessageType::logs_fetch) == "logs_fetch");
+  CHECK(to_string(MessageType::worker_logs_reply) == "worker_logs_reply");
+  CHECK(to_string(MessageType::logs_reply) == "logs_reply");
+  std::string error;
+  CHECK(parse_header(make_header(MessageType::logs_reply), error) == MessageType::logs_reply);
+  LogsRequest req;
+  req.request_id = 4;
+  req.kind = static_cast<std::uint8_t>(LogsKind::task);
+  req.target = "train-3";
+  req.task = 99;
+  req.lines = 20;
+  const LogsRequest r = round_trip(req);
+  CHECK(r.kind == static_cast<std::uint8_t>(LogsKind::task));
+  CHECK(r.target == "train-3");
+  CHECK(r.task == 99);
+  CHECK(r.lines == 20);
+  LogsReply reply;
+  reply.request_id = 4;
+  reply.ok = true;
+  reply.sources.push_back({});
+  reply.sources[0].kind = "task";
+  reply.sources[0].lines.push_back({1700000000000, 1, "epoch 1"});
+  reply.sources[0].dropped = 3;
+  const LogsReply out = round_trip(reply);
+  CHECK(out.ok);
+  CHECK(out.sources.at(0).lines.at(0).text == "epoch 1");
+  CHECK(out.sources.at(0).lines.at(0).stream == 1);
+  CHECK(out.sources.at(0).dropped == 3);
 }

@@ -53,6 +53,11 @@ const ClientCore* future_owner(const FutureState& s);
 std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& function,
                                          std::vector<char>&& args, std::vector<ArgRefSpec>&& refs,
                                          const TaskOptions& options);
+/// `n` members of one gang (ranks 0..n-1, consecutive ids), all with the same arguments.
+std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, const std::string& function,
+                                                           std::vector<char>&& args,
+                                                           std::vector<ArgRefSpec>&& refs,
+                                                           const TaskOptions& options, int n);
 std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& bytes);
 void core_prefetch(ClientCore& core, const std::vector<FutureState*>& states);
 bool core_wait_all(ClientCore& core, const std::vector<FutureState*>& states, std::int64_t timeout_ms);

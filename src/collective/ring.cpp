@@ -1,0 +1,829 @@
+// The CPU ring (see ring.hpp): setup, the transfer engine, and the reductions.
+//
+// Wire format. Each ring link is one TCP connection from rank r to rank r+1, used in one
+// direction only (r -> r+1) once set up. Setup, byte-exact, integers little-endian:
+//   hello (connector -> acceptor): "HRNG" | u32 version (1) | u32 rank | u32 size |
+//                                  u32 token length (<= 4096) | token bytes
+//   ack   (acceptor -> connector): "HRAK" | u32 rank of the acceptor
+// After that, each operation on a link starts with a header, then the payload bytes (whose
+// length both ends know, since every rank calls the same operations with the same counts):
+//   op header: "HROP" | u32 sequence number of the operation on this communicator |
+//              u8 kind (1 allreduce, 2 broadcast) | u8 DataType | u8 ReduceOp | u8 0 |
+//              u32 root (broadcast) | u64 count (allreduce: elements; broadcast: bytes)
+// so ranks that are out of step (different calls, or bytes left over from an aborted
+// operation) fail with GangAborted instead of reducing garbage.
+//
+// Operations are a list of steps; in each step a rank sends a range of its buffer to the next
+// rank and receives a range from the previous one (into a scratch ring to reduce, or straight
+// into the buffer). A step's send may depend on an earlier receive (all-reduce: what rank r
+// sends in step t is what it reduced in step t-1; broadcast: what it forwards is what it is
+// receiving), and is released as that receive is processed, byte by byte, so segments flow
+// through the ring without waiting for whole chunks; a received segment is reduced while the
+// kernel keeps receiving the next. One thread, non-blocking sockets and poll() on both links and
+// an abort eventfd: nothing can deadlock on full kernel buffers, and abort() always wakes it.
+#include "collective/ring.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <stdexcept>
+#include <type_traits>
+#include <utility>
+
+#include "herd/error.hpp"
+
+namespace herd::collective {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kSocketBuffer = 4 << 20;              // SO_SNDBUF / SO_RCVBUF of a ring link
+constexpr std::size_t kScratch = 4 << 20;           // receive ring of a reducing step
+constexpr std::size_t kSegment = 256 << 10;         // reduce once this much has arrived
+constexpr std::size_t kMaxRecv = 1 << 20;           // one recv() call at most
+constexpr std::uint32_t kVersion = 1;
+constexpr std::size_t kMaxToken = 4096;
+constexpr char kHelloMagic[4] = {'H', 'R', 'N', 'G'};
+constexpr char kAckMagic[4] = {'H', 'R', 'A', 'K'};
+constexpr char kOpMagic[4] = {'H', 'R', 'O', 'P'};
+constexpr std::size_t kOpHeader = 24;
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+[[noreturn]] void throw_sys(const std::string& what, int err = errno) {
+  throw std::runtime_error("herd ring: " + what + ": " + errno_text(err));
+}
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+void set_nonblocking(int fd) {
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) throw_sys("fcntl(O_NONBLOCK)");
+}
+
+void set_buffers(int fd) {
+  // Before listen()/connect(), so that the window scale is negotiated for them. Best effort.
+  const int size = kSocketBuffer;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
+  (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
+}
+
+void set_nodelay(int fd) {
+  const int one = 1;
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+/// A peer whose machine dies says nothing (no FIN, no RST): keepalive probes (receiving side)
+/// and a limit on unacknowledged data (sending side) turn that into an error after ~1.5 minutes.
+/// A live peer that is merely slow still acknowledges, so this never fires on slowness.
+void set_liveness(int fd) {
+  const int one = 1, idle = 30, interval = 10, count = 6;
+  const unsigned user_timeout_ms = 90000;
+  (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
+  (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
+}
+
+void put_u32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
+}
+
+void put_u64(std::string& out, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
+}
+
+std::uint32_t get_u32(const char* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+bool same_secret(const std::string& a, const std::string& b) {
+  // Constant time in the contents (the token is a secret).
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+/// "host:port" or "[v6]:port" -> (host, port).
+std::pair<std::string, std::string> split_address(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon + 1 == address.size()) {
+    throw std::invalid_argument("herd ring: address without a port: '" + address + "'");
+  }
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return {host, address.substr(colon + 1)};
+}
+
+struct AddrInfo {
+  addrinfo* list = nullptr;
+  AddrInfo() = default;
+  AddrInfo(const AddrInfo&) = delete;
+  AddrInfo& operator=(const AddrInfo&) = delete;
+  ~AddrInfo() {
+    if (list) ::freeaddrinfo(list);
+  }
+};
+
+int resolve(const std::string& host, const std::string& port, int flags, AddrInfo& out) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags;
+  return ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &out.list);
+}
+
+// ------------------------------------------------------------------------------------------
+// Reductions: dst[i] = dst[i] op src[i]. Integers wrap (summed as unsigned: no UB on overflow).
+
+template <typename T>
+struct Sum {
+  static T apply(T a, T b) {
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
+      return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
+    } else {
+      return a + b;
+    }
+  }
+};
+template <typename T>
+struct Max {
+  static T apply(T a, T b) { return b > a ? b : a; }
+};
+template <typename T>
+struct Min {
+  static T apply(T a, T b) { return b < a ? b : a; }
+};
+
+template <typename T, template <typename> class Op>
+void reduce_into(void* dst, const void* src, std::size_t count) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  for (std::size_t i = 0; i < count; ++i) d[i] = Op<T>::apply(d[i], s[i]);
+}
+
+template <template <typename> class Op>
+void reduce_half(void* dst, const void* src, std::size_t count) {
+  // Each hop reduces in float and rounds back to half; the owner of a chunk does all of its
+  // hops, so every rank ends with the same bits.
+  half* d = static_cast<half*>(dst);
+  const half* s = static_cast<const half*>(src);
+  for (std::size_t i = 0; i < count; ++i) d[i] = to_half(Op<float>::apply(to_float(d[i]), to_float(s[i])));
+}
+
+using ReduceFn = void (*)(void*, const void*, std::size_t);
+
+template <template <typename> class Op>
+ReduceFn reducer_for(DataType type) {
+  switch (type) {
+    case DataType::int32: return &reduce_into<std::int32_t, Op>;
+    case DataType::int64: return &reduce_into<std::int64_t, Op>;
+    case DataType::float16: return &reduce_half<Op>;
+    case DataType::float32: return &reduce_into<float, Op>;
+    case DataType::float64: return &reduce_into<double, Op>;
+  }
+  throw std::invalid_argument("herd ring: unknown DataType");
+}
+
+ReduceFn reducer(DataType type, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum:
+    case ReduceOp::avg: return reducer_for<Sum>(type);
+    case ReduceOp::max: return reducer_for<Max>(type);
+    case ReduceOp::min: return reducer_for<Min>(type);
+  }
+  throw std::invalid_argument("herd ring: unknown ReduceOp");
+}
+
+template <typename T>
+void divide(void* buffer, std::size_t count, int n) {
+  T* p = static_cast<T*>(buffer);
+  const T d = static_cast<T>(n);
+  for (std::size_t i = 0; i < count; ++i) p[i] = p[i] / d;
+}
+
+void divide_by(void* buffer, std::size_t count, DataType type, int n) {
+  switch (type) {
+    case DataType::int32: return divide<std::int32_t>(buffer, count, n);
+    case DataType::int64: return divide<std::int64_t>(buffer, count, n);
+    case DataType::float32: return divide<float>(buffer, count, n);
+    case DataType::float64: return divide<double>(buffer, count, n);
+    case DataType::float16: {
+      half* p = static_cast<half*>(buffer);
+      const auto d = static_cast<float>(n);
+      for (std::size_t i = 0; i < count; ++i) p[i] = to_half(to_float(p[i]) / d);
+      return;
+    }
+  }
+}
+
+// ------------------------------------------------------------------------------------------
+
+/// One step of an operation, as seen by one rank.
+struct Step {
+  const char* send = nullptr;  // what goes to the next rank
+  std::size_t send_len = 0;
+  int gate = -1;               // the send is released as receive step `gate` is processed (-1: at once)
+  char* recv = nullptr;        // where the previous rank's bytes end up
+  std::size_t recv_len = 0;
+  bool reduce = false;         // true: received into scratch, then reduced into `recv`
+};
+
+class RingCommunicator final : public herd::detail::CommunicatorImpl {
+ public:
+  RingCommunicator(int rank, int size, int send_fd, int recv_fd)
+      : rank_(rank), size_(size), send_fd_(send_fd), recv_fd_(recv_fd) {
+    abort_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (abort_fd_ < 0) {
+      const int err = errno;
+      close_fd(send_fd_);
+      close_fd(recv_fd_);
+      throw_sys("eventfd", err);
+    }
+  }
+  ~RingCommunicator() override {
+    close_fd(send_fd_);
+    close_fd(recv_fd_);
+    close_fd(abort_fd_);
+  }
+  RingCommunicator(const RingCommunicator&) = delete;
+  RingCommunicator& operator=(const RingCommunicator&) = delete;
+
+  void allreduce(void* buffer, std::size_t count, DataType type, ReduceOp op) override {
+    check_aborted();
+    const int n = size_;
+    if (n > 1 && count > 0) {
+      elem_ = size_of(type);
+      reduce_ = reducer(type, op);
+      auto* base = static_cast<char*>(buffer);
+      // Chunk i: count/n elements, one more for the first count%n chunks.
+      const std::size_t q = count / static_cast<std::size_t>(n), rem = count % static_cast<std::size_t>(n);
+      auto chunk_begin = [&](int i) {
+        const auto u = static_cast<std::size_t>(i);
+        return (u * q + std::min(u, rem)) * elem_;
+      };
+      auto chunk_len = [&](int i) { return (q + (static_cast<std::size_t>(i) < rem ? 1 : 0)) * elem_; };
+      auto mod = [n](int x) { return ((x % n) + n) % n; };
+      begin_op(1, type, op, 0, count, true, true);
+      for (int t = 0; t < 2 * n - 2; ++t) {
+        const int s = mod(rank_ - t), r = mod(rank_ - t - 1);
+        Step st;
+        if (t == 0) st.gate = -1;
+        st.send = base + chunk_begin(s);
+        st.send_len = chunk_len(s);
+        if (t > 0) st.gate = t;  // step t+1 (after the header) forwards what step t reduced
+        st.recv = base + chunk_begin(r);
+        st.recv_len = chunk_len(r);
+        st.reduce = t < n - 1;
+        steps_.push_back(st);
+      }
+      run("allreduce");
+    }
+    if (op == ReduceOp::avg && n > 1) divide_by(buffer, count, type, n);
+  }
+
+  void broadcast(void* buffer, std::size_t bytes, int root) override {
+    check_aborted();
+    if (size_ == 1 || bytes == 0) return;
+    auto* p = static_cast<char*>(buffer);
+    const int next = (rank_ + 1) % size_;
+    begin_op(2, DataType::int32, ReduceOp::sum, root, bytes, rank_ != root, next != root);
+    Step st;
+    if (rank_ == root) {
+      st.send = p;
+      st.send_len = bytes;
+    } else {
+      st.recv = p;
+      st.recv_len = bytes;
+      if (next != root) {  // forward what arrives, as it arrives
+        st.send = p;
+        st.send_len = bytes;
+        st.gate = 1;
+      }
+    }
+    steps_.push_back(st);
+    run("broadcast");
+  }
+
+  void barrier() override {
+    std::int32_t one = 1;
+    allreduce(&one, 1, DataType::int32, ReduceOp::sum);
+  }
+
+  void abort(const std::string& reason) override {
+    {
+      std::lock_guard lock(mutex_);
+      if (aborted_.load()) return;
+      reason_ = reason;
+      aborted_.store(true);
+    }
+    const std::uint64_t one = 1;
+    (void)!::write(abort_fd_, &one, sizeof one);
+    // Wake the neighbours as well: their operations fail instead of waiting for us.
+    if (send_fd_ >= 0) ::shutdown(send_fd_, SHUT_RDWR);
+    if (recv_fd_ >= 0) ::shutdown(recv_fd_, SHUT_RDWR);
+  }
+
+  CollectiveBackend backend() const override { return CollectiveBackend::cpu_ring; }
+
+ private:
+  void check_aborted() {
+    if (!aborted_.load()) return;
+    std::lock_guard lock(mutex_);
+    throw GangAborted(reason_);
+  }
+
+  /// Starts the step list with the operation header: sent when this rank sends anything in
+  /// the operation, expected when it receives anything.
+  void begin_op(int kind, DataType type, ReduceOp op, int root, std::size_t count, bool receives, bool sends) {
+    header_out_.assign(kOpMagic, 4);
+    put_u32(header_out_, seq_++);
+    header_out_.push_back(static_cast<char>(kind));
+    header_out_.push_back(static_cast<char>(type));
+    header_out_.push_back(static_cast<char>(op));
+    header_out_.push_back(0);
+    put_u32(header_out_, static_cast<std::uint32_t>(root));
+    put_u64(header_out_, count);
+    steps_.clear();
+    Step header;
+    header.send = header_out_.data();
+    header.send_len = sends ? kOpHeader : 0;
+    header.recv = header_in_;
+    header.recv_len = receives ? kOpHeader : 0;
+    steps_.push_back(header);
+  }
+
+  /// A link failed: every later operation fails the same way, and the neighbours notice too.
+  [[noreturn]] void fail(int peer, const char* opname, const std::string& what,
+                         const char* how = "disconnected during") {
+    const std::string reason = "rank " + std::to_string(peer) + " " + how + " " + opname + " (" + what +
+                               "; seen by rank " + std::to_string(rank_) + ")";
+    abort(reason);
+    check_aborted();  // throws (the first reason wins, if an abort raced with us)
+    throw GangAborted(reason);
+  }
+
+  std::size_t available(std::size_t step, std::size_t recv_step, std::size_t processed) const {
+    const Step& st = steps_[step];
+    if (st.gate < 0) return st.send_len;
+    const auto gate = static_cast<std::size_t>(st.gate);
+    if (recv_step > gate) return st.send_len;
+    if (recv_step < gate) return 0;
+    return std::min(st.send_len, processed);
+  }
+
+  void run(const char* opname) {
+    const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
+    std::size_t scratch_size = 0;
+    for (const Step& st : steps_) {
+      if (st.reduce) scratch_size = std::max(scratch_size, std::min(st.recv_len, kScratch));
+    }
+    if (scratch_.size() < scratch_size) scratch_.resize(scratch_size);
+    const std::size_t ring = scratch_size;  // a multiple of every element size (or the whole step)
+
+    const std::size_t nsteps = steps_.size();
+    std::size_t ss = 0, sent = 0;                    // send cursor: step, bytes of it sent
+    std::size_t rs = 0, received = 0, processed = 0;  // receive cursor: step, bytes in, bytes done
+
+    auto reduce_pending = [&](bool all) {
+      // Reduce the whole elements received and not yet reduced (or wait for a segment's worth).
+      const Step& st = steps_[rs];
+      std::size_t pending = (received - processed) / elem_ * elem_;
+      if (pending == 0 || (!all && pending < kSegment && received != st.recv_len)) return false;
+      while (pending > 0) {
+        const std::size_t at = processed % ring;
+        const std::size_t piece = std::min(pending, ring - at);
+        reduce_(st.recv + processed, scratch_.data() + at, piece / elem_);
+        processed += piece;
+        pending -= piece;
+      }
+      return true;
+    };
+
+    for (;;) {
+      // Skip finished (and empty) steps.
+      while (rs < nsteps && processed == steps_[rs].recv_len) {
+        if (rs == 0 && steps_[0].recv_len == kOpHeader &&
+            std::memcmp(header_in_, header_out_.data(), kOpHeader) != 0) {
+          fail(prev, opname,
+               "its operation header differs from ours: a different call, count or type, or bytes left "
+               "from an aborted operation",
+               "is out of step in");
+        }
+        ++rs, received = 0, processed = 0;
+      }
+      while (ss < nsteps && sent == steps_[ss].send_len) ++ss, sent = 0;
+      if (ss == nsteps && rs == nsteps) return;
+      if (aborted_.load()) check_aborted();
+
+      bool progress = false, want_out = false, want_in = false;
+      if (ss < nsteps) {
+        const std::size_t avail = available(ss, rs, processed);
+        if (avail > sent) {
+          const ssize_t k = ::send(send_fd_, steps_[ss].send + sent, avail - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+          if (k > 0) {
+            sent += static_cast<std::size_t>(k);
+            progress = true;
+          } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            want_out = true;
+          } else if (k < 0 && errno == EINTR) {
+            progress = true;  // try again
+          } else {
+            fail(next, opname, k < 0 ? errno_text(errno) : "send returned 0");
+          }
+        }
+      }
+      if (rs < nsteps) {
+        const Step& st = steps_[rs];
+        if (received < st.recv_len) {
+          char* dst;
+          std::size_t room;
+          if (st.reduce) {
+            const std::size_t at = received % ring;
+            room = std::min({ring - at, ring - (received - processed), st.recv_len - received});
+            dst = scratch_.data() + at;
+          } else {
+            room = st.recv_len - received;
+            dst = st.recv + received;
+          }
+          room = std::min(room, kMaxRecv);
+          if (room > 0) {
+            const ssize_t k = ::recv(recv_fd_, dst, room, MSG_DONTWAIT);
+            if (k > 0) {
+              received += static_cast<std::size_t>(k);
+              if (!st.reduce) processed = received;
+              progress = true;
+            } else if (k == 0) {
+              fail(prev, opname, "connection closed");
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+              want_in = true;
+            } else if (errno == EINTR) {
+              progress = true;  // try again
+            } else {
+              fail(prev, opname, errno_text(errno));
+            }
+          }
+        }
+        // Reduce a segment's worth as it arrives, everything once the step is in, and whatever
+        // is there while the socket is empty (otherwise we would only wait).
+        if (st.reduce && reduce_pending(want_in || received == st.recv_len)) progress = true;
+      }
+      if (progress) continue;
+
+      pollfd fds[3] = {};
+      fds[0].fd = abort_fd_;
+      fds[0].events = POLLIN;
+      // The link to the next rank carries nothing back: readable means closed or reset.
+      fds[1].fd = ss < nsteps ? send_fd_ : -1;
+      fds[1].events = static_cast<short>(POLLIN | POLLRDHUP | (want_out ? POLLOUT : 0));
+      fds[2].fd = want_in ? recv_fd_ : -1;
+      fds[2].events = POLLIN | POLLRDHUP;
+      if (!want_in && !want_out) {
+        // Nothing to wait for cannot happen (a step with data left always wants something).
+        throw std::logic_error("herd ring: transfer stalled");
+      }
+      const int rc = ::poll(fds, 3, -1);
+      if (rc < 0) {
+        if (errno == EINTR) continue;
+        throw_sys("poll");
+      }
+      if (fds[0].revents) check_aborted();
+      if (fds[1].revents & (POLLIN | POLLRDHUP | POLLERR | POLLHUP)) {
+        char byte;
+        const ssize_t k = ::recv(send_fd_, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
+        if (k == 0) fail(next, opname, "connection closed");
+        if (k > 0) fail(next, opname, "unexpected data from the next rank");
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail(next, opname, errno_text(errno));
+      }
+    }
+  }
+
+  const int rank_, size_;
+  int send_fd_ = -1, recv_fd_ = -1, abort_fd_ = -1;
+  std::atomic<bool> aborted_{false};
+  std::mutex mutex_;
+  std::string reason_;
+  // The operation in progress (one caller at a time).
+  std::vector<Step> steps_;
+  std::uint32_t seq_ = 0;
+  std::string header_out_;
+  char header_in_[kOpHeader] = {};
+  std::vector<char> scratch_;
+  std::size_t elem_ = 1;
+  ReduceFn reduce_ = nullptr;
+};
+
+/// Size 1: nothing to talk to.
+class SoloCommunicator final : public herd::detail::CommunicatorImpl {
+ public:
+  void allreduce(void*, std::size_t, DataType, ReduceOp) override { check(); }
+  void broadcast(void*, std::size_t, int) override { check(); }
+  void barrier() override { check(); }
+  void abort(const std::string& reason) override {
+    std::lock_guard lock(mutex_);
+    if (!aborted_) reason_ = reason;
+    aborted_ = true;
+  }
+  CollectiveBackend backend() const override { return CollectiveBackend::cpu_ring; }
+
+ private:
+  void check() {
+    std::lock_guard lock(mutex_);
+    if (aborted_) throw GangAborted(reason_);
+  }
+  std::mutex mutex_;
+  bool aborted_ = false;
+  std::string reason_;
+};
+
+// ------------------------------------------------------------------------------------------
+// Setup
+
+/// An accepted connection whose hello has not fully arrived.
+struct Pending {
+  int fd = -1;
+  std::string in;
+};
+
+}  // namespace
+
+RingListener::RingListener(const std::string& host) {
+  const bool any = host.empty() || host == "*";
+  AddrInfo ai;
+  if (const int rc = resolve(any ? "0.0.0.0" : host, "0", AI_PASSIVE, ai); rc != 0) {
+    throw std::runtime_error("herd ring: cannot resolve '" + host + "': " + ::gai_strerror(rc));
+  }
+  int last_err = 0;
+  for (addrinfo* a = ai.list; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      last_err = errno;
+      continue;
+    }
+    const int one = 1;
+    (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    set_buffers(fd);  // accepted sockets inherit them
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+      sockaddr_storage addr{};
+      socklen_t len = sizeof addr;
+      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+        int port = 0;
+        if (addr.ss_family == AF_INET) port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+        if (addr.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
+        std::string shown = host;
+        if (any) {
+          char name[256] = {};
+          if (::gethostname(name, sizeof name - 1) != 0) throw_sys("gethostname");
+          shown = name;
+        }
+        if (shown.find(':') != std::string::npos) shown = "[" + shown + "]";  // an IPv6 literal
+        set_nonblocking(fd);
+        fd_ = fd;
+        address_ = shown + ":" + std::to_string(port);
+        return;
+      }
+    }
+    last_err = errno;
+    ::close(fd);
+  }
+  throw_sys("cannot listen on '" + host + "'", last_err);
+}
+
+RingListener::~RingListener() { close_fd(fd_); }
+
+RingListener::RingListener(RingListener&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)), address_(std::move(other.address_)) {}
+
+RingListener& RingListener::operator=(RingListener&& other) noexcept {
+  if (this != &other) {
+    close_fd(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    address_ = std::move(other.address_);
+  }
+  return *this;
+}
+
+int RingListener::release() { return std::exchange(fd_, -1); }
+
+std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingListener listener) {
+  const int n = setup.size, rank = setup.rank;
+  if (n < 1 || rank < 0 || rank >= n) {
+    throw std::invalid_argument("herd ring: rank " + std::to_string(rank) + " of size " + std::to_string(n));
+  }
+  if (n == 1) return std::make_unique<SoloCommunicator>();
+  if (setup.addresses.size() != static_cast<std::size_t>(n)) {
+    throw std::invalid_argument("herd ring: " + std::to_string(setup.addresses.size()) + " addresses for " +
+                                std::to_string(n) + " ranks");
+  }
+  if (setup.token.size() > kMaxToken) throw std::invalid_argument("herd ring: token longer than 4096 bytes");
+  if (listener.fd() < 0) throw std::invalid_argument("herd ring: no listener");
+
+  const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
+  const std::string& next_address = setup.addresses[static_cast<std::size_t>(next)];
+  const auto deadline = Clock::now() + setup.connect_timeout;
+  const std::string me = "rank " + std::to_string(rank);
+
+  auto [host, port] = split_address(next_address);
+  AddrInfo targets;
+  if (const int rc = resolve(host, port, 0, targets); rc != 0) {
+    throw GangAborted(me + ": cannot resolve the address of rank " + std::to_string(next) + " (" + next_address +
+                      "): " + ::gai_strerror(rc));
+  }
+
+  std::string hello(kHelloMagic, 4);
+  put_u32(hello, kVersion);
+  put_u32(hello, static_cast<std::uint32_t>(rank));
+  put_u32(hello, static_cast<std::uint32_t>(n));
+  put_u32(hello, static_cast<std::uint32_t>(setup.token.size()));
+  hello += setup.token;
+
+  // Connect side: none -> connecting -> sending hello -> reading ack -> done.
+  enum class Out { idle, connecting, greeting, ack, done } out = Out::idle;
+  int out_fd = -1;
+  std::size_t hello_sent = 0;
+  std::string ack;
+  addrinfo* target = targets.list;
+  auto retry_at = Clock::now();
+  std::string last_error = "no attempt";
+
+  int in_fd = -1;  // the accepted, verified connection from prev
+  std::vector<Pending> pending;
+
+  auto cleanup = [&] {
+    close_fd(out_fd);
+    close_fd(in_fd);
+    for (Pending& p : pending) close_fd(p.fd);
+  };
+  auto retry_later = [&](const std::string& why) {
+    last_error = why;
+    close_fd(out_fd);
+    out = Out::idle;
+    target = target->ai_next ? target->ai_next : targets.list;  // try the next resolved address
+    retry_at = Clock::now() + std::chrono::milliseconds(20);
+  };
+
+  try {
+    while (out != Out::done || in_fd < 0) {
+      if (setup.aborted) {
+        if (std::string why = setup.aborted(); !why.empty()) throw GangAborted(me + ": ring setup aborted: " + why);
+      }
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        std::string why = me + ": ring setup timed out after " + std::to_string(setup.connect_timeout.count()) + " ms: ";
+        if (out != Out::done) {
+          why += "could not connect to rank " + std::to_string(next) + " at " + next_address + " (" + last_error + ")";
+        } else {
+          why += "rank " + std::to_string(prev) + " never connected (or was refused: wrong token?)";
+        }
+        throw GangAborted(why);
+      }
+      if (out == Out::idle && now >= retry_at) {
+        out_fd = ::socket(target->ai_family, target->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, target->ai_protocol);
+        if (out_fd < 0) throw_sys("socket");
+        set_buffers(out_fd);
+        set_nodelay(out_fd);
+        hello_sent = 0;
+        ack.clear();
+        if (::connect(out_fd, target->ai_addr, target->ai_addrlen) == 0) {
+          out = Out::greeting;
+        } else if (errno == EINPROGRESS || errno == EINTR) {
+          out = Out::connecting;
+        } else {
+          retry_later(errno_text(errno));
+        }
+      }
+      if (out == Out::greeting) {
+        const ssize_t k = ::send(out_fd, hello.data() + hello_sent, hello.size() - hello_sent, MSG_NOSIGNAL);
+        if (k > 0) hello_sent += static_cast<std::size_t>(k);
+        else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) retry_later(errno_text(errno));
+        if (out == Out::greeting && hello_sent == hello.size()) out = Out::ack;
+      }
+
+      std::vector<pollfd> fds;
+      fds.push_back({listener.fd(), static_cast<short>(in_fd < 0 ? POLLIN : 0), 0});
+      short out_events = 0;
+      if (out == Out::connecting || out == Out::greeting) out_events = POLLOUT;
+      if (out == Out::ack) out_events = POLLIN;
+      fds.push_back({out == Out::idle || out == Out::done ? -1 : out_fd, out_events, 0});
+      for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
+
+      auto wake = deadline;
+      if (out == Out::idle) wake = std::min(wake, retry_at);
+      const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
+      const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait_ms, 0, setup.aborted ? 50 : 1000)));
+      if (rc < 0) {
+        if (errno == EINTR) continue;
+        throw_sys("poll");
+      }
+
+      // Connect side.
+      if (fds[1].revents && out == Out::connecting) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        (void)::getsockopt(out_fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        if (err == 0) out = Out::greeting;
+        else retry_later(errno_text(err));  // ECONNREFUSED: not listening yet, or gone
+      } else if (fds[1].revents && out == Out::ack) {
+        char buf[8];
+        const ssize_t k = ::recv(out_fd, buf, sizeof buf - ack.size(), MSG_DONTWAIT);
+        if (k > 0) {
+          ack.append(buf, static_cast<std::size_t>(k));
+          if (ack.size() == 8) {
+            if (std::memcmp(ack.data(), kAckMagic, 4) != 0 || get_u32(ack.data() + 4) != static_cast<std::uint32_t>(next)) {
+              retry_later("bad acknowledgement (not a herd ring of this gang?)");
+            } else {
+              out = Out::done;
+            }
+          }
+        } else if (k == 0) {
+          retry_later("refused the hello (wrong token?)");
+        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+          retry_later(errno_text(errno));
+        }
+      }
+
+      // Accept side: new connections, then hellos.
+      if (in_fd < 0 && (fds[0].revents & POLLIN)) {
+        for (;;) {
+          const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) break;
+          if (pending.size() >= 64) {  // a flood of strays: drop the oldest
+            close_fd(pending.front().fd);
+            pending.erase(pending.begin());
+          }
+          pending.push_back({fd, {}});
+        }
+      }
+      for (std::size_t i = 0; i < pending.size(); ++i) {
+        Pending& p = pending[i];
+        if (in_fd >= 0) break;
+        char buf[512];
+        const std::size_t header = 20;
+        const std::size_t want =
+            p.in.size() < header ? header - p.in.size() : header + get_u32(p.in.data() + 16) - p.in.size();
+        const ssize_t k = ::recv(p.fd, buf, std::min(want, sizeof buf), MSG_DONTWAIT);
+        bool drop = false;
+        if (k > 0) {
+          p.in.append(buf, static_cast<std::size_t>(k));
+          if (p.in.size() >= header) {
+            const std::uint32_t version = get_u32(p.in.data() + 4), from = get_u32(p.in.data() + 8),
+                                size = get_u32(p.in.data() + 12), token_len = get_u32(p.in.data() + 16);
+            if (std::memcmp(p.in.data(), kHelloMagic, 4) != 0 || version != kVersion || token_len > kMaxToken) {
+              drop = true;
+            } else if (p.in.size() == header + token_len) {
+              if (from == static_cast<std::uint32_t>(prev) && size == static_cast<std::uint32_t>(n) &&
+                  same_secret(p.in.substr(header), setup.token)) {
+                std::string reply(kAckMagic, 4);
+                put_u32(reply, static_cast<std::uint32_t>(rank));
+                // 8 bytes into an empty socket buffer: they fit at once.
+                if (::send(p.fd, reply.data(), reply.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(reply.size())) {
+                  in_fd = std::exchange(p.fd, -1);
+                }
+              }
+              drop = true;  // verified (moved to in_fd) or refused
+            }
+          }
+        } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          drop = true;
+        }
+        if (drop) {
+          close_fd(p.fd);
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+          --i;
+        }
+      }
+    }
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  for (Pending& p : pending) close_fd(p.fd);
+  set_nodelay(in_fd);
+  set_liveness(in_fd);
+  set_liveness(out_fd);
+  return std::make_unique<RingCommunicator>(rank, n, std::exchange(out_fd, -1), std::exchange(in_fd, -1));
+}
+
+}  // namespace herd::collective

@@ -1,0 +1,193 @@
+// GPU discovery and the few CUDA runtime calls the worker needs. See gpu.hpp for the rules.
+#include "gpu/gpu.hpp"
+
+#include <cctype>
+#include <cstdlib>
+#include <stdexcept>
+#include <string_view>
+
+#include "common/logging.hpp"
+
+#ifdef HERD_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
+#include "gpu/cuda_check.hpp"
+#endif
+
+namespace herd::gpu {
+namespace {
+
+std::string trim(std::string_view s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
+  return std::string(s);
+}
+
+std::vector<std::string> split_commas(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = s.find(',', start);
+    const std::size_t end = comma == std::string_view::npos ? s.size() : comma;
+    out.push_back(trim(s.substr(start, end - start)));
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+bool all_digits(const std::string& s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+  return true;
+}
+
+// What CUDA itself accepts in CUDA_VISIBLE_DEVICES: a device index, or a (prefix of a) GPU or
+// MIG UUID. CUDA uses the entries before the first one it cannot parse and ignores the rest,
+// which is why "-1" (and "NoDevFiles", which Slurm sets for gres without device files) hide
+// every device.
+bool cuda_accepts(const std::string& entry) {
+  return all_digits(entry) || entry.rfind("GPU-", 0) == 0 || entry.rfind("MIG-", 0) == 0;
+}
+
+std::vector<std::string> parse_visible_devices(std::string_view value) {
+  std::vector<std::string> ids;
+  if (trim(value).empty()) return ids;
+  for (auto& entry : split_commas(value)) {
+    if (!cuda_accepts(entry)) break;
+    ids.push_back(std::move(entry));
+  }
+  return ids;
+}
+
+// Slurm's lists are node-global indices, "0,2" (written "0-1" by some versions and plugins).
+std::vector<std::string> parse_slurm_gpus(std::string_view value) {
+  std::vector<std::string> ids;
+  if (trim(value).empty()) return ids;
+  for (auto& entry : split_commas(value)) {
+    const std::size_t dash = entry.find('-');
+    if (dash != std::string::npos && dash > 0) {
+      const std::string lo = entry.substr(0, dash), hi = entry.substr(dash + 1);
+      if (all_digits(lo) && all_digits(hi) && lo.size() < 6 && hi.size() < 6) {
+        for (int i = std::stoi(lo); i <= std::stoi(hi); ++i) ids.push_back(std::to_string(i));
+        continue;
+      }
+    }
+    if (!all_digits(entry)) break;  // "NoDevFiles", "(null)": nothing usable from here on
+    ids.push_back(std::move(entry));
+  }
+  return ids;
+}
+
+std::string join(const std::vector<std::string>& ids) {
+  std::string out;
+  for (const auto& id : ids) out += (out.empty() ? "" : ",") + id;
+  return out;
+}
+
+#ifdef HERD_HAVE_CUDA
+// Devices the CUDA runtime sees in this process; -1 (and the reason) when it cannot tell, e.g.
+// no driver (a build machine) or no device.
+int runtime_device_count(std::string* why) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) return n;
+  (void)cudaGetLastError();  // not sticky, but leave no error behind for the next caller
+  if (why) *why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+  return e == cudaErrorNoDevice ? 0 : -1;
+}
+#endif
+
+}  // namespace
+
+std::vector<Device> discover(const Getenv& getenv_fn) {
+  const bool real_env = !getenv_fn;
+  auto env = [&](const char* name) -> const char* { return real_env ? std::getenv(name) : getenv_fn(name); };
+
+  std::vector<std::string> ids;
+  bool from_env = true;  // false: nothing in the environment, ask CUDA for every device
+  if (const char* visible = env("CUDA_VISIBLE_DEVICES")) {
+    ids = parse_visible_devices(visible);
+  } else if (env("SLURM_JOB_ID") || env("SLURM_JOBID")) {
+    // Inside a Slurm job that did not set CUDA_VISIBLE_DEVICES itself: what Slurm allocated,
+    // never the whole node (another job may own the other GPUs).
+    for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "GPU_DEVICE_ORDINAL"}) {
+      const char* value = env(name);
+      if (value && !trim(value).empty()) {
+        ids = parse_slurm_gpus(value);
+        break;
+      }
+    }
+    // Before CUDA starts in this process, so its ordinals are exactly these devices (and the
+    // tasks and their child processes see the same).
+    if (real_env && !ids.empty()) ::setenv("CUDA_VISIBLE_DEVICES", join(ids).c_str(), 1);
+  } else {
+    from_env = false;
+  }
+
+  std::vector<Device> devices;
+#ifdef HERD_HAVE_CUDA
+  // Only the real environment is what CUDA sees; a test's fake one is taken at its word.
+  if (real_env || !from_env) {
+    std::string why;
+    const int n = runtime_device_count(&why);
+    if (!from_env) {
+      for (int i = 0; i < n; ++i) ids.push_back(std::to_string(i));
+    } else if (n >= 0 && static_cast<std::size_t>(n) < ids.size()) {
+      HERD_LOG(warning) << "GPUs: the environment names " << ids.size() << " (" << join(ids)
+                        << ") but CUDA sees " << n << "; using " << n;
+      ids.resize(static_cast<std::size_t>(n));
+    } else if (n < 0 && !ids.empty()) {
+      HERD_LOG(warning) << "GPUs: the environment names " << join(ids) << " but CUDA cannot use them ("
+                        << why << "); advertising them without model or memory";
+    }
+    for (std::size_t i = 0; i < ids.size(); ++i) {
+      Device d{static_cast<int>(i), ids[i], "", 0};
+      cudaDeviceProp prop{};
+      if (n > 0 && static_cast<int>(i) < n && cudaGetDeviceProperties(&prop, static_cast<int>(i)) == cudaSuccess) {
+        d.name = prop.name;
+        d.memory = prop.totalGlobalMem;
+      }
+      devices.push_back(std::move(d));
+    }
+    return devices;
+  }
+#endif
+  (void)from_env;  // without CUDA, the environment's word is all there is
+  for (std::size_t i = 0; i < ids.size(); ++i) devices.push_back({static_cast<int>(i), ids[i], "", 0});
+  return devices;
+}
+
+#ifdef HERD_HAVE_CUDA
+
+bool cuda_built() { return true; }
+
+void* create_stream(int ordinal) {
+  int previous = 0;
+  HERD_CUDA_CHECK(cudaGetDevice(&previous));
+  HERD_CUDA_CHECK(cudaSetDevice(ordinal));
+  cudaStream_t stream = nullptr;
+  // Non-blocking: the task's work never waits on (or serialises with) the legacy default stream.
+  const cudaError_t e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  (void)cudaSetDevice(previous);
+  HERD_CUDA_CHECK(e);
+  return stream;
+}
+
+void destroy_stream(void* stream) {
+  if (stream) (void)cudaStreamDestroy(static_cast<cudaStream_t>(stream));
+}
+
+void set_device(int ordinal) { HERD_CUDA_CHECK(cudaSetDevice(ordinal)); }
+
+#else  // no CUDA: GPUs are what the environment says, and nothing can run on them here
+
+bool cuda_built() { return false; }
+void* create_stream(int /*ordinal*/) { return nullptr; }
+void destroy_stream(void* /*stream*/) {}
+void set_device(int /*ordinal*/) {}
+
+#endif
+
+}  // namespace herd::gpu

@@ -1,0 +1,50 @@
+// The worker's side of `herd logs`: the scheduler forwards a LogsRequest (logs_fetch); the
+// worker answers from its LogBook (src/worker/log_capture.hpp) with worker_logs_reply.
+#include "common/logging.hpp"
+#include "worker/log_capture.hpp"
+#include "worker/worker.hpp"
+
+namespace herd::worker {
+
+bool Worker::queued(protocol::TaskId id, const std::string& key) {
+  for (const auto& [pid, p] : pending_) {
+    if (pid == id || (id == 0 && p.task.key == key)) return true;
+  }
+  std::lock_guard lock(run_mu_);
+  for (const auto& t : runnable_) {
+    if (t.id == id || (id == 0 && t.key == key)) return true;
+  }
+  return false;
+}
+
+void Worker::on_logs_fetch(const zmq::message_t& body) {
+  protocol::LogsRequest req;
+  std::string error;
+  if (!protocol::decode(body, req, error)) {
+    HERD_LOG(warning) << "bad logs request from the scheduler: " << error;
+    return;
+  }
+  protocol::LogsReply reply;
+  reply.request_id = req.request_id;
+  const std::size_t lines = req.lines == 0 ? 100 : req.lines;
+  const LogBook& book = LogBook::instance();
+  if (req.kind == static_cast<std::uint8_t>(protocol::LogsKind::task)) {
+    protocol::LogSource source;
+    if (book.task_output(req.task, req.target, lines, options_.name, source)) {
+      reply.ok = true;
+      reply.sources.push_back(std::move(source));
+    } else if (queued(req.task, req.target)) {
+      // The scheduler counts it as processing; here it waits for its inputs or a free slot.
+      reply.error = "task " + req.target + " is queued on worker " + options_.name + " and has not started yet";
+    } else {
+      reply.error = "worker " + options_.name + " holds no output of task " +
+                    (req.target.empty() ? std::to_string(req.task) : req.target);
+    }
+  } else {
+    reply.ok = true;
+    reply.sources.push_back(book.worker_log(options_.name, lines));
+  }
+  protocol::send(sched_, "", protocol::MessageType::worker_logs_reply, protocol::encode(reply));
+}
+
+}  // namespace herd::worker
