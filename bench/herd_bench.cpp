@@ -10,6 +10,8 @@
 //                                                         empty queue (needs SLURM_CONF)
 //   herd_bench faults                                     time to declare a SIGKILLed and a
 //                                                         SIGSTOPped worker lost
+//   herd_bench allreduce --ranks 2,3,4                    CPU ring all-reduce, 1 KiB..256 MiB, vs raw
+//                                                         loopback TCP (bench/allreduce.cpp)
 //   herd_bench all --small                                everything, small sizes (CI smoke)
 #include <dirent.h>
 #include <signal.h>
@@ -298,6 +300,9 @@ std::vector<int> parse_list(const std::string& s) {
 
 }  // namespace
 
+// bench/allreduce.cpp
+void allreduce_bench(const std::vector<int>& ranks, bool small);
+
 int main(int argc, char** argv) {
   herd::init(argc, argv);
   CLI::App app{"herd benchmarks (JSON lines on stdout)"};
@@ -307,10 +312,12 @@ int main(int argc, char** argv) {
   bool small = false;
   std::string partition = "cpu";
   app.add_option("workload", what, "throughput|latency|tree|data|startup|memory|slurm|all")
-      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "slurm", "faults", "all"}));
+      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "slurm", "faults", "allreduce", "all"}));
   app.add_option("--partition", partition, "partition for the slurm workload")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks for throughput")->capture_default_str();
   app.add_option("--workers", worker_list, "worker counts, comma separated")->capture_default_str();
+  std::string rank_list = "2,3,4";
+  app.add_option("--ranks", rank_list, "gang sizes for allreduce, comma separated")->capture_default_str();
   app.add_option("--rounds", rounds, "round trips for latency")->capture_default_str();
   app.add_option("--leaves", leaves, "leaves of the tree reduction")->capture_default_str();
   app.add_option("--mib", mibs, "result sizes for data, comma separated")->capture_default_str();
@@ -332,6 +339,7 @@ int main(int argc, char** argv) {
     if (what == "memory" || what == "all") memory(pending);
     if (what == "slurm") slurm(workers, partition);
     if (what == "faults") faults();
+    if (what == "allreduce" || what == "all") allreduce_bench(parse_list(rank_list), small);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "herd_bench: %s\n", e.what());
     return 1;

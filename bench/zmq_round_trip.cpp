@@ -1,0 +1,53 @@
+// The transport's floor under herd's round trip (bench/README.md, "Profile: the round trip"):
+// raw libzmq on loopback TCP, one application thread per process, no herd.
+//   relay:  client DEALER -> relay ROUTER (a "scheduler" process) -> echo DEALER (a "worker"
+//           process) and back: 4 TCP hops, herd's topology;
+//   direct: client DEALER <-> echo ROUTER: 2 TCP hops.
+// Built with the benchmarks (it needs only libzmq):
+//   build/bench/zmq_round_trip relay curve 2000      # MODE plain|curve ROUNDS [PORT]
+// Prints {"mode":...,"curve":0|1,"p50_us":...,"p99_us":...} after 100 warm-up round trips.
+#include <zmq.h>
+#include <unistd.h>
+#include <sys/wait.h>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+#include <algorithm>
+#include <string>
+static char spub[41], ssec[41], cpub[41], csec[41];
+static bool curve = false;
+static void as_server(void* s){ if(!curve) return; int one=1; zmq_setsockopt(s,ZMQ_CURVE_SERVER,&one,4); zmq_setsockopt(s,ZMQ_CURVE_SECRETKEY,ssec,40);}
+static void as_client(void* s){ if(!curve) return; zmq_setsockopt(s,ZMQ_CURVE_SERVERKEY,spub,40); zmq_setsockopt(s,ZMQ_CURVE_PUBLICKEY,cpub,40); zmq_setsockopt(s,ZMQ_CURVE_SECRETKEY,csec,40);}
+int main(int argc,char**argv){
+  std::string mode = argc>1?argv[1]:"relay"; curve = argc>2 && std::string(argv[2])=="curve";
+  int rounds = argc>3?atoi(argv[3]):2000;
+  zmq_curve_keypair(spub,ssec); zmq_curve_keypair(cpub,csec);
+  const std::string eps = "tcp://127.0.0.1:" + std::string(argc>4?argv[4]:"47311"); const char* ep=eps.c_str();
+  if (mode=="relay") {
+    if (fork()==0){ // relay (scheduler)
+      void* ctx=zmq_ctx_new(); void* r=zmq_socket(ctx,ZMQ_ROUTER); as_server(r); zmq_bind(r,ep);
+      char cid[256], wid[256]; size_t cl=0, wl=0; char buf[512];
+      while(true){ char id[256]; int il=zmq_recv(r,id,256,0); int n=zmq_recv(r,buf,512,0);
+        if(n==1&&buf[0]=='W'){memcpy(wid,id,il);wl=il;continue;}
+        if(n==1&&buf[0]=='Q'){zmq_send(r,wid,wl,ZMQ_SNDMORE); zmq_send(r,"Q",1,0); usleep(50000); break;}
+        if(n>0&&buf[0]=='c'){memcpy(cid,id,il);cl=il; zmq_send(r,wid,wl,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} else {zmq_send(r,cid,cl,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} }
+      _exit(0);}
+    usleep(100000);
+    if (fork()==0){ // worker
+      void* ctx=zmq_ctx_new(); void* d=zmq_socket(ctx,ZMQ_DEALER); as_client(d); zmq_connect(d,ep); zmq_send(d,"W",1,0);
+      char buf[512]; while(true){int n=zmq_recv(d,buf,512,0); if(n<=1)break; buf[0]='w'; zmq_send(d,buf,n,0);} _exit(0);}
+    usleep(200000);
+  } else {
+    if (fork()==0){ void* ctx=zmq_ctx_new(); void* r=zmq_socket(ctx,ZMQ_ROUTER); as_server(r); zmq_bind(r,ep);
+      char buf[512]; while(true){ char id[256]; int il=zmq_recv(r,id,256,0); int n=zmq_recv(r,buf,512,0); if(n==1&&buf[0]=='Q')break; zmq_send(r,id,il,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} _exit(0);}
+    usleep(100000);
+  }
+  void* ctx=zmq_ctx_new(); void* d=zmq_socket(ctx,ZMQ_DEALER); as_client(d); zmq_connect(d,ep);
+  char msg[64]; memset(msg,'c',64); char buf[512]; std::vector<double> us;
+  for(int i=0;i<rounds+100;i++){ auto t0=std::chrono::steady_clock::now(); zmq_send(d,msg,48,0); zmq_recv(d,buf,512,0);
+    if(i>=100) us.push_back(std::chrono::duration<double,std::micro>(std::chrono::steady_clock::now()-t0).count()); }
+  std::sort(us.begin(),us.end());
+  printf("{\"mode\":\"%s\",\"curve\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",mode.c_str(),curve,us[us.size()/2],us[us.size()*99/100]);
+  zmq_send(d,"Q",1,0); while (wait(nullptr) > 0) {}
+  return 0; }
