@@ -537,8 +537,15 @@ Scheduler::WorkerRec* Scheduler::pick_worker(const Task& t) {
   double best_score = 0;
   const std::int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
                                     std::chrono::system_clock::now().time_since_epoch()).count();
+  const bool suspect = t.deaths > 0 && t.gang == 0;
+  if (suspect) {
+    for (auto& [id, w] : workers_) {
+      if (w.reserved_for == t.id && !w.retiring) return w.processing.empty() ? &w : nullptr;
+    }
+  }
   for (auto& [id, w] : workers_) {
     if (w.retiring || w.processing.size() >= capacity(w)) continue;
+    if (isolated(w)) continue;
     // Near its memory limit a worker takes nothing new until it is back under.
     if (w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9) continue;
     // A task that says how long it needs does not go to a worker whose job ends sooner.
@@ -563,10 +570,25 @@ Scheduler::WorkerRec* Scheduler::pick_worker(const Task& t) {
       best_score = score;
     }
   }
+  if (best != nullptr && suspect && !best->processing.empty()) {
+    // A suspect runs alone: the worker finishes what it has, takes nothing new, then runs it.
+    best->reserved_for = t.id;
+    return nullptr;
+  }
   return best;
 }
 
+bool Scheduler::isolated(WorkerRec& w) {
+  if (w.suspect != 0 && w.processing.count(w.suspect) == 0) w.suspect = 0;
+  if (w.reserved_for != 0) {
+    const Task* t = graph_.find(w.reserved_for);
+    if (t == nullptr || t->st() != TaskState::ready) w.reserved_for = 0;
+  }
+  return w.suspect != 0 || w.reserved_for != 0;
+}
+
 void Scheduler::schedule() {
+  std::vector<ReadyItem> deferred;  // suspects waiting for a worker to drain
   while (!ready_.empty()) {
     const ReadyItem item = ready_.top();
     Task* t = graph_.find(item.id);
@@ -582,6 +604,13 @@ void Scheduler::schedule() {
       continue;
     }
     WorkerRec* w = pick_worker(*t);
+    if (w == nullptr && t->deaths > 0 &&
+        std::any_of(workers_.begin(), workers_.end(),
+                    [&](const auto& kv) { return kv.second.reserved_for == t->id; })) {
+      deferred.push_back(item);  // a worker drains for it; the others go on meanwhile
+      ready_.pop();
+      continue;
+    }
     if (w == nullptr) {
       // Full, or nobody could ever run it: set such a task aside so it does not block others.
       bool anyone_fits = false;
@@ -599,8 +628,13 @@ void Scheduler::schedule() {
       continue;
     }
     ready_.pop();
+    if (t->deaths > 0) {
+      w->suspect = t->id;
+      w->reserved_for = 0;
+    }
     dispatch(*t, *w, {});
   }
+  for (const ReadyItem& item : deferred) ready_.push(item);
 }
 
 void Scheduler::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {

@@ -78,6 +78,10 @@ class Scheduler {
     bool retired_by_pool = false;       // the pool shrinks (vs. walltime, drain signal)
     Clock::time_point retire_since;
     bool acquire_sent = false;          // its unique results were sent to other workers
+    // Suspects (tasks that were on a worker when it died) run alone, so a poison task cannot
+    // take innocent neighbours down with it and make them KilledWorker too.
+    TaskId suspect = 0;                 // the suspect it runs (alone)
+    TaskId reserved_for = 0;            // draining to run this suspect: takes nothing new
     std::vector<protocol::ExecuteTask> exec_out;
     std::vector<TaskId> free_out, cancel_out;
   };
@@ -147,6 +151,8 @@ class Scheduler {
   void apply(Effects& fx);
   void schedule();
   WorkerRec* pick_worker(const Task& t);
+  /// True while `w` runs a suspect alone or drains for one (see WorkerRec::suspect).
+  bool isolated(WorkerRec& w);
   std::size_t capacity(const WorkerRec& w) const;
   void dispatch_scatter(TaskId id, zmq::message_t payload);
   void flush();

@@ -190,6 +190,32 @@ TEST_CASE("Faults.PoisonTask.FailsAfterAllowedDeathsOthersFinish" * doctest::tim
   CHECK(eventually([&] { return client.n_workers() == 2; }, 20s));  // the pool recovered
 }
 
+TEST_CASE("Faults.PoisonTask.SuspectsRunAloneSoInnocentsSurvive" * doctest::timeout(120)) {
+  // One death allowed: a task queued beside the poison pill at two deaths would fail too. Once
+  // a task has been on a dying worker it runs alone, so only the pill reaches a second death.
+  herd::LocalCluster cluster = fast_cluster(2);
+  cluster.env("HERD_ALLOWED_FAILURES", "1");
+  herd::Client client{std::move(cluster)};
+  std::vector<int> xs(300), ms(300, 2);
+  for (int i = 0; i < 300; ++i) xs[static_cast<std::size_t>(i)] = i;
+  auto before = client.map(work, xs, ms);
+  auto bad = client.submit(herd::TaskOptions{}.key("poison-pill"), poison, 0);
+  auto after = client.map(work, xs, ms);
+  try {
+    bad.result(90s);
+    FAIL("expected the poison task to fail");
+  } catch (const herd::TaskError& e) {
+    CHECK(e.type() == "herd::KilledWorker");
+    CHECK(e.message().find("2 workers") != std::string::npos);
+  }
+  auto a = client.gather(before);
+  auto b = client.gather(after);
+  for (int i = 0; i < 300; ++i) {
+    REQUIRE(a[static_cast<std::size_t>(i)].first == 2 * i);
+    REQUIRE(b[static_cast<std::size_t>(i)].first == 2 * i);
+  }
+}
+
 TEST_CASE("Faults.StoppedWorker.DeclaredLostLateResultsIgnored" * doctest::timeout(90)) {
   herd::LocalCluster cluster = fast_cluster(2);
   const std::string address = cluster.start();
