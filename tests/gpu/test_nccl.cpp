@@ -112,6 +112,19 @@ int nccl_rank_fails(int how) {
 }
 HERD_TASK(nccl_rank_fails);
 
+// One rank (any machine with a GPU): an all-reduce, then it raises if asked.
+int nccl_one_rank(int fail) {
+  herd::Communicator& comm = herd::gang(herd::CollectiveBackend::nccl);
+  CHECK_CUDA_OR_THROW(cudaSetDevice(herd::this_task().gpus[0]));
+  float* dev = nullptr;
+  CHECK_CUDA_OR_THROW(cudaMalloc(&dev, 1024 * sizeof(float)));
+  comm.allreduce(dev, 1024, herd::ReduceOp::sum);
+  CHECK_CUDA_OR_THROW(cudaFree(dev));
+  if (fail != 0) throw std::runtime_error("rank gives up after an all-reduce");
+  return comm.size();
+}
+HERD_TASK(nccl_one_rank);
+
 TEST_CASE("Gpu.Nccl.AllReduceOneRankPerGpu" * doctest::timeout(180)) {
   const int n = gpu_count();
   REQUIRE(n >= 1);
@@ -134,6 +147,24 @@ TEST_CASE("Gpu.Nccl.AllReduceOneRankPerGpu" * doctest::timeout(180)) {
     for (float v : r.avg) CHECK(v == doctest::Approx(static_cast<double>(n - 1)));
     for (double v : r.host_sum) CHECK(v == doctest::Approx(0.5 * size * (size + 1) / 2));
   }
+}
+
+TEST_CASE("Gpu.Nccl.FailedGangLeavesTheGpuUsable" * doctest::timeout(180)) {
+  // A gang whose rank raises after NCCL is up fails with that error; its communicator is torn
+  // down and its GPU freed, so the next NCCL gang on the same worker and device runs.
+  herd::Client client{herd::LocalCluster{1}.gpus_per_worker(1)};
+  auto bad = client.submit_gang(1, herd::TaskOptions{}.gpus(1), nccl_one_rank, 1);
+  REQUIRE(bad.size() == 1u);
+  try {
+    (void)bad[0].result(std::chrono::seconds(120));
+    FAIL("the failing gang succeeded");
+  } catch (const herd::TimeoutError& e) {
+    FAIL("the failing gang hangs: " << e.what());
+  } catch (const herd::Error& e) {
+    CHECK(std::string(e.what()).find("rank gives up after an all-reduce") != std::string::npos);
+  }
+  auto good = client.submit_gang(1, herd::TaskOptions{}.gpus(1), nccl_one_rank, 0);
+  CHECK(good[0].result(std::chrono::seconds(120)) == 1);
 }
 
 TEST_CASE("Gpu.Nccl.FailingRankAbortsTheGang" * doctest::timeout(180)) {
