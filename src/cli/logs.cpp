@@ -1,11 +1,10 @@
 // `herd logs [NAME] [-n LINES]`: a worker's recent log, a batch job's output file(s) or a
 // task's captured output, from a running scheduler (found as `herd status` finds it). No
 // NAME: every worker's log.
-#include <CLI/CLI.hpp>
-#include <cstdlib>
 #include <iostream>
 
 #include "api/runtime.hpp"
+#include "cli/connect.hpp"
 #include "herd/client.hpp"
 #include "herd/error.hpp"
 
@@ -14,42 +13,26 @@ namespace herd::detail {
 int logs_main(const std::vector<std::string>& args) {
   CLI::App app{"herd logs: a worker's log, a job's output file or a task's output"};
   app.name("herd logs");
-  std::string address;
-  if (const char* env = std::getenv("HERD_SCHEDULER")) address = env;
+  SchedulerArgs scheduler(app);
   std::string name;
   int lines = 100;
   bool worker = false, task = false, job = false;
-  double timeout_s = 10;
   app.add_option("name", name,
                  "worker name, batch job id or task key (default: every worker); a name is tried as "
                  "a worker, then a job, then a task");
-  app.add_option("--scheduler,-s", address, "scheduler address, e.g. tcp://login1:8786 (default: $HERD_SCHEDULER)");
   app.add_option("-n,--lines", lines, "newest lines to show per source")->check(CLI::NonNegativeNumber)->capture_default_str();
   auto* w = app.add_flag("--worker", worker, "NAME is a worker: its in-memory log");
   auto* j = app.add_flag("--job", job, "NAME is a batch job id: its output file(s)");
   auto* t = app.add_flag("--task", task, "NAME is a task key: what it printed");
   w->excludes(j, t);
   j->excludes(t);
-  app.add_option("--timeout", timeout_s, "seconds to wait for the scheduler")->capture_default_str();
-  std::vector<std::string> reversed(args.rbegin(), args.rend());
-  try {
-    app.parse(reversed);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e);
-  }
-  if (address.empty()) {
-    std::cerr << "herd logs: no scheduler address (--scheduler or $HERD_SCHEDULER)\n";
-    return 2;
-  }
+  if (const int rc = scheduler.parse(app, args); rc >= 0) return rc;
   if (name.empty() && (job || task)) {
     std::cerr << "herd logs: --job and --task need a NAME\n";
     return 2;
   }
   try {
-    ClientOptions options;
-    options.connect_timeout = std::chrono::milliseconds(static_cast<long>(timeout_s * 1000));
-    options.name = "herd-logs";
-    Client client(address, options);
+    Client client = scheduler.connect("herd-logs");
     std::vector<Logs> sources;
     if (task) {
       sources.push_back(client.task_output(name, lines));
