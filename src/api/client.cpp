@@ -813,6 +813,32 @@ void Client::adapt(int minimum, int maximum, const std::string& pool, std::chron
   scale_request(*core_, req);
 }
 
+namespace {
+/// A request the I/O thread sends for the caller, who waits (holding `lock` on core.mu_) for
+/// the reply with its id: `herd status` and `herd logs` ask this way.
+template <typename Request, typename Reply>
+Reply ask_scheduler(detail::ClientCore& core, std::unique_lock<std::mutex>& lock, Request req, std::uint64_t& next_id,
+                    std::vector<Request>& out, std::map<std::uint64_t, std::optional<Reply>>& replies,
+                    const char* what) {
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  const std::uint64_t id = next_id++;
+  req.request_id = id;
+  replies[id] = std::nullopt;
+  out.push_back(std::move(req));
+  core.wake_locked();
+  const bool answered = core.cv_.wait_for(lock, std::chrono::seconds(30), [&] {
+    return replies[id].has_value() || !core.lost_reason_.empty();
+  });
+  auto reply = std::move(replies[id]);
+  replies.erase(id);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  if (!answered || !reply) {
+    throw TimeoutError(std::string("the scheduler did not answer a ") + what + " request within 30 s");
+  }
+  return std::move(*reply);
+}
+}  // namespace
+
 std::vector<PoolInfo> Client::pools() const {
   std::lock_guard lock(core_->mu_);
   std::vector<PoolInfo> out;
@@ -823,21 +849,10 @@ std::vector<PoolInfo> Client::pools() const {
 ClusterStatus Client::status(int max_events) const {
   auto& core = *core_;
   std::unique_lock lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
   protocol::StatusRequest req;
-  req.request_id = core.next_status_id_++;
   req.max_events = static_cast<std::uint32_t>(std::max(0, max_events));
-  core.status_replies_[req.request_id] = std::nullopt;
-  core.out_statuses_.push_back(req);
-  core.wake_locked();
-  const bool answered = core.cv_.wait_for(lock, std::chrono::seconds(30), [&] {
-    return core.status_replies_[req.request_id].has_value() || !core.lost_reason_.empty();
-  });
-  auto reply = std::move(core.status_replies_[req.request_id]);
-  core.status_replies_.erase(req.request_id);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
-  if (!answered || !reply) throw TimeoutError("the scheduler did not answer a status request within 30 s");
-  return detail::to_cluster_status(*reply);
+  return detail::to_cluster_status(ask_scheduler(core, lock, req, core.next_status_id_, core.out_statuses_,
+                                                 core.status_replies_, "status"));
 }
 
 int Client::n_workers() const {
@@ -856,20 +871,8 @@ namespace detail {
 // Client::worker_logs / task_output / logs (src/api/logs.cpp) ask through this.
 protocol::LogsReply logs_request(ClientCore& core, protocol::LogsRequest req) {
   std::unique_lock lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
-  req.request_id = core.next_logs_id_++;
-  core.logs_replies_[req.request_id] = std::nullopt;
-  core.out_logs_.push_back(req);
-  core.wake_locked();
   // The scheduler answers within its own bound on silent workers (a few seconds).
-  const bool answered = core.cv_.wait_for(lock, std::chrono::seconds(30), [&] {
-    return core.logs_replies_[req.request_id].has_value() || !core.lost_reason_.empty();
-  });
-  auto reply = std::move(core.logs_replies_[req.request_id]);
-  core.logs_replies_.erase(req.request_id);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
-  if (!answered || !reply) throw TimeoutError("the scheduler did not answer a logs request within 30 s");
-  return std::move(*reply);
+  return ask_scheduler(core, lock, std::move(req), core.next_logs_id_, core.out_logs_, core.logs_replies_, "logs");
 }
 }  // namespace detail
 
