@@ -17,6 +17,8 @@
 
 #include <herd/herd.hpp>
 
+#include "support/process_util.hpp"
+
 using namespace std::chrono_literals;
 
 namespace {
@@ -59,27 +61,12 @@ int crash(int x) {
 HERD_TASK(crash);
 
 std::string run(const std::string& command, int* rc = nullptr) {
-  std::string out;
-  FILE* p = ::popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
-  if (rc != nullptr) *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  return herd::testing::run_command(command + " 2>&1", rc);
 }
 
 bool contains(const std::string& text, const std::string& what) { return text.find(what) != std::string::npos; }
 
-template <typename F>
-bool eventually(F f, std::chrono::milliseconds timeout) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (f()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return f();
-}
+using herd::testing::eventually;
 
 std::string whole(const std::vector<herd::Logs>& logs) {
   std::string out;

@@ -10,6 +10,7 @@
 #include <herd/herd.hpp>
 
 #include "support/http_get.hpp"
+#include "support/process_util.hpp"
 #include "sweep/json.hpp"
 
 using namespace std::chrono_literals;
@@ -28,16 +29,7 @@ int refuse(int x) {
 }
 HERD_TASK(refuse);
 
-std::string run(const std::string& command, int* rc = nullptr) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
-  if (rc != nullptr) *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
+using herd::testing::run_command;
 
 /// Prometheus text format: "name{labels} value" lines, comments skipped. Every sample line
 /// must parse, or the check fails.
@@ -115,12 +107,12 @@ TEST_CASE("Status.Cli.TextAndJson" * doctest::timeout(60)) {
   auto futures = client.map(square, xs);
   client.wait(futures);
   int rc = -1;
-  const std::string text = run(std::string(HERD_CLI_PATH) + " status --scheduler " + client.scheduler_address(), &rc);
+  const std::string text = run_command(std::string(HERD_CLI_PATH) + " status --scheduler " + client.scheduler_address(), &rc);
   CHECK(rc == 0);
   CHECK(text.find("workers: 2") != std::string::npos);
   CHECK(text.find("30 finished") != std::string::npos);
   CHECK(text.find("local") != std::string::npos);
-  const std::string json = run(std::string(HERD_CLI_PATH) + " status --json --events 5 --scheduler " +
+  const std::string json = run_command(std::string(HERD_CLI_PATH) + " status --json --events 5 --scheduler " +
                                    client.scheduler_address(), &rc);
   CHECK(rc == 0);
   const auto doc = herd::sweep::parse_json(json);
@@ -131,7 +123,7 @@ TEST_CASE("Status.Cli.TextAndJson" * doctest::timeout(60)) {
   CHECK(doc.find("pools")->array()[0].find("name")->string() == "local");
   CHECK(doc.find("functions")->find("square")->find("memory")->number() == 30);
   // No scheduler there: a clear error and a non-zero exit.
-  const std::string err = run(std::string(HERD_CLI_PATH) + " status --timeout 0.5 --scheduler tcp://127.0.0.1:1 2>&1", &rc);
+  const std::string err = run_command(std::string(HERD_CLI_PATH) + " status --timeout 0.5 --scheduler tcp://127.0.0.1:1 2>&1", &rc);
   CHECK(rc == 1);
   CHECK(err.find("no herd scheduler answered") != std::string::npos);
 }

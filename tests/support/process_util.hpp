@@ -2,12 +2,15 @@
 #pragma once
 
 #include <dirent.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <stdexcept>
 #include <set>
 #include <sstream>
 #include <string>
@@ -81,6 +84,19 @@ bool eventually(Pred pred, std::chrono::milliseconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return pred();
+}
+
+/// Runs `command` through the shell and returns what it wrote to stdout; `rc` (if given) gets
+/// its exit status, -1 when a signal ended it.
+inline std::string run_command(const std::string& command, int* rc = nullptr) {
+  FILE* p = ::popen(command.c_str(), "r");
+  if (p == nullptr) throw std::runtime_error("popen failed for: " + command);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = ::pclose(p);
+  if (rc != nullptr) *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return out;
 }
 
 /// A worker process of the running test binary, outside any cluster object.
