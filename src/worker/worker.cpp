@@ -779,7 +779,9 @@ Worker::Completion Worker::execute(const protocol::ExecuteTask& task, const std:
       throw GangAborted("gang attempt " + std::to_string(task.gang_attempt) + " is unknown to this worker");
     }
     detail::current_task() = std::move(info);
-    msgpack::sbuffer out;
+    // Stored until the client drops its future: msgpack's default 8 KiB first block would be
+    // held (and page-faulted in) for every small result. It grows by doubling (realloc).
+    msgpack::sbuffer out(64);
     entry->invoke(args, out);
     detail::current_task() = TaskInfo{};
     const std::size_t size = out.size();
