@@ -236,6 +236,22 @@ void memory(int pending) {
                             {"bytes_per_task", static_cast<double>(after - before) / pending},
                             {"seconds", s}});
   emit("idle_worker_memory", {{"rss_bytes", static_cast<double>(worker_rss)}});
+
+  // Finished results the client still holds futures for: each stays on the worker (and a
+  // small one inline in the client) until the future goes.
+  const int held = std::max(1, pending / 10);
+  const std::uint64_t worker_before = rss_of(worker);
+  const std::uint64_t client_before = rss_of(::getpid());
+  std::vector<int> xs(static_cast<std::size_t>(held));
+  std::iota(xs.begin(), xs.end(), 0);
+  auto results = client.map(noop, xs);
+  client.wait(results);
+  const std::uint64_t worker_after = rss_of(worker);
+  const std::uint64_t client_after = rss_of(::getpid());
+  emit("held_result_memory",
+       {{"results", held},
+        {"worker_bytes_per_result", static_cast<double>(worker_after - worker_before) / held},
+        {"client_bytes_per_future", static_cast<double>(client_after - client_before) / held}});
 }
 
 void slurm(int workers, const std::string& partition) {

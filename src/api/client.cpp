@@ -15,6 +15,7 @@
 #include <optional>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "api/runtime.hpp"
 #include "api/status.hpp"
@@ -57,6 +58,12 @@ class VectorPayload : public Payload {
   std::vector<char> v_;
 };
 
+// A submit_tasks message holds about this much (~2,000 no-op tasks): big enough that a map()
+// costs few messages, small enough that the scheduler starts on the first tasks early and no
+// batch needs fresh pages (bench/README.md, "page faults").
+constexpr std::size_t kSubmitBatchBytes = 64 << 10;
+constexpr std::size_t kSpareBatches = 64;
+
 std::string display_key(const std::string& function, TaskId id) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "-%llx", static_cast<unsigned long long>(id));
@@ -66,17 +73,22 @@ std::string display_key(const std::string& function, TaskId id) {
 
 enum class Status : std::uint8_t { pending, finished, erred, cancelled, lost };
 
+// One per future, so kept small (bench/README.md: every new page costs ~10 us on these VMs):
+// the default key is made when asked for, the holder is an index, an error is allocated only
+// when there is one.
 struct FutureState {
   std::shared_ptr<ClientCore> core;
   TaskId id = 0;
-  std::string key;
+  std::string custom_key;                // the user's key ("" = "<function>-<id in hex>")
+  const std::string* function = nullptr; // interned in core->function_names_
   // Guarded by core->mu_:
   Status status = Status::pending;
-  std::shared_ptr<const Payload> data;
-  std::string location;  // data port holding the result
   bool fetching = false;
-  protocol::ErrorInfo error;
-  std::vector<std::pair<std::weak_ptr<CompletionQueue>, std::size_t>> watchers;
+  std::uint32_t location = 0;            // 1 + index of the holder's data port in core->addresses_
+  std::shared_ptr<const Payload> data;
+  std::unique_ptr<protocol::ErrorInfo> error;  // erred / cancelled by the scheduler
+  std::unique_ptr<std::vector<std::pair<std::weak_ptr<CompletionQueue>, std::size_t>>> watchers;
+  std::string key() const { return custom_key.empty() ? display_key(*function, id) : custom_key; }
   ~FutureState();
 };
 
@@ -97,8 +109,23 @@ class ClientCore {
   std::mutex mu_;
   std::condition_variable cv_;
   std::unordered_map<TaskId, FutureState*> states_;
+  std::unordered_set<std::string> function_names_;  // FutureState::function points here
+  std::vector<std::string> addresses_;               // data ports (FutureState::location)
+  std::unordered_map<std::string, std::uint32_t> address_index_;
+  const std::string* intern_locked(const std::string& function) {
+    return &*function_names_.insert(function).first;
+  }
+  std::uint32_t address_locked(const std::string& address) {
+    auto [it, added] = address_index_.try_emplace(address, static_cast<std::uint32_t>(addresses_.size() + 1));
+    if (added) addresses_.push_back(address);
+    return it->second;
+  }
   // Outbox, guarded by mu_.
-  std::vector<protocol::TaskSpec> out_submits_;
+  // Submissions, packed as they come (protocol::BatchWriter) into batches of about
+  // kSubmitBatchBytes, each one submit_tasks message; spare_batches_ keeps sent ones for reuse.
+  std::vector<protocol::BatchWriter> out_submits_;
+  std::vector<protocol::BatchWriter> spare_batches_;
+  void add_submits_locked(protocol::TaskSpec* specs, std::size_t n);
   std::vector<TaskId> out_releases_, out_cancels_;
   std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> out_scatters_;
   std::map<std::string, std::vector<TaskId>> out_fetches_;
@@ -211,6 +238,18 @@ void ClientCore::close(const std::string& reason) {
   }
 }
 
+void ClientCore::add_submits_locked(protocol::TaskSpec* specs, std::size_t n) {
+  if (out_submits_.empty() || out_submits_.back().size() >= kSubmitBatchBytes) {
+    if (spare_batches_.empty()) {
+      out_submits_.emplace_back();
+    } else {
+      out_submits_.push_back(std::move(spare_batches_.back()));
+      spare_batches_.pop_back();
+    }
+  }
+  for (std::size_t i = 0; i < n; ++i) out_submits_.back().add(specs[i]);
+}
+
 void ClientCore::wake_locked() {
   if (wake_pending_ || wake_fd_ < 0) return;
   wake_pending_ = true;
@@ -219,7 +258,8 @@ void ClientCore::wake_locked() {
 }
 
 void ClientCore::finish_locked(FutureState& s) {
-  for (auto& [weak, index] : s.watchers) {
+  if (!s.watchers) return;
+  for (auto& [weak, index] : *s.watchers) {
     if (auto q = weak.lock()) {
       {
         std::lock_guard ql(q->mu);
@@ -228,7 +268,7 @@ void ClientCore::finish_locked(FutureState& s) {
       q->cv.notify_all();
     }
   }
-  s.watchers.clear();
+  s.watchers.reset();
 }
 
 void ClientCore::lose_all_locked(const std::string& reason) {
@@ -279,7 +319,7 @@ void ClientCore::io_loop() {
     }
     // Take the outbox; send submissions before releases so an input is never released ahead
     // of the task that needs it.
-    std::vector<protocol::TaskSpec> submits;
+    std::vector<protocol::BatchWriter> submits;
     std::vector<TaskId> releases, cancels;
     std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> scatters;
     std::map<std::string, std::vector<TaskId>> fetches;
@@ -304,9 +344,13 @@ void ClientCore::io_loop() {
       protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req), std::move(payload));
     }
     if (!submits.empty()) {
-      protocol::SubmitTasksRequest req;
-      req.tasks = std::move(submits);
-      protocol::send(sched_, "", MessageType::submit_tasks, protocol::encode(req));
+      for (auto& batch : submits) protocol::send(sched_, "", MessageType::submit_tasks, batch.message());
+      std::lock_guard lock(mu_);
+      for (auto& batch : submits) {
+        if (spare_batches_.size() >= kSpareBatches || batch.capacity() > 4 * kSubmitBatchBytes) continue;
+        batch.clear();
+        spare_batches_.push_back(std::move(batch));
+      }
     }
     if (!cancels.empty()) {
       protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
@@ -375,6 +419,9 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       protocol::TaskUpdatesEvent ev;
       if (!protocol::decode(msg.frames[1], ev, error)) break;
       std::lock_guard lock(mu_);
+      std::vector<std::uint32_t> locations;  // ev.addresses as indexes into addresses_
+      locations.reserve(ev.addresses.size());
+      for (const auto& address : ev.addresses) locations.push_back(address_locked(address));
       for (auto& u : ev.updates) {
         auto it = states_.find(u.id);
         if (it == states_.end()) continue;
@@ -385,15 +432,15 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
           s.status = Status::finished;
           if (!u.inline_data.empty()) s.data = std::make_shared<VectorPayload>(std::move(u.inline_data));
           if (u.location >= 0 && static_cast<std::size_t>(u.location) < ev.addresses.size()) {
-            s.location = ev.addresses[static_cast<std::size_t>(u.location)];
+            s.location = locations[static_cast<std::size_t>(u.location)];
           }
           s.fetching = false;  // a new location (recomputed result) is fetched anew
         } else if (st == protocol::TaskState::cancelled) {
           s.status = Status::cancelled;
-          s.error = std::move(u.error);
+          s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
         } else {
           s.status = Status::erred;
-          s.error = std::move(u.error);
+          s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
         }
         finish_locked(s);
       }
@@ -475,9 +522,9 @@ void ClientCore::handle_data(const std::string& address, protocol::Received& msg
     auto it = states_.find(id);
     if (it == states_.end()) continue;
     // The holder lost it (or is being replaced): wait for the scheduler's next word on it.
-    HERD_LOG(info) << "result " << it->second->key << " is no longer at " << address;
+    HERD_LOG(info) << "result " << it->second->key() << " is no longer at " << address;
     it->second->fetching = false;
-    it->second->location.clear();
+    it->second->location = 0;
     it->second->status = Status::pending;
   }
   cv_.notify_all();
@@ -489,25 +536,28 @@ namespace {
 bool is_done(const FutureState& s) { return s.status != Status::pending; }
 
 void request_fetch_locked(FutureState& s) {
-  if (s.data || s.fetching || s.location.empty()) return;
+  if (s.data || s.fetching || s.location == 0) return;
   s.fetching = true;
-  s.core->out_fetches_[s.location].push_back(s.id);
+  s.core->out_fetches_[s.core->addresses_[s.location - 1]].push_back(s.id);
   s.core->wake_locked();
 }
 
 [[noreturn]] void throw_for(const FutureState& s) {
   switch (s.status) {
-    case Status::erred:
-      if (s.error.type == "herd::CancelledError") {
-        throw CancelledError("task " + s.key + " failed because " + s.error.message);
+    case Status::erred: {
+      const protocol::ErrorInfo none;
+      const protocol::ErrorInfo& error = s.error ? *s.error : none;
+      if (error.type == "herd::CancelledError") {
+        throw CancelledError("task " + s.key() + " failed because " + error.message);
       }
-      throw TaskError(s.error.type, s.error.message, s.key, s.error.worker, s.error.task);
+      throw TaskError(error.type, error.message, s.key(), error.worker, error.task);
+    }
     case Status::cancelled:
-      throw CancelledError("task " + s.key + " was cancelled");
+      throw CancelledError("task " + s.key() + " was cancelled");
     case Status::lost:
-      throw ConnectionError("task " + s.key + ": " + s.core->lost_reason_);
+      throw ConnectionError("task " + s.key() + ": " + s.core->lost_reason_);
     default:
-      throw Error("task " + s.key + ": unexpected state");
+      throw Error("task " + s.key() + ": unexpected state");
   }
 }
 }  // namespace
@@ -528,7 +578,7 @@ std::shared_ptr<const Payload> future_payload(FutureState& s, std::int64_t timeo
     } else if (core.cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
                !(s.status == Status::finished && s.data) &&
                (s.status == Status::pending || s.status == Status::finished)) {
-      throw TimeoutError("task " + s.key + " " +
+      throw TimeoutError("task " + s.key() + " " +
                          (s.status == Status::pending ? "did not finish" : "result did not arrive") +
                          " within " + std::to_string(timeout_ms) + " ms");
     }
@@ -561,7 +611,7 @@ void future_cancel(FutureState& s) {
   s.core->cv_.notify_all();
 }
 
-std::string future_key(const FutureState& s) { return s.key; }
+std::string future_key(const FutureState& s) { return s.key(); }
 std::uint64_t future_id(const FutureState& s) { return s.id; }
 const ClientCore* future_owner(const FutureState& s) { return s.core.get(); }
 
@@ -582,7 +632,7 @@ void throw_decode_error(const FutureState& s, const char* type, const char* what
   char* name = abi::__cxa_demangle(type, nullptr, nullptr, &status);
   std::string t = status == 0 && name ? name : type;
   std::free(name);
-  throw Error("result of task " + s.key + " cannot be read as " + t + ": " + what);
+  throw Error("result of task " + s.key() + " cannot be read as " + t + ": " + what);
 }
 
 void throw_foreign_future() {
@@ -595,7 +645,7 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   auto state = std::make_shared<FutureState>();
   state->core = core.self_.lock();
   state->id = (core.client_index_ << 40) | core.next_seq_.fetch_add(1);
-  state->key = options.key().empty() ? display_key(function, state->id) : options.key();
+  state->custom_key = options.key();
   protocol::TaskSpec spec;
   spec.id = state->id;
   spec.function = function;
@@ -609,8 +659,9 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   spec.duration_s = options.duration();
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
+  state->function = core.intern_locked(function);
   core.states_[state->id] = state.get();
-  core.out_submits_.push_back(std::move(spec));
+  core.add_submits_locked(&spec, 1);
   core.wake_locked();
   return state;
 }
@@ -630,14 +681,13 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
     auto state = std::make_shared<FutureState>();
     state->core = core.self_.lock();
     state->id = first + static_cast<TaskId>(rank);
-    state->key = options.key().empty() ? display_key(function, state->id)
-                                       : options.key() + "-rank" + std::to_string(rank);
+    if (!options.key().empty()) state->custom_key = options.key() + "-rank" + std::to_string(rank);
     protocol::TaskSpec spec;
     spec.id = state->id;
     spec.function = function;
     spec.args = args;
     for (const auto& r : refs) spec.refs.push_back({r.id, r.arg, r.elem});
-    if (!options.key().empty()) spec.key = state->key;
+    spec.key = state->custom_key;
     spec.priority = options.priority();
     spec.retries = options.retries();
     spec.resources = options.resources();
@@ -650,10 +700,12 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
   }
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
-  for (std::size_t i = 0; i < states.size(); ++i) {
-    core.states_[states[i]->id] = states[i].get();
-    core.out_submits_.push_back(std::move(specs[i]));
+  const std::string* name = core.intern_locked(function);
+  for (const auto& state : states) {
+    state->function = name;
+    core.states_[state->id] = state.get();
   }
+  core.add_submits_locked(specs.data(), specs.size());  // one message: a gang arrives whole
   core.wake_locked();
   return states;
 }
@@ -662,9 +714,9 @@ std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& 
   auto state = std::make_shared<FutureState>();
   state->core = core.self_.lock();
   state->id = (core.client_index_ << 40) | core.next_seq_.fetch_add(1);
-  state->key = display_key("scatter", state->id);
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot scatter: " + core.lost_reason_);
+  state->function = core.intern_locked("scatter");
   core.states_[state->id] = state.get();
   core.out_scatters_.push_back({protocol::ScatterRequest{state->id, ""}, std::move(bytes)});
   core.wake_locked();
@@ -701,7 +753,8 @@ void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
       std::lock_guard ql(queue->mu);
       queue->ready.push_back(i);
     } else {
-      states[i]->watchers.emplace_back(queue, i);
+      if (!states[i]->watchers) states[i]->watchers = std::make_unique<decltype(states[i]->watchers)::element_type>();
+      states[i]->watchers->emplace_back(queue, i);
     }
   }
   queue->cv.notify_all();

@@ -96,6 +96,18 @@ bool decode_object(const void* data, std::size_t size, msgpack::object_handle& o
   return false;
 }
 
+void BatchWriter::clear() {
+  // fixarray of 1 (the struct), then array32 with the count patched in by message(): msgpack
+  // readers accept a wider-than-needed length.
+  bytes_.assign({static_cast<char>(0x91), static_cast<char>(0xdd), 0, 0, 0, 0});
+  count_ = 0;
+}
+
+zmq::message_t BatchWriter::message() {
+  for (int i = 0; i < 4; ++i) bytes_[2 + i] = static_cast<char>((count_ >> (24 - 8 * i)) & 0xff);
+  return zmq::message_t(bytes_.data(), bytes_.size());
+}
+
 void send(zmq::socket_t& socket, const std::string& identity, MessageType type,
           zmq::message_t body, std::vector<zmq::message_t> payloads) {
   if (!identity.empty()) socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);

@@ -57,6 +57,62 @@ bool decode(const zmq::message_t& frame, T& out, std::string& error,
   }
 }
 
+/// A body of the form [[e0, e1, ...]] (a positional struct whose one field is a vector, such
+/// as SubmitTasksRequest), packed one element at a time into a buffer that is kept and reused:
+/// the client packs each task as it is submitted, with no TaskSpec left waiting in a queue and
+/// no fresh memory per batch. Decoders see the same bytes as encode(SubmitTasksRequest{...}).
+class BatchWriter {
+ public:
+  BatchWriter() { clear(); }
+  template <typename T>
+  void add(const T& element) {
+    msgpack::packer<BatchWriter> pk(*this);
+    pk.pack(element);
+    ++count_;
+  }
+  std::uint32_t count() const { return count_; }
+  std::size_t size() const { return bytes_.size(); }
+  std::size_t capacity() const { return bytes_.capacity(); }
+  /// The body, as a message (a copy: the buffer stays here for the next batch).
+  zmq::message_t message();
+  /// Empties it, keeping its memory.
+  void clear();
+  /// msgpack::packer's write target.
+  void write(const char* data, std::size_t n) { bytes_.insert(bytes_.end(), data, data + n); }
+
+ private:
+  std::vector<char> bytes_;  // fixarray(1), array32(count_), elements...
+  std::uint32_t count_ = 0;
+};
+
+/// Decodes a body [[e0, e1, ...]] element by element into one reused T and calls f(t) for
+/// each, in order (f returns false to stop). Nothing else per element is kept, so a batch of
+/// tasks costs the scheduler no vector of specs. False with a reason on malformed input.
+template <typename T, typename F>
+bool decode_each(const zmq::message_t& frame, F&& f, std::string& error, const UnpackLimits& limits = {}) {
+  msgpack::object_handle handle;
+  if (!decode_object(frame.data(), frame.size(), handle, error, limits)) return false;
+  const msgpack::object& body = handle.get();
+  if (body.type != msgpack::type::ARRAY || body.via.array.size < 1 ||
+      body.via.array.ptr[0].type != msgpack::type::ARRAY) {
+    error = "message body does not match its type: expected [[elements...]]";
+    return false;
+  }
+  const msgpack::object_array& elements = body.via.array.ptr[0].via.array;
+  T element;
+  for (std::uint32_t i = 0; i < elements.size; ++i) {
+    try {
+      element = T{};
+      elements.ptr[i].convert(element);
+    } catch (const std::exception& e) {
+      error = "element " + std::to_string(i) + " of the message body does not match its type: " + e.what();
+      return false;
+    }
+    if (!f(element)) return true;
+  }
+  return true;
+}
+
 /// Sends [identity?][header][body][payloads...]; identity is skipped when empty.
 void send(zmq::socket_t& socket, const std::string& identity, MessageType type,
           zmq::message_t body, std::vector<zmq::message_t> payloads = {});

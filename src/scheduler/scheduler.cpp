@@ -317,12 +317,11 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
     case MessageType::heartbeat:
       break;
     case MessageType::submit_tasks: {
-      protocol::SubmitTasksRequest req;
-      if (!protocol::decode(msg.frames[1], req, error)) break;
-      for (const auto& spec : req.tasks) {
+      // A SubmitTasksRequest, read one TaskSpec at a time (no vector of specs to allocate).
+      (void)protocol::decode_each<protocol::TaskSpec>(msg.frames[1], [&](const protocol::TaskSpec& spec) {
         if ((spec.id >> 40) != c.index) {
           error = "task id " + std::to_string(spec.id) + " does not belong to this client";
-          break;
+          return false;
         }
         graph_.add(spec, c.index, fx_);
         if (spec.gang != 0) gang_member_added(spec);
@@ -335,7 +334,8 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
             dispatch_scatter(spec.id, zmq::message_t(done->data(), done->size()));
           }
         }
-      }
+        return true;
+      }, error);
       apply(fx_);
       break;
     }

@@ -82,6 +82,78 @@ TEST_CASE("Protocol.SubmitTasks.RoundTrip") {
   CHECK(out.tasks[0].refs[0].elem == -1);
 }
 
+TEST_CASE("Protocol.SubmitTasks.BatchWriterMatchesEncode") {
+  // The client packs tasks one by one into a reused BatchWriter; the scheduler reads them one
+  // by one with decode_each. Both must agree with the plain struct encoding.
+  BatchWriter batch;
+  SubmitTasksRequest req;
+  for (int round = 0; round < 2; ++round) {  // the second round reuses the cleared buffer
+    batch.clear();
+    req.tasks.clear();
+    for (int i = 0; i < 300; ++i) {  // > 65535 bytes of names: past array16 and str8
+      TaskSpec t;
+      t.id = (1ull << 40) | static_cast<unsigned>(i + round * 1000);
+      t.function = std::string(static_cast<std::size_t>(i), 'f');
+      t.args = {'\x91', static_cast<char>(i & 0x7f)};
+      if (i % 3 == 0) t.refs = {{static_cast<TaskId>(i), 0, -1}};
+      t.key = i % 2 == 0 ? "" : "k" + std::to_string(i);
+      batch.add(t);
+      req.tasks.push_back(t);
+    }
+    CHECK(batch.count() == 300);
+    zmq::message_t m = batch.message();
+    SubmitTasksRequest whole;
+    std::string error;
+    REQUIRE_MESSAGE(decode(m, whole, error), error);
+    REQUIRE(whole.tasks.size() == req.tasks.size());
+    std::size_t seen = 0;
+    CHECK(decode_each<TaskSpec>(m, [&](const TaskSpec& t) {
+      const TaskSpec& want = req.tasks[seen];
+      CHECK(t.id == want.id);
+      CHECK(t.function == want.function);
+      CHECK(t.args == want.args);
+      CHECK(t.refs.size() == want.refs.size());  // reset between elements, not carried over
+      CHECK(t.key == want.key);
+      CHECK(whole.tasks[seen].function == want.function);
+      ++seen;
+      return true;
+    }, error));
+    CHECK(seen == req.tasks.size());
+  }
+
+  // Stopping early, and an empty batch.
+  std::size_t visited = 0;
+  std::string error;
+  CHECK(decode_each<TaskSpec>(batch.message(), [&](const TaskSpec&) { return ++visited < 5; }, error));
+  CHECK(visited == 5);
+  batch.clear();
+  SubmitTasksRequest empty;
+  REQUIRE(decode(batch.message(), empty, error));
+  CHECK(empty.tasks.empty());
+}
+
+TEST_CASE("Protocol.SubmitTasks.DecodeEachRejectsBadElements") {
+  std::string error;
+  auto visit = [](const TaskSpec&) { return true; };
+  // Not [[...]]: a bare string, and an array whose first field is not an array.
+  CHECK_FALSE(decode_each<TaskSpec>(encode(std::string("tasks")), visit, error));
+  CHECK(error.find("does not match") != std::string::npos);
+  CHECK_FALSE(decode_each<TaskSpec>(encode(std::vector<int>{1, 2}), visit, error));
+  CHECK(error.find("does not match") != std::string::npos);
+  // A good element, then one that is a number: the error names the element.
+  BatchWriter batch;
+  batch.add(TaskSpec{});
+  batch.add(42);
+  std::size_t seen = 0;
+  CHECK_FALSE(decode_each<TaskSpec>(batch.message(), [&](const TaskSpec&) { return ++seen > 0; }, error));
+  CHECK(seen == 1);
+  CHECK(error.find("element 1") != std::string::npos);
+  // Truncated bytes.
+  zmq::message_t m = batch.message();
+  CHECK_FALSE(decode_each<TaskSpec>(zmq::message_t(m.data(), m.size() - 1), visit, error));
+  CHECK(error.find("truncated") != std::string::npos);
+}
+
 TEST_CASE("Protocol.Results.RoundTrip") {
   TaskResultsEvent ev;
   TaskResult ok;
