@@ -157,6 +157,8 @@ struct TaskSpec {
                  gang, gang_rank, gang_size);
 };
 
+// The client packs these with protocol::BatchWriter, one spec at a time, and sends a long
+// map() as several messages of ~64 KiB; the scheduler reads them with protocol::decode_each.
 struct SubmitTasksRequest {
   std::vector<TaskSpec> tasks;  // in submission order; dependencies come before dependents
   MSGPACK_DEFINE(tasks);
