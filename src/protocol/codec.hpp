@@ -1,6 +1,7 @@
 // Frames <-> structs for the messages in messages.hpp. Everything read from the network goes
-// through decode(), which applies unpack limits and never throws: a bad frame is an error
-// string naming the problem, and the caller drops the peer that sent it.
+// through decode() or decode_each() (batches read element by element), which apply unpack
+// limits and never throw: a bad frame is an error string naming the problem, and the caller
+// drops the peer that sent it.
 #pragma once
 
 #include <optional>
