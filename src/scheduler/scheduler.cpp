@@ -662,23 +662,10 @@ void Scheduler::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
 }
 
 void Scheduler::flush() {
-  for (auto& [id, w] : workers_) {
-    if (!w.exec_out.empty()) {
-      protocol::ExecuteTasksEvent ev;
-      ev.tasks.swap(w.exec_out);
-      protocol::send(socket_, w.identity, MessageType::execute_tasks, protocol::encode(ev));
-    }
-    if (!w.free_out.empty()) {
-      protocol::KeysEvent ev;
-      ev.ids.swap(w.free_out);
-      protocol::send(socket_, w.identity, MessageType::free_keys, protocol::encode(ev));
-    }
-    if (!w.cancel_out.empty()) {
-      protocol::KeysEvent ev;
-      ev.ids.swap(w.cancel_out);
-      protocol::send(socket_, w.identity, MessageType::cancel_tasks, protocol::encode(ev));
-    }
-  }
+  // Before the clients hear of this turn's results: a scheduler killed after telling a client
+  // would otherwise recompute, after its restart, a task the client saw finish.
+  if (journal_) journal_->flush();
+  for (auto& [id, w] : workers_) flush_worker(w);
   for (auto& [idx, c] : clients_) {
     if (c.out.updates.empty()) continue;
     protocol::send(socket_, c.identity, MessageType::task_updates, protocol::encode(c.out));
@@ -687,7 +674,24 @@ void Scheduler::flush() {
     c.address_index.clear();
   }
   if (cluster_changed_) broadcast_cluster_state();
-  if (journal_) journal_->flush();
+}
+
+void Scheduler::flush_worker(WorkerRec& w) {
+  if (!w.exec_out.empty()) {
+    protocol::ExecuteTasksEvent ev;
+    ev.tasks.swap(w.exec_out);
+    protocol::send(socket_, w.identity, MessageType::execute_tasks, protocol::encode(ev));
+  }
+  if (!w.free_out.empty()) {
+    protocol::KeysEvent ev;
+    ev.ids.swap(w.free_out);
+    protocol::send(socket_, w.identity, MessageType::free_keys, protocol::encode(ev));
+  }
+  if (!w.cancel_out.empty()) {
+    protocol::KeysEvent ev;
+    ev.ids.swap(w.cancel_out);
+    protocol::send(socket_, w.identity, MessageType::cancel_tasks, protocol::encode(ev));
+  }
 }
 
 void Scheduler::broadcast_cluster_state() {

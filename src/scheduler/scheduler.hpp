@@ -155,7 +155,11 @@ class Scheduler {
   bool isolated(WorkerRec& w);
   std::size_t capacity(const WorkerRec& w) const;
   void dispatch_scatter(TaskId id, zmq::message_t payload);
+  /// End of a turn: the journal first (a result is durable before any client hears of it),
+  /// then what is queued for each worker and client.
   void flush();
+  /// Sends what is queued for `w` (tasks to run, keys to free, tasks to cancel).
+  void flush_worker(WorkerRec& w);
   void tick();
   void broadcast_cluster_state();
   void send_error(const std::string& identity, const std::string& message);
