@@ -59,7 +59,10 @@ void Scheduler::handle_logs_request(ClientRec& c, const protocol::LogsRequest& i
     q.request.target = what;
     q.request.task = task;
     for (const auto& [wid, name] : q.waiting) {
-      protocol::send(socket_, workers_.at(wid).identity, MessageType::logs_fetch, protocol::encode(fwd));
+      // A task dispatched this turn goes out first, so the worker knows it when asked about it.
+      WorkerRec& w = workers_.at(wid);
+      flush_worker(w);
+      protocol::send(socket_, w.identity, MessageType::logs_fetch, protocol::encode(fwd));
     }
     logs_queries_.emplace(qid, std::move(q));
   };

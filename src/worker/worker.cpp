@@ -657,13 +657,12 @@ void Worker::executor_loop(std::size_t index) {
         devices = pick_gpus(g->second);
         for (int d : devices) gpu_free_[static_cast<std::size_t>(d)] -= std::min(1.0, g->second);
       }
+      // Still under run_mu_: a logs request (queued(), then the LogBook) finds the task in
+      // one of the two, never between them.
+      running_[task.id] = task.key;
+      LogBook::instance().task_started(task.id, task.key);  // output capture (log_capture.hpp)
     }
     ++executing_;
-    {
-      std::lock_guard lock(run_mu_);
-      running_[task.id] = task.key;
-    }
-    LogBook::instance().task_started(task.id, task.key);  // output capture (log_capture.hpp)
     Completion c = execute(task, devices);
     LogBook::instance().task_finished(task.id);
     {

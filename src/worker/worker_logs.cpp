@@ -30,10 +30,14 @@ void Worker::on_logs_fetch(const zmq::message_t& body) {
   const LogBook& book = LogBook::instance();
   if (req.kind == static_cast<std::uint8_t>(protocol::LogsKind::task)) {
     protocol::LogSource source;
-    if (book.task_output(req.task, req.target, lines, options_.name, source)) {
+    // An executor moves a task from the queue into the LogBook under run_mu_ (which queued()
+    // takes): a task that left the queue since the first look is in the book at the second.
+    const bool found = book.task_output(req.task, req.target, lines, options_.name, source);
+    const bool waits = !found && queued(req.task, req.target);
+    if (found || (!waits && book.task_output(req.task, req.target, lines, options_.name, source))) {
       reply.ok = true;
       reply.sources.push_back(std::move(source));
-    } else if (queued(req.task, req.target)) {
+    } else if (waits) {
       // The scheduler counts it as processing; here it waits for its inputs or a free slot.
       reply.error = "task " + req.target + " is queued on worker " + options_.name + " and has not started yet";
     } else {
