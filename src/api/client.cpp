@@ -87,7 +87,8 @@ struct FutureState {
   std::uint32_t location = 0;            // 1 + index of the holder's data port in core->addresses_
   std::shared_ptr<const Payload> data;
   std::unique_ptr<protocol::ErrorInfo> error;  // erred / cancelled by the scheduler
-  std::unique_ptr<std::vector<std::pair<std::weak_ptr<CompletionQueue>, std::size_t>>> watchers;
+  using Watchers = std::vector<std::pair<std::weak_ptr<CompletionQueue>, std::size_t>>;
+  std::unique_ptr<Watchers> watchers;
   std::string key() const { return custom_key.empty() ? display_key(*function, id) : custom_key; }
   ~FutureState();
 };
@@ -753,7 +754,7 @@ void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
       std::lock_guard ql(queue->mu);
       queue->ready.push_back(i);
     } else {
-      if (!states[i]->watchers) states[i]->watchers = std::make_unique<decltype(states[i]->watchers)::element_type>();
+      if (!states[i]->watchers) states[i]->watchers = std::make_unique<FutureState::Watchers>();
       states[i]->watchers->emplace_back(queue, i);
     }
   }

@@ -657,8 +657,8 @@ void Worker::executor_loop(std::size_t index) {
         devices = pick_gpus(g->second);
         for (int d : devices) gpu_free_[static_cast<std::size_t>(d)] -= std::min(1.0, g->second);
       }
-      // Still under run_mu_: a logs request (queued(), then the LogBook) finds the task in
-      // one of the two, never between them.
+      // Still under run_mu_, as on_logs_fetch looks: it finds the task queued or in the
+      // LogBook, never between them (lock order: run_mu_, then the LogBook's).
       running_[task.id] = task.key;
       LogBook::instance().task_started(task.id, task.key);  // output capture (log_capture.hpp)
     }

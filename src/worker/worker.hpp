@@ -78,7 +78,7 @@ class Worker {
   void on_acquire(const protocol::AcquireKeysEvent& ev);
   /// `herd logs`: answers the scheduler with this worker's log or a task's output.
   void on_logs_fetch(const zmq::message_t& body);
-  bool queued(protocol::TaskId id, const std::string& key);  // received, not started
+  bool queued_locked(protocol::TaskId id, const std::string& key);  // received, not started; run_mu_ held
   void on_data_request(protocol::Received& msg);
   void on_data_reply(const std::string& address, protocol::Received& msg);
   void request_inputs(std::map<std::string, std::vector<protocol::TaskId>>& wanted);

@@ -6,11 +6,10 @@
 
 namespace herd::worker {
 
-bool Worker::queued(protocol::TaskId id, const std::string& key) {
+bool Worker::queued_locked(protocol::TaskId id, const std::string& key) {
   for (const auto& [pid, p] : pending_) {
     if (pid == id || (id == 0 && p.task.key == key)) return true;
   }
-  std::lock_guard lock(run_mu_);
   for (const auto& t : runnable_) {
     if (t.id == id || (id == 0 && t.key == key)) return true;
   }
@@ -30,14 +29,13 @@ void Worker::on_logs_fetch(const zmq::message_t& body) {
   const LogBook& book = LogBook::instance();
   if (req.kind == static_cast<std::uint8_t>(protocol::LogsKind::task)) {
     protocol::LogSource source;
-    // An executor moves a task from the queue into the LogBook under run_mu_ (which queued()
-    // takes): a task that left the queue since the first look is in the book at the second.
-    const bool found = book.task_output(req.task, req.target, lines, options_.name, source);
-    const bool waits = !found && queued(req.task, req.target);
-    if (found || (!waits && book.task_output(req.task, req.target, lines, options_.name, source))) {
+    // Executors move a task from the queue into the LogBook under run_mu_: holding it, the
+    // task is in one of the two.
+    std::lock_guard lock(run_mu_);
+    if (book.task_output(req.task, req.target, lines, options_.name, source)) {
       reply.ok = true;
       reply.sources.push_back(std::move(source));
-    } else if (waits) {
+    } else if (queued_locked(req.task, req.target)) {
       // The scheduler counts it as processing; here it waits for its inputs or a free slot.
       reply.error = "task " + req.target + " is queued on worker " + options_.name + " and has not started yet";
     } else {
