@@ -30,7 +30,7 @@
 
 #include <herd/herd.hpp>
 
-#include "api/runtime.hpp"
+#include "common/roles.hpp"
 #include "common/process.hpp"
 #include "common/security.hpp"
 

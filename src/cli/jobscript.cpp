@@ -2,7 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "api/runtime.hpp"
+#include "cli/commands.hpp"
 #include "common/process.hpp"
 #include "herd/slurm.hpp"
 #include "jobqueue/pool_config.hpp"

@@ -3,7 +3,7 @@
 // NAME: every worker's log.
 #include <iostream>
 
-#include "api/runtime.hpp"
+#include "cli/commands.hpp"
 #include "cli/connect.hpp"
 #include "herd/client.hpp"
 #include "herd/error.hpp"

@@ -4,7 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "api/runtime.hpp"
+#include "cli/commands.hpp"
+#include "scheduler/scheduler_main.hpp"
+#include "worker/worker_main.hpp"
 #include "herd/herd.hpp"
 
 namespace {

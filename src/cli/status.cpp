@@ -3,7 +3,7 @@
 // throughput, pools and their jobs with pending reasons. `--json` for scripts.
 #include <iostream>
 
-#include "api/runtime.hpp"
+#include "cli/commands.hpp"
 #include "cli/connect.hpp"
 #include "herd/client.hpp"
 #include "herd/error.hpp"

@@ -14,7 +14,7 @@
 #include <iostream>
 #include <thread>
 
-#include "api/runtime.hpp"
+#include "cli/commands.hpp"
 #include "herd/herd.hpp"
 #include "herd/sweep.hpp"
 #include "sweep/config_cluster.hpp"

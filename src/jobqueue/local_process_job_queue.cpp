@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "api/runtime.hpp"
+#include "common/roles.hpp"
 #include "common/process.hpp"
 #include "herd/error.hpp"
 

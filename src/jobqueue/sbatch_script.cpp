@@ -4,7 +4,6 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "api/runtime.hpp"
 #include "common/process.hpp"
 #include "herd/slurm.hpp"
 

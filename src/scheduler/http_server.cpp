@@ -12,8 +12,8 @@
 
 #include <httplib.h>  // Debian: libcpp-httplib-dev (header-only)
 
-#include "api/status.hpp"
-#include "sweep/json.hpp"
+#include "common/status_view.hpp"
+#include "common/json.hpp"
 
 namespace herd::scheduler {
 

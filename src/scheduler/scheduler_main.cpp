@@ -7,7 +7,7 @@
 #include <CLI/CLI.hpp>
 #include <iostream>
 
-#include "api/runtime.hpp"
+#include "scheduler/scheduler_main.hpp"
 #include "common/logging.hpp"
 #include "common/process.hpp"
 #include "jobqueue/local_process_job_queue.hpp"

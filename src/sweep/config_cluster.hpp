@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "api/scheduler_process.hpp"
+#include "client/scheduler_process.hpp"
 #include "herd/cluster.hpp"
 
 namespace herd::sweep {

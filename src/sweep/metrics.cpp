@@ -5,7 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 
 namespace herd::sweep {
 namespace {

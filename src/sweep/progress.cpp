@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 
 namespace herd::sweep {
 namespace {

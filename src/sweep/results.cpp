@@ -12,7 +12,7 @@
 #include <filesystem>
 
 #include "herd/error.hpp"
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 
 namespace herd::sweep {
 namespace {

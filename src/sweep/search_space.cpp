@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "herd/sweep.hpp"
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 #include "sweep/metrics.hpp"
 
 namespace herd {

@@ -19,7 +19,7 @@
 #include "herd/sweep.hpp"
 #include "sweep/command.hpp"
 #include "sweep/halving.hpp"
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 #include "sweep/progress.hpp"
 #include "sweep/results.hpp"
 #include "sweep/trial_task.hpp"

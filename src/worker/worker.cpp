@@ -13,11 +13,11 @@
 #include <fstream>
 #include <typeinfo>
 
-#include "api/runtime.hpp"
+#include "task/this_task.hpp"
 #include "common/logging.hpp"
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
-#include "worker/log_capture.hpp"
+#include "task/log_capture.hpp"
 
 namespace herd::worker {
 
@@ -660,11 +660,11 @@ void Worker::executor_loop(std::size_t index) {
       // Still under run_mu_, as on_logs_fetch looks: it finds the task queued or in the
       // LogBook, never between them (lock order: run_mu_, then the LogBook's).
       running_[task.id] = task.key;
-      LogBook::instance().task_started(task.id, task.key);  // output capture (log_capture.hpp)
+      task::LogBook::instance().task_started(task.id, task.key);  // output capture (log_capture.hpp)
     }
     ++executing_;
     Completion c = execute(task, devices);
-    LogBook::instance().task_finished(task.id);
+    task::LogBook::instance().task_finished(task.id);
     {
       std::lock_guard lock(run_mu_);
       running_.erase(task.id);
@@ -922,7 +922,7 @@ int run_worker(WorkerOptions options) {
   auto* w = new Worker(std::move(options));
   const int rc = w->run();
   std::fflush(nullptr);
-  LogBook::instance().stop_capture();  // what is still in the capture pipes reaches the log files
+  task::LogBook::instance().stop_capture();  // what is still in the capture pipes reaches the log files
   ::_exit(rc);
 }
 

@@ -1,7 +1,7 @@
 // The worker's side of `herd logs`: the scheduler forwards a LogsRequest (logs_fetch); the
-// worker answers from its LogBook (src/worker/log_capture.hpp) with worker_logs_reply.
+// worker answers from its LogBook (src/task/log_capture.hpp) with worker_logs_reply.
 #include "common/logging.hpp"
-#include "worker/log_capture.hpp"
+#include "task/log_capture.hpp"
 #include "worker/worker.hpp"
 
 namespace herd::worker {
@@ -26,7 +26,7 @@ void Worker::on_logs_fetch(const zmq::message_t& body) {
   protocol::LogsReply reply;
   reply.request_id = req.request_id;
   const std::size_t lines = req.lines == 0 ? 100 : req.lines;
-  const LogBook& book = LogBook::instance();
+  const task::LogBook& book = task::LogBook::instance();
   if (req.kind == static_cast<std::uint8_t>(protocol::LogsKind::task)) {
     protocol::LogSource source;
     // Executors move a task from the queue into the LogBook under run_mu_: holding it, the

@@ -5,9 +5,9 @@
 #include <cstdlib>
 #include <iostream>
 
-#include "api/runtime.hpp"
+#include "worker/worker_main.hpp"
 #include "common/logging.hpp"
-#include "worker/log_capture.hpp"
+#include "task/log_capture.hpp"
 #include "worker/worker.hpp"
 
 namespace herd::detail {
@@ -65,14 +65,14 @@ int worker_main(const std::vector<std::string>& args) {
   // Keep recent output in memory for `herd logs` (it still goes to stderr / the job's files),
   // herd's info lines included even when stderr shows only warnings.
   {
-    worker::LogLimits limits;
+    task::LogLimits limits;
     limits.worker_bytes = options.config.worker_log_bytes;
     limits.task_bytes = options.config.task_output_bytes;
     limits.tasks = options.config.task_output_tasks;
-    worker::LogBook::instance().start_capture(limits);
-    if (worker::LogBook::instance().capturing()) {
-      log::set_sink([](const std::string& line) { worker::LogBook::instance().log_line(line); }, log::Level::info);
-      std::atexit([] { worker::LogBook::instance().stop_capture(); });
+    task::LogBook::instance().start_capture(limits);
+    if (task::LogBook::instance().capturing()) {
+      log::set_sink([](const std::string& line) { task::LogBook::instance().log_line(line); }, log::Level::info);
+      std::atexit([] { task::LogBook::instance().stop_capture(); });
     }
   }
   ::signal(SIGPIPE, SIG_IGN);
@@ -86,7 +86,7 @@ int worker_main(const std::vector<std::string>& args) {
   try {
     return worker::run_worker(std::move(options));
   } catch (const std::exception& e) {
-    worker::LogBook::instance().stop_capture();
+    task::LogBook::instance().stop_capture();
     std::cerr << "herd worker: " << e.what() << std::endl;
     return 1;
   }

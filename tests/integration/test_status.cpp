@@ -11,7 +11,7 @@
 
 #include "support/http_get.hpp"
 #include "support/process_util.hpp"
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 
 using namespace std::chrono_literals;
 

@@ -14,7 +14,7 @@
 
 #include "herd/shell.hpp"
 #include "sweep/command.hpp"
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 #include "sweep/metrics.hpp"
 #include "sweep/results.hpp"
 

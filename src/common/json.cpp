@@ -1,4 +1,4 @@
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 
 #include <charconv>
 #include <cmath>

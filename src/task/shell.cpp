@@ -11,7 +11,7 @@
 #include <cstdlib>
 
 #include "herd/shell.hpp"
-#include "worker/log_capture.hpp"
+#include "task/log_capture.hpp"
 
 namespace bp = boost::process;
 
@@ -44,7 +44,7 @@ class Tail {
   std::size_t limit_;
   std::array<char, 16384> chunk_{};
   std::string text_;
-  worker::TaskLineSplitter lines_;
+  task::TaskLineSplitter lines_;
 };
 
 /// PATH lookup (bp::search_path would pull in the compiled Boost.Filesystem library).
@@ -90,7 +90,7 @@ ShellResult shell(ShellCommand command) {
   bp::group group;
   bp::child child(exe, bp::args(args), bp::std_out > out, bp::std_err > err, bp::std_in.close(),
                   bp::start_dir(cwd), env, group);
-  Tail out_tail(out, command.tail_bytes, worker::kStreamStdout), err_tail(err, command.tail_bytes, worker::kStreamStderr);
+  Tail out_tail(out, command.tail_bytes, task::kStreamStdout), err_tail(err, command.tail_bytes, task::kStreamStderr);
   out_tail.start();
   err_tail.start();
   ShellResult result;

@@ -4,8 +4,8 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "api/runtime.hpp"
-#include "api/scheduler_process.hpp"
+#include "common/roles.hpp"
+#include "client/scheduler_process.hpp"
 #include "common/process.hpp"
 #include "gpu/gpu.hpp"
 #include "herd/cluster.hpp"

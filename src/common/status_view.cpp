@@ -1,11 +1,11 @@
-#include "api/status.hpp"
+#include "common/status_view.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <sstream>
 
-#include "sweep/json.hpp"
+#include "common/json.hpp"
 
 namespace herd {
 namespace detail {

@@ -28,7 +28,7 @@
 
 #include "protocol/messages.hpp"
 
-namespace herd::worker {
+namespace herd::task {
 
 /// LogLine::stream values.
 inline constexpr std::uint8_t kStreamLog = 0, kStreamStdout = 1, kStreamStderr = 2, kStreamTaskLog = 3;
@@ -91,4 +91,4 @@ class TaskLineSplitter {
   std::string partial_;
 };
 
-}  // namespace herd::worker
+}  // namespace herd::task

@@ -1,11 +1,11 @@
 // Client::worker_logs / task_output / logs, herd::task_log, and how logs print.
-#include "api/logs.hpp"
+#include "client/logs.hpp"
 
 #include <algorithm>
 #include <ctime>
 
 #include "herd/client.hpp"
-#include "worker/log_capture.hpp"
+#include "task/log_capture.hpp"
 
 namespace herd {
 namespace detail {
@@ -30,7 +30,7 @@ void task_log_line(const std::string& line) {
   std::size_t start = 0;
   while (true) {
     const std::size_t nl = line.find('\n', start);
-    worker::LogBook::instance().task_line(worker::kStreamTaskLog,
+    task::LogBook::instance().task_line(task::kStreamTaskLog,
                                           std::string_view(line).substr(start, nl == std::string::npos ? nl : nl - start),
                                           /*echo=*/true);
     if (nl == std::string::npos || nl + 1 == line.size()) break;

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "api/runtime.hpp"
-#include "api/scheduler_process.hpp"
+#include "common/roles.hpp"
+#include "client/scheduler_process.hpp"
 #include "common/process.hpp"
 #include "herd/error.hpp"
 #include "herd/shell.hpp"

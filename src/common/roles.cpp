@@ -1,4 +1,4 @@
-#include "api/runtime.hpp"
+#include "common/roles.hpp"
 
 #include <cstdlib>
 #include <iostream>
@@ -7,11 +7,9 @@
 
 namespace herd {
 namespace detail {
-
-TaskInfo& current_task() {
-  thread_local TaskInfo info;
-  return info;
-}
+namespace {
+RoleEntry g_role_entry = nullptr;
+}  // namespace
 
 std::string join_role_args(const std::vector<std::string>& args) {
   std::string s;
@@ -21,6 +19,8 @@ std::string join_role_args(const std::vector<std::string>& args) {
   }
   return s;
 }
+
+void set_role_entry(RoleEntry entry) { g_role_entry = entry; }
 
 void enter_role_if_requested() {
   const char* role = std::getenv(kRoleEnv);
@@ -46,20 +46,16 @@ void enter_role_if_requested() {
   ::unsetenv(kRoleEnv);
   ::unsetenv(kRoleArgsEnv);
   int rc = 2;
-  if (r == "scheduler") {
-    rc = scheduler_main(args);
-  } else if (r == "worker") {
-    rc = worker_main(args);
+  if (g_role_entry == nullptr) {
+    std::cerr << "herd: HERD_ROLE=" << r << " but this program has no role entry linked in\n";
   } else {
-    std::cerr << "herd: unknown HERD_ROLE '" << r << "' (expected scheduler or worker)\n";
+    rc = g_role_entry(r, args);
   }
   std::fflush(stdout);
   std::exit(rc);
 }
 
 }  // namespace detail
-
-const TaskInfo& this_task() { return detail::current_task(); }
 
 void init(int, char**) { detail::enter_role_if_requested(); }
 

@@ -1,4 +1,4 @@
-#include "api/scheduler_process.hpp"
+#include "client/scheduler_process.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "api/runtime.hpp"
+#include "common/roles.hpp"
 #include "common/process.hpp"
 #include "herd/error.hpp"
 

@@ -17,8 +17,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "api/runtime.hpp"
-#include "api/status.hpp"
+#include "common/roles.hpp"
+#include "common/status_view.hpp"
 #include "common/config.hpp"
 #include "common/logging.hpp"
 #include "herd/client.hpp"

@@ -9,7 +9,7 @@
 #include <iostream>
 #include <thread>
 
-#include "api/status.hpp"
+#include "common/status_view.hpp"
 
 namespace herd::detail {
 

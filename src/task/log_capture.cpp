@@ -1,4 +1,4 @@
-#include "worker/log_capture.hpp"
+#include "task/log_capture.hpp"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -18,7 +18,7 @@
 #include <thread>
 #include <unordered_map>
 
-namespace herd::worker {
+namespace herd::task {
 
 using protocol::LogLine;
 using protocol::LogSource;
@@ -428,4 +428,4 @@ void TaskLineSplitter::flush() {
   partial_.clear();
 }
 
-}  // namespace herd::worker
+}  // namespace herd::task

@@ -1,0 +1,18 @@
+// The `herd` subcommands implemented in this folder (the scheduler's and the worker's own
+// entries live in their folders: scheduler/scheduler_main.hpp, worker/worker_main.hpp).
+#pragma once
+#include <string>
+#include <vector>
+
+namespace herd::detail {
+
+/// `herd jobscript ARGS...` (args exclude the program name); returns the exit code.
+int jobscript_main(const std::vector<std::string>& args);
+/// `herd sweep ARGS...` (src/cli/sweep.cpp)
+int sweep_main(const std::vector<std::string>& args);
+/// `herd status ARGS...` (src/cli/status.cpp)
+int status_main(const std::vector<std::string>& args);
+/// `herd logs ARGS...` (src/cli/logs.cpp)
+int logs_main(const std::vector<std::string>& args);
+
+}  // namespace herd::detail
