@@ -429,8 +429,16 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
         FutureState& s = *it->second;
         if (s.status == Status::cancelled) continue;
         const auto st = static_cast<protocol::TaskState>(u.state);
+        if (st == protocol::TaskState::no_worker || st == protocol::TaskState::processing) {
+          // Not final: no connected worker can run it now (why), or it runs again after that.
+          if (s.status != Status::pending) continue;
+          if (st == protocol::TaskState::no_worker) s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
+          else s.error.reset();
+          continue;
+        }
         if (st == protocol::TaskState::memory) {
           s.status = Status::finished;
+          s.error.reset();
           if (!u.inline_data.empty()) s.data = std::make_shared<VectorPayload>(std::move(u.inline_data));
           if (u.location >= 0 && static_cast<std::size_t>(u.location) < ev.addresses.size()) {
             s.location = locations[static_cast<std::size_t>(u.location)];
@@ -619,7 +627,7 @@ const ClientCore* future_owner(const FutureState& s) { return s.core.get(); }
 std::string future_status(const FutureState& s) {
   std::lock_guard lock(s.core->mu_);
   switch (s.status) {
-    case Status::pending: return "pending";
+    case Status::pending: return s.error && s.error->type == "herd::NoWorker" ? "no-worker: " + s.error->message : "pending";
     case Status::finished: return "finished";
     case Status::erred: return "error";
     case Status::cancelled: return "cancelled";
