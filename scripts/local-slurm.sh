@@ -111,10 +111,12 @@
 #   there). The host's kernel stays: its address still answers, closed ports with RST (for a
 #   host that vanishes silently: crash, then link-down). revive starts slurmd again (on login:
 #   munged, MariaDB, slurmdbd, slurmctld) and waits until Slurm has the node back: ~1 s.
-# * Measured here (Slurm 22.05.8, 2 cores): `start --nodes 3` 3.5-4 s (11 s the first time,
-#   MariaDB initialisation); `stop --multi` 2-4 s (up to ~6 s with jobs to cancel). After a
-#   crash, sinfo shows the node `idle*` (not responding) at 10-11 s and `down*` at 17-19 s
-#   (5 runs), and its running job ends NODE_FAIL then. With MessageTimeout=10 it was 25-28 s:
+# * Measured here (Slurm 22.05.8, 2 cores, load average 2-6 from other builds): `start --nodes
+#   3` 3.5-4 s (11 s the first time: MariaDB initialisation); `stop --multi` 2-4 s, ~11 s when
+#   a crashed node still holds a job (5 s of waiting for the cancelled job, 4-5 s for slurmctld
+#   to give up on the node). After a crash, sinfo shows the node `idle*` (not responding) at
+#   10-11 s and `down*` at 17-20 s (7 runs), and its running job ends NODE_FAIL then;
+#   `revive` takes ~1 s (login: ~7 s, MariaDB recovers from the SIGKILL). With MessageTimeout=10 it was 25-28 s:
 #   slurmctld waits for a failed ping for MessageTimeout, and sets a node DOWN only on the ping
 #   cycle after SlurmdTimeout has passed since its last answer (ping_nodes.c). A link down for
 #   longer than that (~20 s) does the same (its jobs are requeued: JobRequeue=1); after
@@ -239,9 +241,13 @@ if ((MULTI)); then
     HOST=login
     CTL=(in_host login)
     PREFIX="${HERD_SLURM_NETNS_PREFIX:-herd-}"
+    SUBNET="${HERD_SLURM_SUBNET:-198.18.0.0/24}"
+    # Every verb but start works on the cluster as it was started (start records both).
+    if [[ $VERB != start && -s $DIR/etc/network ]]; then
+        read -r SUBNET PREFIX <"$DIR/etc/network" || true
+    fi
     [[ $PREFIX =~ ^[a-z][a-z0-9-]{0,7}$ ]] \
         || die "HERD_SLURM_NETNS_PREFIX must be 1-8 of [a-z0-9-], starting with a letter; got '$PREFIX'"
-    SUBNET="${HERD_SLURM_SUBNET:-198.18.0.0/24}"
     [[ $SUBNET =~ ^([0-9]{1,3})\.([0-9]{1,3})\.([0-9]{1,3})\.0/24$ ]] \
         && ((BASH_REMATCH[1] <= 255 && BASH_REMATCH[2] <= 255 && BASH_REMATCH[3] <= 255)) \
         || die "HERD_SLURM_SUBNET must be a /24 written a.b.c.0/24, got '$SUBNET'"
@@ -1070,7 +1076,11 @@ cancel_all_jobs() {
     log "cancelling jobs: $(tr '\n' ' ' <<<"$ids")"
     # shellcheck disable=SC2086
     SLURM_CONF="$CONF" "${CTL[@]}" timeout 20 scancel --quiet $ids 2>/dev/null || true
-    for ((i = 0; i < 40; i++)); do
+    # Multi-node: a job on a crashed or cut-off node never finishes completing, and everything
+    # on the hosts is killed next anyway; so a shorter wait.
+    local rounds=40
+    ((MULTI)) && rounds=10
+    for ((i = 0; i < rounds; i++)); do
         [[ -z "$(SLURM_CONF="$CONF" "${CTL[@]}" timeout 10 squeue -h -t pending,running,completing -o '%i' 2>/dev/null || true)" ]] && break
         sleep 0.5
     done
@@ -1178,14 +1188,17 @@ cmd_start_multi() {
     mkdir -p "$DIR/log" "$DIR/etc"
     ensure_packages
     local t0=$SECONDS
-    # Leftovers of an earlier run (killed, or a partial start): away with all of it first.
-    if [[ -n "$(existing_ns)" ]] || [[ -n $CG_DIR && -d $CG_DIR ]] || all_up_any; then
+    # Leftovers of an earlier run (killed, a partial start, another network): a stop that
+    # reads what that run recorded takes all of it away first.
+    if [[ -s $DIR/etc/network && "$(cat "$DIR/etc/network")" != "$SUBNET $PREFIX" ]] \
+        || [[ -n "$(existing_ns)" ]] || [[ -n $CG_DIR && -d $CG_DIR ]] || all_up_any; then
         log "cleaning up what an earlier run left behind"
-        teardown_multi
+        "$SELF" stop --multi
     fi
     set_nodes "$n"
     check_subnet
     echo "$n" >"$DIR/etc/nodes"
+    echo "$SUBNET $PREFIX" >"$DIR/etc/network"
     write_hosts_files
     net_up
     write_config
