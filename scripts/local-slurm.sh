@@ -1529,8 +1529,8 @@ cmd_repair() {
             done+=("unslow $h")
         fi
         if in_ns "$(host_ns "$h")" nft list table inet herd_faults >/dev/null 2>&1; then
+            [[ $(blocked_of "$h") != - ]] && done+=("heal $h")
             in_ns "$(host_ns "$h")" nft delete table inet herd_faults
-            done+=("heal $h")
         fi
     done
     if ! pid_alive "$MUNGE_PID" munged >/dev/null || ! pid_alive "$CTLD_PID" slurmctld >/dev/null \
