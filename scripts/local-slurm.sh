@@ -528,7 +528,8 @@ check_subnet() {
 # Switch namespace with bridge br0; per host a namespace with eth0 (veth) on the bridge.
 net_up() {
     local h ns
-    ip netns add "$SWITCH_NS"
+    ip netns add "$SWITCH_NS" \
+        || die "could not create network namespace $SWITCH_NS (needs root with CAP_SYS_ADMIN and a kernel with network namespaces)"
     in_ns "$SWITCH_NS" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
     ip -n "$SWITCH_NS" link add br0 type bridge
     ip -n "$SWITCH_NS" link set br0 up
@@ -1201,6 +1202,8 @@ cmd_start_multi() {
     echo "$SUBNET $PREFIX" >"$DIR/etc/network"
     write_hosts_files
     net_up
+    in_host login true \
+        || die "cannot enter the login host (nsenter + unshare --uts --mount + a bind mount over /etc/hosts); see the error above"
     write_config
     start_munged
     if [[ $ACCOUNTING == 1 ]]; then
