@@ -25,7 +25,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 2;
+inline constexpr std::uint8_t kProtocolVersion = 3;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
@@ -70,6 +70,7 @@ using TaskId = std::uint64_t;
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
+  X(data_chunk, 42, DataChunkEvent)         /* + 1 payload: a piece of a streamed result */        \
   /* any direction */                                                                             \
   X(error, 60, ErrorEvent)                  /* the peer refused a message; says why */
 
@@ -193,6 +194,12 @@ struct ErrorInfo {
   MSGPACK_DEFINE(type, message, task, worker);
 };
 
+struct DepLocation {
+  TaskId id = 0;                       // an input of the task
+  std::vector<std::string> holders;    // data ports of the workers holding it
+  MSGPACK_DEFINE(id, holders);
+};
+
 struct TaskResult {
   TaskId id = 0;                // task
   bool ok = false;              // true: result stored on the worker; false: see error
@@ -202,7 +209,12 @@ struct TaskResult {
   std::uint64_t duration_us = 0;  // wall time of the function call
   bool missing_input = false;   // !ok because an input could not be fetched: not a task error
   bool handed_back = false;     // !ok because the worker gave it back unstarted: not an error
-  MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input, handed_back);
+  std::vector<DepLocation> unreachable;  // missing_input: inputs whose holders (these data
+                                         //   ports) did not answer; the holders are alive as far
+                                         //   as this worker knows, it could not reach them
+  std::vector<DepLocation> not_held;     // missing_input: holders that said they no longer have it
+  MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input, handed_back, unreachable,
+                 not_held);
 };
 
 /// Results up to this size travel with the completion notice, so the client's gather needs no
@@ -354,12 +366,6 @@ struct StatusReply {
                      tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, no_worker);
 };
 
-struct DepLocation {
-  TaskId id = 0;                       // an input of the task
-  std::vector<std::string> holders;    // data ports of the workers holding it
-  MSGPACK_DEFINE(id, holders);
-};
-
 struct AcquireKeysEvent {
   std::vector<DepLocation> keys;  // fetch each from its holders and keep a copy
   MSGPACK_DEFINE(keys);
@@ -402,11 +408,29 @@ struct GetDataRequest {
   MSGPACK_DEFINE(request_id, ids);
 };
 
+/// A result too big to travel as one frame: it follows as data_chunk messages.
+struct StreamedData {
+  TaskId id = 0;
+  std::uint64_t nbytes = 0;      // its whole size; chunks arrive in order, offsets 0..nbytes
+  MSGPACK_DEFINE(id, nbytes);
+};
+
 struct GetDataReply {
   std::uint64_t request_id = 0;  // from the request
   std::vector<TaskId> found;     // one payload frame follows per entry, in this order
   std::vector<TaskId> missing;   // not held by this worker
-  MSGPACK_DEFINE(request_id, found, missing);
+  std::vector<StreamedData> streamed;  // held, and sent as data_chunk messages after this reply
+  MSGPACK_DEFINE(request_id, found, missing, streamed);
+};
+
+/// One piece of a streamed result; its payload frame holds bytes [offset, offset + size).
+/// Pieces of one result come in order on one connection, so a receiver writes each straight
+/// into the result's final buffer, and a transfer that keeps moving is never cut short.
+struct DataChunkEvent {
+  std::uint64_t request_id = 0;  // the GetDataRequest it answers
+  TaskId id = 0;                 // the result
+  std::uint64_t offset = 0;      // where this piece goes
+  MSGPACK_DEFINE(request_id, id, offset);
 };
 
 /// Gang rendezvous: each member's communicator binds a ring listener and joins; when all

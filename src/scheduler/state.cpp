@@ -46,9 +46,10 @@ SchedulerState::SchedulerState(StateOptions options) : options_(options) {
 
 void SchedulerState::check() const {
   if (!options_.validate) return;
-  // Every event while the state is small; on a big one, often enough that the checks cost
-  // about as much as the events themselves (a full check is O(tasks + workers x shapes)).
-  const std::size_t every = std::max<std::size_t>(1, (graph_.size() + workers_.size()) / 512);
+  // Every event while the state is small; on a big one, one event in size/16, so the checks
+  // cost a bounded multiple of the events themselves (a full check is O(tasks + workers x
+  // shapes)) and a scheduler under test still answers heartbeats.
+  const std::size_t every = std::max<std::size_t>(1, (graph_.size() + workers_.size()) / 16);
   if (++checks_ % every != 0) return;
   const std::string broken = validate();
   if (!broken.empty()) throw std::logic_error("scheduler state is inconsistent: " + broken);
