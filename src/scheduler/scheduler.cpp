@@ -35,7 +35,9 @@ Scheduler::Scheduler(SchedulerOptions options)
       socket_(context_, zmq::socket_type::router), scheduler_id_(random_id()) {
   auth_.server(socket_);
   if (!options_.journal.empty()) {
-    journal_ = std::make_unique<Journal>(options_.journal);
+    Journal::Options jo;
+    jo.memory_bytes = options_.config.journal_memory_bytes;
+    journal_ = std::make_unique<Journal>(options_.journal, jo);
     HERD_LOG(info) << "journal " << journal_->path() << ": " << journal_->size() << " finished tasks"
                    << (journal_->dropped_bytes() ? ", " + std::to_string(journal_->dropped_bytes()) +
                                                        " bytes of a torn last record dropped"
@@ -66,6 +68,7 @@ std::string Scheduler::bind() {
 }
 
 void Scheduler::add_pool(std::unique_ptr<Pool> pool) {
+  pool->attach(commands_);
   pools_.push_back(std::move(pool));
   cluster_changed_ = true;
 }
@@ -82,6 +85,10 @@ int Scheduler::run() {
   HERD_LOG(info) << "scheduler " << scheduler_id_ << " listening at " << address_;
   std::vector<zmq::pollitem_t> items = {{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0}};
   if (options_.parent_fd >= 0) items.push_back({nullptr, options_.parent_fd, ZMQ_POLLIN, 0});
+  // Answers from the batch system and the journal's writer wake the loop (drained in tick()
+  // and flush()): nothing on the loop waits for either.
+  items.push_back({nullptr, commands_.wake_fd(), ZMQ_POLLIN, 0});
+  if (journal_) items.push_back({nullptr, journal_->wake_fd(), ZMQ_POLLIN, 0});
   while (!g_stop.load()) {
     try {
       // With a dashboard, wake at least every 250 ms to see whether a request wants a snapshot.
@@ -91,7 +98,7 @@ int Scheduler::run() {
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
-    if (items.size() > 1 && (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) {
+    if (options_.parent_fd >= 0 && (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) {
       char b;
       if (::read(options_.parent_fd, &b, 1) <= 0) {
         HERD_LOG(info) << "owner process is gone; shutting down";
@@ -327,11 +334,17 @@ void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received
         if (spec.gang != 0) gang_member_added(spec);
         // Finished before a restart: put the journaled result on a worker instead of running
         // the task again (its recipe stays, for lineage).
-        if (journal_ && !spec.key.empty()) {
+        if (journal_ && !spec.key.empty() && journal_->contains(spec.key)) {
           const Task* t = graph_.find(spec.id);
-          const std::vector<char>* done = journal_->find(spec.key);
-          if (done != nullptr && t != nullptr && (t->st() == TaskState::ready || t->st() == TaskState::waiting)) {
-            dispatch_scatter(spec.id, zmq::message_t(done->data(), done->size()));
+          if (t != nullptr && (t->st() == TaskState::ready || t->st() == TaskState::waiting)) {
+            if (const std::vector<char>* done = journal_->find(spec.key)) {
+              dispatch_scatter(spec.id, zmq::message_t(done->data(), done->size()));
+            } else {
+              // A large result kept on disk only: read on the journal's reader thread, placed
+              // when it arrives (drain_journal); not placed to run meanwhile.
+              journal_->read(spec.key, spec.id);
+              std::erase(fx_.ready, spec.id);
+            }
           }
         }
         return true;
@@ -662,18 +675,54 @@ void Scheduler::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
 }
 
 void Scheduler::flush() {
-  // Before the clients hear of this turn's results: a scheduler killed after telling a client
-  // would otherwise recompute, after its restart, a task the client saw finish.
-  if (journal_) journal_->flush();
+  // Clients hear of this turn's results only once its journal records are on disk: a scheduler
+  // killed after telling a client would otherwise recompute, after its restart, a task the
+  // client saw finish. The writer thread writes and syncs (one fdatasync per batch); the
+  // updates wait in held_updates_, in order, and the loop goes on. While the disk refuses
+  // writes (full, I/O error) they go out at once and the status says how far behind the
+  // journal is: results are not held hostage to a full disk (the journal only saves work
+  // after a restart; see docs/architecture.md).
+  bool hold = false;
+  std::uint64_t turn = 0;
+  auto send_updates = [&](std::uint32_t idx, const protocol::TaskUpdatesEvent& ev) {
+    if (auto c = clients_.find(idx); c != clients_.end()) {
+      protocol::send(socket_, c->second.identity, MessageType::task_updates, protocol::encode(ev));
+    }
+  };
+  if (journal_) {
+    journal_->flush();
+    drain_journal();
+    turn = journal_->appended();
+    held_updates_.release(journal_->durable(), journal_->failing(), send_updates);
+    hold = !journal_->failing() && (turn > journal_->durable() || !held_updates_.empty());
+  }
   for (auto& [id, w] : workers_) flush_worker(w);
   for (auto& [idx, c] : clients_) {
     if (c.out.updates.empty()) continue;
-    protocol::send(socket_, c.identity, MessageType::task_updates, protocol::encode(c.out));
+    if (hold) {
+      held_updates_.hold(turn, idx, std::move(c.out));
+      c.out = protocol::TaskUpdatesEvent{};
+    } else {
+      send_updates(idx, c.out);
+    }
     c.out.updates.clear();
     c.out.addresses.clear();
     c.address_index.clear();
   }
   if (cluster_changed_) broadcast_cluster_state();
+}
+
+void Scheduler::drain_journal() {
+  for (auto& r : journal_->poll()) {
+    const Task* t = graph_.find(r.tag);
+    if (t == nullptr || (t->st() != TaskState::ready && t->st() != TaskState::waiting)) continue;
+    if (r.error.empty()) {
+      dispatch_scatter(r.tag, std::move(r.bytes));
+    } else {
+      HERD_LOG(warning) << r.error << "; " << r.key << " runs again";
+      if (t->st() == TaskState::ready) ready_.push({t->priority, t->seq, t->id});
+    }
+  }
 }
 
 void Scheduler::flush_worker(WorkerRec& w) {
@@ -711,6 +760,7 @@ void Scheduler::broadcast_cluster_state() {
 }
 
 void Scheduler::tick() {
+  commands_.drain();  // the batch system's answers (they update the pools; see step_pools)
   const auto now = Clock::now();
   if (now - last_heartbeat_ >= std::chrono::milliseconds(options_.config.heartbeat_ms)) {
     last_heartbeat_ = now;
@@ -724,16 +774,22 @@ void Scheduler::tick() {
       if (now - c.last_seen > timeout) silent_clients.push_back(idx);
       else protocol::send(socket_, c.identity, MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
     }
-    for (auto id : silent_workers) worker_lost(id, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
+    for (auto id : silent_workers) {
+      // The worker of a suspended job is frozen, not dead: its tasks go elsewhere without a death.
+      const WorkerRec& w = workers_.at(id);
+      const Pool* pool = w.pool.empty() || w.job_id.empty() ? nullptr : find_pool(w.pool);
+      if (pool != nullptr && pool->job_suspended(w.job_id)) {
+        worker_lost(id, "its job " + w.job_id + " is suspended (silent for " + std::to_string(options_.config.timeout_ms) + " ms)",
+                    /*count_deaths=*/false);
+      } else {
+        worker_lost(id, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
+      }
+    }
     for (auto idx : silent_clients) client_lost(idx, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
   }
   if (now - last_pool_step_ >= std::chrono::milliseconds(200)) {
     last_pool_step_ = now;
-    try {
-      step_pools();
-    } catch (const std::exception& e) {
-      // Already logged, and shown in the pool's status; the pool retries after a pause.
-    }
+    step_pools();  // starts commands, never waits for one
     progress_retirements();
   }
   if (!pools_.empty() && now - last_state_broadcast_ >= std::chrono::seconds(1)) cluster_changed_ = true;
@@ -761,12 +817,16 @@ void Scheduler::handle_scale(ClientRec& c, const protocol::ScalePoolRequest& req
     } else {
       pool->scale(req.target);
     }
-    try {
-      step_pools();  // submit now, so that a refusal reaches the caller in this reply
-      reply.ok = true;
-    } catch (const std::exception& e) {
-      reply.error = e.what();
-    }
+    step_pools();  // start the submission now
+    cluster_changed_ = true;
+    // The reply waits for sbatch's answer, so that a refusal reaches the caller; the loop does
+    // not (the client may have gone by then: its identity finds nobody, harmlessly).
+    pool->when_settled([this, identity = c.identity, reply](const std::string& error) mutable {
+      reply.ok = error.empty();
+      reply.error = error;
+      protocol::send(socket_, identity, MessageType::scale_reply, protocol::encode(reply));
+    });
+    return;
   }
   cluster_changed_ = true;
   protocol::send(socket_, c.identity, MessageType::scale_reply, protocol::encode(reply));
@@ -777,13 +837,11 @@ void Scheduler::step_pools() {
   const auto now = Clock::now();
   const std::int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
                                     std::chrono::system_clock::now().time_since_epoch()).count();
-  std::string first_error;
   for (auto& pool : pools_) {
-    std::vector<std::pair<std::string, std::string>> ended;
-    for (const auto& line : pool->poll(&ended)) HERD_LOG(info) << "pool " << pool->name() << ": " << line;
     // A worker whose job has ended is gone, whatever its last heartbeat said: no need to wait
-    // for the timeout (a crashed local process, a job Slurm killed or lost).
-    for (const auto& [job, how] : ended) {
+    // for the timeout (a crashed local process, a job Slurm killed or lost). The pool's polls
+    // run off the loop; these are the ones answered since the last step.
+    for (const auto& [job, how] : pool->take_ended()) {
       std::uint32_t gone = 0;
       for (const auto& [id, w] : workers_) {
         if (w.pool == pool->name() && w.job_id == job) gone = id;
@@ -817,19 +875,13 @@ void Scheduler::step_pools() {
       pw.leaving = w.retiring || (w.end_time > 0 && now_unix + lead >= w.end_time);
       view.push_back(pw);
     }
-    try {
-      for (std::uint32_t id : pool->step(backlog, avg_task_us_, view)) {
-        if (auto it = workers_.find(id); it != workers_.end()) {
-          retire(it->second, "pool " + pool->name() + " shrinks");
-          it->second.retired_by_pool = true;
-        }
+    for (std::uint32_t id : pool->step(now, backlog, avg_task_us_, view)) {
+      if (auto it = workers_.find(id); it != workers_.end()) {
+        retire(it->second, "pool " + pool->name() + " shrinks");
+        it->second.retired_by_pool = true;
       }
-    } catch (const std::exception& e) {
-      if (first_error.empty()) first_error = e.what();
     }
   }
-  (void)now;
-  if (!first_error.empty()) throw JobQueueError(first_error);
 }
 
 void Scheduler::retire(WorkerRec& w, const std::string& why) {

@@ -155,9 +155,12 @@ class Scheduler {
   bool isolated(WorkerRec& w);
   std::size_t capacity(const WorkerRec& w) const;
   void dispatch_scatter(TaskId id, zmq::message_t payload);
-  /// End of a turn: the journal first (a result is durable before any client hears of it),
-  /// then what is queued for each worker and client.
+  /// End of a turn: the turn's journal records go to the writer thread, what is queued for
+  /// each worker goes out, and the clients' updates go out once their records are durable
+  /// (held in held_updates_ meanwhile; a result is durable before any client hears of it).
   void flush();
+  /// Journal reads that completed (results kept on disk only): placed as scattered data.
+  void drain_journal();
   /// Sends what is queued for `w` (tasks to run, keys to free, tasks to cancel).
   void flush_worker(WorkerRec& w);
   void tick();
@@ -190,8 +193,11 @@ class Scheduler {
   std::unordered_map<std::uint32_t, ClientRec> clients_;
   std::unordered_map<TaskId, std::vector<char>> inline_results_;  // this turn's small results
   std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
+  jobqueue::CommandRunner commands_;  // batch-system commands and job-output reads, off the
+                                      //   loop (before pools_: they use it until they go)
   std::vector<std::unique_ptr<Pool>> pools_;
   std::unique_ptr<Journal> journal_;
+  DurableGate<protocol::TaskUpdatesEvent> held_updates_;  // waiting for their journal records
   Clock::time_point last_pool_step_{};
   Clock::time_point last_state_broadcast_{};
   std::uint32_t next_worker_id_ = 1;

@@ -144,6 +144,11 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
       s.jobs.push_back(std::move(j));
     }
   }
+  if (journal_) {
+    s.journal = journal_->status();
+    s.journal_failing = journal_->failing();
+    s.journal_behind = journal_->behind_records();
+  }
   const std::size_t n = std::min<std::size_t>(max_events, events_.size());
   s.events.assign(events_.end() - static_cast<std::ptrdiff_t>(n), events_.end());
   return s;
