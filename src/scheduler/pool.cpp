@@ -54,9 +54,13 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
                             const std::vector<PoolWorker>& workers) {
   PoolActions a;
   std::set<std::string> leaving_jobs;
+  for (auto& [job, asked] : undecided_) job_ended(now, job, asked, !worked_.count(job.id));
+  for (const auto& [job, asked] : undecided_) worked_.erase(job.id);
+  undecided_.clear();
   for (const auto& w : workers) {
     if (w.leaving) leaving_jobs.insert(w.job_id);
     if (!jobs_.count(w.job_id)) continue;
+    if (!w.idle) worked_.insert(w.job_id);
     auto [it, first] = connected_at_.emplace(w.job_id, now);
     // A worker that has stayed a while proves the jobs start fine: the crash count starts over.
     if (!first && crashes_ > 0 && !crash_paused_ && now - it->second >= policy_.crash_window) crashes_ = 0;
@@ -199,13 +203,20 @@ PoolState::Ended PoolState::polled(Clock::time_point now, const jobqueue::PollRe
     if (job.state == jobqueue::JobState::ended) {
       if (jobs_.count(job.id)) {
         ended.emplace_back(job.id, job.detail + (job.reason.empty() ? "" : " (" + job.reason + ")"));
-        job_ended(now, job, cancelled_.count(job.id) > 0);
+        const bool asked = cancelled_.count(job.id) > 0;
+        const auto c = connected_at_.find(job.id);
+        if (asked || c == connected_at_.end() || now - c->second >= policy_.crash_window || worked_.count(job.id)) {
+          // Decided now: asked to stop, never connected (a crash), or it served a while / had work.
+          job_ended(now, job, asked, !asked && c == connected_at_.end());
+          worked_.erase(job.id);
+        } else {
+          undecided_.emplace_back(job, asked);
+        }
       }
       jobs_.erase(job.id);
       cancelled_.erase(job.id);
       to_cancel_.erase(job.id);
       stalled_since_.erase(job.id);
-      connected_at_.erase(job.id);
     } else if (auto it = jobs_.find(job.id); it != jobs_.end()) {
       it->second = job;
       if (jobqueue::stalled(job)) {
@@ -234,7 +245,11 @@ void PoolState::cancelled(Clock::time_point now, const std::vector<std::string>&
   HERD_LOG(warning) << "pool " << name() << ": " << error << " (" << ids.size() << " job(s); trying again)";
 }
 
-void PoolState::worker_left(Clock::time_point now, const std::string& job_id) {
+void PoolState::worker_left(Clock::time_point now, const std::string& job_id, bool worked) {
+  if (worked && (jobs_.count(job_id) || std::any_of(undecided_.begin(), undecided_.end(),
+                                                    [&](const auto& u) { return u.first.id == job_id; }))) {
+    worked_.insert(job_id);
+  }
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || cancelled_.count(job_id)) return;
   // Pending again means requeued: that is the job's next incarnation, not the worker we lost.
@@ -260,6 +275,8 @@ void PoolState::clear_jobs() {
   cancelled_.clear();
   to_cancel_.clear();
   connected_at_.clear();
+  worked_.clear();
+  undecided_.clear();
   stalled_since_.clear();
 }
 

@@ -114,8 +114,9 @@ class PoolState {
   Ended polled(Clock::time_point now, const jobqueue::PollResult& result);
   void cancelled(Clock::time_point now, const std::vector<std::string>& ids, const std::string& error);
   void output_read(const std::string& job, std::vector<std::string> files, std::vector<std::string> tail);
-  /// A worker of job `job_id` left: the job goes too (in the next scancel).
-  void worker_left(Clock::time_point now, const std::string& job_id);
+  /// A worker of job `job_id` left: the job goes too (in the next scancel). `worked`: it had
+  /// tasks or results (its death is then the tasks' business, not a crash loop's).
+  void worker_left(Clock::time_point now, const std::string& job_id, bool worked = false);
 
   bool submitting() const { return submitting_; }
   bool polling() const { return polling_; }
@@ -133,7 +134,7 @@ class PoolState {
   void clear_jobs();
 
  private:
-  void job_ended(Clock::time_point now, const jobqueue::JobInfo& job, bool asked_to_stop);  // pool_logs.cpp
+  void job_ended(Clock::time_point now, const jobqueue::JobInfo& job, bool asked_to_stop, bool crash);  // pool_logs.cpp
   void submission_failed(Clock::time_point now, const std::string& error);
   void queue_cancel(Clock::time_point now, const std::string& id);
   bool may_submit(Clock::time_point now, std::size_t unproven) const;
@@ -150,6 +151,11 @@ class PoolState {
   std::uint64_t submitted_ = 0, failed_submissions_ = 0;
   // Crash loop: jobs that end before their worker connects, or just after.
   std::map<std::string, Clock::time_point> connected_at_;  // live jobs whose worker connected
+  std::set<std::string> worked_;                           // ... and was given work
+  // Jobs that ended soon after their worker connected: a crash only if the worker never had a
+  // task (a poison task kills a worker too; that is the tasks' business). Decided in the next
+  // step, once the scheduler has said (worker_left) what the worker was doing.
+  std::vector<std::pair<jobqueue::JobInfo, bool>> undecided_;  // (job, asked to stop)
   std::uint32_t crashes_ = 0;
   Clock::time_point crash_next_try_{};
   bool crash_paused_ = false;
@@ -196,7 +202,7 @@ class Pool {
   /// Jobs that ended (id, how), from polls answered since the last call.
   PoolState::Ended take_ended();
   /// A worker of job `job_id` left: make sure the job is gone too (gathered into one scancel).
-  void worker_left(const std::string& job_id) { state_.worker_left(Clock::now(), job_id); }
+  void worker_left(const std::string& job_id, bool worked = false) { state_.worker_left(Clock::now(), job_id, worked); }
   /// `done(error)` once the submission under way is answered ("" = accepted), or at once when
   /// none is (the scale reply waits for sbatch without the loop waiting).
   void when_settled(std::function<void(const std::string& error)> done);

@@ -25,14 +25,12 @@ bool clean_end(const jobqueue::JobInfo& job, bool asked_to_stop) {
 }
 }  // namespace
 
-void PoolState::job_ended(Clock::time_point now, const jobqueue::JobInfo& job, bool asked_to_stop) {
-  const auto connected = connected_at_.find(job.id);
-  const bool had_worker = connected != connected_at_.end();
+void PoolState::job_ended(Clock::time_point now, const jobqueue::JobInfo& job, bool asked_to_stop, bool crash) {
+  // `crash`: it ended on its own before its worker connected (it never served, whatever its
+  // exit code), or just after, before the worker had any work (see PoolState::polled).
+  const bool had_worker = connected_at_.erase(job.id) > 0;
   ended_.push_back(job.id);
   if (ended_.size() > kKeptEnded) ended_.pop_front();
-  // A crash: it ended on its own before its worker connected (it never served, whatever its
-  // exit code), or just after.
-  const bool crash = !asked_to_stop && (!had_worker || now - connected->second < policy_.crash_window);
   if (clean_end(job, asked_to_stop) && !crash) return;
   FailedJob f;
   f.info = job;

@@ -463,7 +463,7 @@ void Scheduler::worker_lost(std::uint32_t id, const std::string& why, bool count
   // next incarnation must not be cancelled for its predecessor.
   if (Pool* pool = find_pool(w.pool); pool != nullptr && !w.pool.empty() && !w.job_id.empty() &&
                                       (w.retired_by_pool || !w.retiring)) {
-    pool->worker_left(w.job_id);
+    pool->worker_left(w.job_id, !w.processing.empty() || !w.has.empty());
   }
   std::vector<TaskId> processing(w.processing.begin(), w.processing.end());
   gang_worker_lost(w, processing);

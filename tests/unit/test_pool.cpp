@@ -322,6 +322,26 @@ TEST_CASE("Pool.CrashLoop.AWorkerThatStaysEndsIt") {
   CHECK(s.submissions[2].second == 1);
 }
 
+TEST_CASE("Pool.CrashLoop.AWorkerKilledByItsTaskIsNoCrash") {
+  // A poison task kills the worker that runs it a second after it connected: that is the
+  // task's business (allowed failures), not a broken job; a worker that dies as soon as it
+  // connects, before it had anything to do, is a crash.
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  s.run_all();
+  const std::vector<PoolWorker> both = {{1, "job0", true, at(1), false}, {2, "job1", true, at(1), false}};
+  s.step(1.0, 0, -1, both);  // connected, idle
+  s.set("job0", State::ended, "FAILED", "exit code 0:6");
+  s.set("job1", State::ended, "FAILED", "exit code 0:6");
+  s.step(2.0, 0, -1, both);                  // poll: both ended 1 s after connecting
+  s.pool.worker_left(at(2.1), "job0", true);  // job0's worker had a task when it died
+  s.pool.worker_left(at(2.1), "job1", false);
+  s.step(2.2);
+  CHECK(s.pool.crashes() == 1);  // job1 only
+  CHECK(s.pool.failed_jobs().size() == 2);  // both failures are shown
+}
+
 TEST_CASE("Pool.Stalled.SuspendedAndHeldJobsStopCountingAfterATimeout") {
   Sim s;
   s.pool.scale(2);
