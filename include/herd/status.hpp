@@ -41,6 +41,7 @@ struct PoolInfo {
   /// the next try is ("" = it answers). The pool's workers go on meanwhile.
   std::string batch_error;
   double last_answer_s = -1;  ///< seconds since the batch system last answered (-1 = not yet)
+  std::uint64_t submitted = 0;  ///< jobs submitted since the scheduler started
 };
 
 /// @brief One connected worker.

@@ -33,7 +33,7 @@ HERD_CONFIG(journal_memory_bytes, std::uint64_t, 1048576, "HERD_JOURNAL_MEMORY_B
 HERD_CONFIG(command_timeout_s, std::uint32_t, 30, "HERD_COMMAND_TIMEOUT_S",
             "how long a batch-system command (sbatch, squeue, sacct, scancel) may take before it is "
             "killed and counted as failed (seconds; they run off the scheduler's event loop)")
-HERD_CONFIG(pool_crash_limit, std::uint32_t, 6, "HERD_POOL_CRASH_LIMIT",
+HERD_CONFIG(pool_crash_limit, std::uint32_t, 5, "HERD_POOL_CRASH_LIMIT",
             "jobs in a row that end before their worker connects after which a pool pauses until "
             "scale() or adapt(); from the second on it submits one job at a time with doubling pauses")
 HERD_CONFIG(pool_crash_backoff_s, std::uint32_t, 5, "HERD_POOL_CRASH_BACKOFF_S",

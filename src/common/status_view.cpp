@@ -29,6 +29,7 @@ PoolInfo to_pool_info(const protocol::PoolStatus& p) {
   i.stalled = static_cast<int>(p.stalled);
   i.batch_error = p.batch_error;
   i.last_answer_s = p.last_answer_s;
+  i.submitted = p.submitted;
   return i;
 }
 
@@ -211,7 +212,7 @@ std::string ClusterStatus::to_json() const {
     x.f("pending_reasons", jmap(p.pending_reasons, [](int n) { return jnum(n); }));
     x.s("paused", p.paused).s("last_error", p.last_error).s("last_failure", p.last_failure);
     x.f("crashes", jnum(p.crashes)).f("stalled", jnum(p.stalled)).s("batch_error", p.batch_error);
-    x.f("last_answer_s", jnum(p.last_answer_s));
+    x.f("last_answer_s", jnum(p.last_answer_s)).f("submitted", jnum(p.submitted));
     return x.str();
   }));
   o.f("jobs", jarray(jobs, [](const JobInfo& j) {

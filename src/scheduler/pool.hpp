@@ -50,7 +50,7 @@ struct PoolPolicy {
                                                   //   connected (or before) is a crash
   std::uint32_t crash_backoff_after = 2;          // crashes in a row before backing off
   std::chrono::seconds crash_backoff{5};          // first pause; doubles with each crash
-  std::uint32_t crash_limit = 6;                  // crashes in a row that pause the pool until
+  std::uint32_t crash_limit = 5;                  // crashes in a row that pause the pool until
                                                   //   the user scales or adapts again
   std::chrono::seconds stalled_timeout{60};       // suspended/stopped/held jobs stop counting
                                                   //   as capacity after this long
