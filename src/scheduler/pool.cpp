@@ -254,8 +254,12 @@ void PoolState::worker_left(Clock::time_point now, const std::string& job_id, bo
   if (it == jobs_.end() || cancelled_.count(job_id)) return;
   // Pending again means requeued: that is the job's next incarnation, not the worker we lost.
   // Completing means it is ending anyway, and may be on its way back to the queue (requeue):
-  // cancelling it then would kill the next incarnation.
-  if (it->second.state == jobqueue::JobState::pending || it->second.detail == "COMPLETING") return;
+  // cancelling it then would kill the next incarnation. A suspended job whose worker we let go
+  // holds its node for nothing: it goes.
+  if ((it->second.state == jobqueue::JobState::pending && !jobqueue::suspended(it->second)) ||
+      it->second.detail == "COMPLETING") {
+    return;
+  }
   // The worker is gone (retired, or it died): its job must not linger in the queue holding
   // resources. The batch script exits with the worker, so this is usually a no-op.
   queue_cancel(now, job_id);

@@ -313,3 +313,47 @@ TEST_CASE("SlurmResilience.CrashLoop.APrologueThatExits3CostsAHandfulOfJobs" * d
   client.close();
   CHECK(eventually([&] { return queued(name).empty(); }, 60s));
 }
+
+namespace {
+int sleepy(int seconds) {
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  return seconds;
+}
+HERD_TASK(sleepy);
+}  // namespace
+
+TEST_CASE("SlurmResilience.SuspendedJob.ItsSilentWorkerIsNotChargedADeath" * doctest::timeout(240)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("suspend");
+  // No death allowed: a task on a worker that dies fails at once (KilledWorker). A worker that
+  // is silent because Slurm suspended its job did not die of its task.
+  herd::Client client{herd::SlurmCluster{options(name)}.scheduler_env("HERD_ALLOWED_FAILURES", "0")};
+  client.scale(2);
+  client.wait_for_workers(2, 120s);
+  auto f = client.submit(sleepy, 15);
+  std::string job;
+  REQUIRE(eventually([&] {
+    for (const auto& w : client.status().workers) {
+      if (w.processing > 0) job = w.job_id;
+    }
+    return !job.empty();
+  }, 30s));
+  struct Resume {
+    std::string job;
+    ~Resume() { run({"scontrol", "resume", job}); }
+  } resume{job};
+  auto r = run({"scontrol", "suspend", job});
+  REQUIRE_MESSAGE(r.exit_code == 0, r.stderr_tail);
+  // The pool sees it suspended; the worker, silent, is let go without a death; its task runs
+  // again on the other worker and succeeds.
+  CHECK(eventually([&] { return client.pools().at(0).stalled == 1; }, 20s));
+  CHECK(f.result(90s) == 15);
+  const auto s = client.status();
+  for (const auto& w : s.workers) CHECK(w.job_id != job);
+  // The suspended job, whose worker was let go, is cancelled and replaced.
+  CHECK(eventually([&] { return queued(name).count(job) == 0; }, 30s));
+  CHECK(eventually([&] { return client.n_workers() == 2; }, 60s));
+  MESSAGE("job " << job << " suspended; its task ran again elsewhere: " << s.to_text());
+  client.close();
+  CHECK(eventually([&] { return queued(name).empty(); }, 60s));
+}

@@ -357,6 +357,14 @@ TEST_CASE("Pool.Stalled.SuspendedAndHeldJobsStopCountingAfterATimeout") {
   s.step(61.2);
   REQUIRE(s.submissions.size() == 2);  // then two replacements
   CHECK(s.submissions[1].second == 2);
+  // The scheduler let job0's silent worker go: a suspended job holds its node for nothing.
+  Sim t;
+  t.pool.scale(1);
+  t.step(0);
+  t.set("job0", State::pending, "SUSPENDED", "");
+  t.step(1.0);
+  t.pool.worker_left(at(11), "job0");
+  CHECK(t.step(12.1).cancel == std::vector<std::string>{"job0"});
   // Released and resumed: they count again, and the pool is two over its target.
   s.set("job0", State::running, "RUNNING");
   s.set("job1", State::pending, "PENDING", "Priority");
