@@ -372,6 +372,7 @@ TEST_CASE("Faults.Journal.RestartDoesNotRecompute" * doctest::timeout(120)) {
   CHECK(ran_total <= 21);
   CHECK(ran_total >= 20);
   std::filesystem::remove(tmp + ".journal");
+  std::filesystem::remove(tmp + ".journal.lock");
   std::filesystem::remove(tmp + ".marker");
 }
 
