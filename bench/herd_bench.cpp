@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 #include <sstream>
@@ -33,6 +34,7 @@
 #include "common/roles.hpp"
 #include "common/process.hpp"
 #include "common/security.hpp"
+#include "scheduler/journal.hpp"
 
 using Clock = std::chrono::steady_clock;
 
@@ -306,6 +308,65 @@ void faults() {
   }
 }
 
+// The journal: (1) the file alone, in this process: records made durable per second and what
+// the event loop pays per record (append + flush; the writer thread does the IO), with one
+// fdatasync per batch and without; (2) end to end: keyed tasks (journaled) through a
+// LocalCluster, with and without a journal.
+void journal(int tasks, int per_turn, int workers, int repeat) {
+  const std::string dir = "/tmp/herd-bench-journal-" + std::to_string(::getpid());
+  std::filesystem::create_directories(dir);
+  const std::vector<char> value(100, 'v');  // a small keyed result
+  for (const bool sync : {true, false}) {
+    for (int r = 0; r < repeat; ++r) {
+      const std::string path = dir + "/j" + std::to_string(r) + (sync ? "s" : "n");
+      std::filesystem::remove(path);
+      herd::scheduler::Journal::Options o;
+      o.sync = sync;
+      double loop_s = 0;
+      const auto t0 = Clock::now();
+      {
+        herd::scheduler::Journal j(path, o);
+        for (int i = 0; i < tasks;) {
+          const auto a = Clock::now();
+          for (int k = 0; k < per_turn && i < tasks; ++k, ++i) j.append("task-" + std::to_string(i), value);
+          j.flush();
+          loop_s += seconds_since(a);
+          (void)j.poll();
+        }
+        if (!j.wait_durable(std::chrono::minutes(5))) throw std::runtime_error("journal: not durable");
+        const double s = seconds_since(t0);
+        emit("journal_file", {{"records", tasks}, {"per_turn", per_turn}, {"seconds", s}, {"records_per_s", tasks / s},
+                              {"loop_us_per_record", loop_s * 1e6 / tasks},
+                              {"batches", static_cast<double>(j.batches_written())}},
+             std::string(",\"fdatasync\":") + (sync ? "true" : "false"));
+      }
+      std::filesystem::remove(path);
+      std::filesystem::remove(path + ".lock");
+    }
+  }
+  for (const bool with_journal : {false, true}) {
+    herd::LocalCluster cluster{workers, 1};
+    const std::string path = dir + "/cluster.journal";
+    std::filesystem::remove(path);
+    if (with_journal) cluster.env("HERD_JOURNAL", path);
+    herd::Client client{std::move(cluster)};
+    std::vector<int> xs(static_cast<std::size_t>(tasks));
+    std::iota(xs.begin(), xs.end(), 0);
+    for (int r = 0; r < repeat; ++r) {
+      const auto t0 = Clock::now();
+      auto out = client.gather(client.map(herd::TaskOptions{}.key("r" + std::to_string(r)), noop, xs));
+      const double s = seconds_since(t0);
+      if (out.back() != tasks - 1) throw std::runtime_error("wrong result");
+      emit("journal_keyed_map", {{"workers", workers}, {"tasks", tasks}, {"seconds", s}, {"tasks_per_s", tasks / s}},
+           std::string(",\"journal\":") + (with_journal ? "true" : "false"));
+    }
+    client.close();
+    std::filesystem::remove(path);
+    std::filesystem::remove(path + ".lock");
+  }
+  std::filesystem::remove_all(dir);
+}
+
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
   std::stringstream in(s);
@@ -328,7 +389,8 @@ int main(int argc, char** argv) {
   bool small = false;
   std::string partition = "cpu";
   app.add_option("workload", what, "throughput|latency|tree|data|startup|memory|slurm|all")
-      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "slurm", "faults", "allreduce", "all"}));
+      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "slurm", "faults", "allreduce",
+                             "journal", "all"}));
   app.add_option("--partition", partition, "partition for the slurm workload")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks for throughput")->capture_default_str();
   app.add_option("--workers", worker_list, "worker counts, comma separated")->capture_default_str();
@@ -340,6 +402,8 @@ int main(int argc, char** argv) {
   app.add_option("--pending", pending, "pending tasks for memory")->capture_default_str();
   app.add_option("--repeat", repeat, "repetitions (report the median yourself)")->capture_default_str();
   app.add_flag("--small", small, "tiny sizes: a smoke test that every benchmark runs");
+  int per_turn = 100;
+  app.add_option("--per-turn", per_turn, "journal: records appended per scheduler turn")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (small) {
     tasks = 2000, rounds = 50, leaves = 256, pending = 10000, repeat = 1, mibs = "1,4", worker_list = "1,2";
@@ -356,6 +420,7 @@ int main(int argc, char** argv) {
     if (what == "slurm") slurm(workers, partition);
     if (what == "faults") faults();
     if (what == "allreduce" || what == "all") allreduce_bench(parse_list(rank_list), small);
+    if (what == "journal" || what == "all") journal(small ? 2000 : tasks, per_turn, workers, repeat);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "herd_bench: %s\n", e.what());
     return 1;

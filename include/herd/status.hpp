@@ -32,6 +32,16 @@ struct PoolInfo {
   /// end of its output file, e.g. "job 12_0 FAILED (exit code 3:0) before its worker
   /// connected; its output ends with:\n  module: command not found" ("" = none failed).
   std::string last_failure;
+  /// Jobs in a row that ended before their worker connected (or just after). From a few on the
+  /// pool submits one job at a time with growing pauses, then pauses (`paused` says why, with
+  /// the job's output) until scale() or adapt().
+  int crashes = 0;
+  int stalled = 0;          ///< jobs suspended, stopped or held (not capacity after a while)
+  /// The batch system does not answer (squeue failing or timing out): since when, why, when
+  /// the next try is ("" = it answers). The pool's workers go on meanwhile.
+  std::string batch_error;
+  double last_answer_s = -1;  ///< seconds since the batch system last answered (-1 = not yet)
+  std::uint64_t submitted = 0;  ///< jobs submitted since the scheduler started
 };
 
 /// @brief One connected worker.
@@ -101,6 +111,12 @@ struct ClusterStatus {
   std::vector<PoolInfo> pools;
   std::vector<JobInfo> jobs;         ///< live jobs of every pool, and recently failed ones
   std::vector<TaskEventInfo> events; ///< newest task runs, oldest first
+  /// The journal (`herd scheduler --journal`) in one line ("" = none): records, bytes on disk,
+  /// or, while the disk refuses writes, how far behind it is and why. Results are delivered
+  /// meanwhile; those not on disk would run again after a restart.
+  std::string journal;
+  bool journal_failing = false;      ///< the journal cannot write (disk full, I/O error)
+  std::uint64_t journal_behind = 0;  ///< records not on disk yet
 
   /// @brief Human-readable tables (what `herd status` prints).
   std::string to_text() const;

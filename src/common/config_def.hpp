@@ -30,3 +30,17 @@ HERD_CONFIG(task_output_tasks, std::uint32_t, 256, "HERD_TASK_OUTPUT_TASKS",
 HERD_CONFIG(chunk_bytes, std::uint32_t, 4194304, "HERD_CHUNK_BYTES",
             "results bigger than this travel as a stream of chunks of this size, so a transfer that "
             "keeps moving is never cut by a deadline and is written straight into its buffer (bytes)")
+HERD_CONFIG(journal_memory_bytes, std::uint64_t, 1048576, "HERD_JOURNAL_MEMORY_BYTES",
+            "journaled results up to this size stay in the scheduler's memory; larger ones are read "
+            "back from the journal file when a restarted scheduler needs them (bytes)")
+HERD_CONFIG(command_timeout_s, std::uint32_t, 30, "HERD_COMMAND_TIMEOUT_S",
+            "how long a batch-system command (sbatch, squeue, sacct, scancel) may take before it is "
+            "killed and counted as failed (seconds; they run off the scheduler's event loop)")
+HERD_CONFIG(pool_crash_limit, std::uint32_t, 5, "HERD_POOL_CRASH_LIMIT",
+            "jobs in a row that end before their worker connects after which a pool pauses until "
+            "scale() or adapt(); from the second on it submits one job at a time with doubling pauses")
+HERD_CONFIG(pool_crash_backoff_s, std::uint32_t, 5, "HERD_POOL_CRASH_BACKOFF_S",
+            "first pause of a pool in a crash loop (seconds; doubles with each crash)")
+HERD_CONFIG(pool_stalled_s, std::uint32_t, 60, "HERD_POOL_STALLED_S",
+            "a job suspended, stopped or held this long stops counting as one of its pool's workers, "
+            "so that a replacement is submitted (seconds)")

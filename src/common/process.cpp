@@ -1,5 +1,6 @@
 #include "common/process.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -7,6 +8,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <system_error>
@@ -117,6 +120,63 @@ std::string describe_status(int status) {
     return "killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")";
   }
   return "status " + std::to_string(status);
+}
+
+namespace {
+
+/// The whole of a small /proc file ("" when it cannot be read).
+std::string read_small(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+  ::close(fd);
+  return out;
+}
+
+std::uint64_t rss_of(pid_t pid) {
+  const std::string statm = read_small("/proc/" + std::to_string(pid) + "/statm");
+  unsigned long long size = 0, resident = 0;
+  if (std::sscanf(statm.c_str(), "%llu %llu", &size, &resident) != 2) return 0;
+  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+/// Children of `pid`: /proc/PID/task/TID/children lists those each thread forked.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  const std::string tasks = "/proc/" + std::to_string(pid) + "/task";
+  DIR* d = ::opendir(tasks.c_str());
+  if (d == nullptr) return out;
+  while (const dirent* e = ::readdir(d)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    const std::string list = read_small(tasks + "/" + e->d_name + "/children");
+    const char* p = list.c_str();
+    char* end = nullptr;
+    for (long v = std::strtol(p, &end, 10); end != p; v = std::strtol(p, &end, 10)) {
+      out.push_back(static_cast<pid_t>(v));
+      p = end;
+    }
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+std::uint64_t tree_rss_bytes(pid_t pid) {
+  std::uint64_t total = 0;
+  std::vector<pid_t> todo = {pid};
+  std::size_t seen = 0;
+  while (!todo.empty() && seen < 100000) {  // bounded, should /proc change under us
+    const pid_t p = todo.back();
+    todo.pop_back();
+    ++seen;
+    total += rss_of(p);
+    for (pid_t c : children_of(p)) todo.push_back(c);
+  }
+  return total;
 }
 
 std::string self_executable() {

@@ -5,6 +5,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -34,5 +35,11 @@ std::string describe_status(int status);
 
 /// Path of the running executable (/proc/self/exe resolved).
 std::string self_executable();
+
+/// Resident bytes of process `pid` and of all its descendants (from /proc: each thread's
+/// `children`, each process's `statm`), e.g. a worker and the shell commands its tasks run,
+/// so that a memory limit counts what a task started. Pages shared between them (after fork)
+/// count once per process. 0 when `pid` is gone.
+std::uint64_t tree_rss_bytes(pid_t pid);
 
 }  // namespace herd::process

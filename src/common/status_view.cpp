@@ -25,6 +25,11 @@ PoolInfo to_pool_info(const protocol::PoolStatus& p) {
   i.paused = p.paused;
   i.last_error = p.last_error;
   i.last_failure = p.last_failure;
+  i.crashes = static_cast<int>(p.crashes);
+  i.stalled = static_cast<int>(p.stalled);
+  i.batch_error = p.batch_error;
+  i.last_answer_s = p.last_answer_s;
+  i.submitted = p.submitted;
   return i;
 }
 
@@ -66,6 +71,9 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
     s.jobs.push_back({j.pool, j.id, j.state, j.detail, j.reason, j.worker, j.output, j.output_tail});
   }
   for (const auto& e : r.events) s.events.push_back({e.key, e.function, e.worker, e.start_ms, e.end_ms, e.ok});
+  s.journal = r.journal;
+  s.journal_failing = r.journal_failing;
+  s.journal_behind = r.journal_behind;
   return s;
 }
 
@@ -203,6 +211,8 @@ std::string ClusterStatus::to_json() const {
     x.f("running", jnum(p.running)).f("workers", jnum(p.workers));
     x.f("pending_reasons", jmap(p.pending_reasons, [](int n) { return jnum(n); }));
     x.s("paused", p.paused).s("last_error", p.last_error).s("last_failure", p.last_failure);
+    x.f("crashes", jnum(p.crashes)).f("stalled", jnum(p.stalled)).s("batch_error", p.batch_error);
+    x.f("last_answer_s", jnum(p.last_answer_s)).f("submitted", jnum(p.submitted));
     return x.str();
   }));
   o.f("jobs", jarray(jobs, [](const JobInfo& j) {
@@ -214,6 +224,7 @@ std::string ClusterStatus::to_json() const {
     return Obj{}.s("key", e.key).s("function", e.function).s("worker", e.worker)
         .f("start_ms", jnum(e.start_ms)).f("end_ms", jnum(e.end_ms)).f("ok", jbool(e.ok)).str();
   }));
+  o.s("journal", journal).f("journal_failing", jbool(journal_failing)).f("journal_behind", jnum(journal_behind));
   return o.str();
 }
 
@@ -229,6 +240,7 @@ std::string ClusterStatus::to_text() const {
   out << "scheduler " << address << " (up " << detail::format_seconds(uptime_s) << ", " << clients
       << (clients == 1 ? " client" : " clients") << ")\n";
   if (!dashboard.empty()) out << "dashboard " << dashboard << "\n";
+  if (!journal.empty()) out << "journal " << journal << "\n";
   char rate[32];
   std::snprintf(rate, sizeof rate, "%.1f", throughput);
   out << "\nworkers: " << workers.size() << ", slots " << busy << "/" << slots << " busy\n";
@@ -277,6 +289,8 @@ std::string ClusterStatus::to_text() const {
       }
       if (!p.paused.empty()) notes += (notes.empty() ? "" : ", ") + std::string("paused: ") + p.paused;
       if (!p.last_error.empty()) notes += (notes.empty() ? "" : ", ") + std::string("error: ") + p.last_error;
+      if (p.stalled > 0) notes += (notes.empty() ? "" : ", ") + std::to_string(p.stalled) + " suspended or held";
+      if (!p.batch_error.empty()) notes += (notes.empty() ? "" : ", ") + std::string("batch system: ") + p.batch_error;
       rows.push_back({p.name, p.kind, std::to_string(p.target), std::to_string(p.workers), std::to_string(p.running),
                       std::to_string(p.pending), notes.empty() ? "-" : notes});
     }

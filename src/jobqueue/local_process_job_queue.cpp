@@ -7,7 +7,6 @@
 
 #include "common/roles.hpp"
 #include "common/process.hpp"
-#include "herd/error.hpp"
 
 namespace herd::jobqueue {
 
@@ -39,8 +38,9 @@ std::string LocalProcessJobQueue::take_gpu_slice(const std::string& id) {
 
 LocalProcessJobQueue::~LocalProcessJobQueue() { close(); }
 
-std::vector<std::string> LocalProcessJobQueue::submit(std::size_t count) {
-  std::vector<std::string> ids;
+void LocalProcessJobQueue::submit(std::size_t count, SubmitDone done) {
+  SubmitResult res;
+  std::vector<std::string>& ids = res.ids;
   for (std::size_t i = 0; i < count; ++i) {
     const std::string id = "local-" + std::to_string(started_++);
     std::vector<std::string> args = options_.worker_args;
@@ -60,20 +60,22 @@ std::vector<std::string> LocalProcessJobQueue::submit(std::size_t count) {
     try {
       children_[id] = process::spawn(spawn);
     } catch (const std::exception& e) {
-      throw ClusterError(std::string("cannot start a local worker: ") + e.what());
+      res.error = std::string("cannot start a local worker: ") + e.what();
+      break;
     }
     ids.push_back(id);
   }
-  return ids;
+  runner().complete([done = std::move(done), res = std::move(res)] { done(res); });
 }
 
-void LocalProcessJobQueue::cancel(const std::vector<std::string>& ids) {
+void LocalProcessJobQueue::cancel(const std::vector<std::string>& ids, CancelDone done) {
   for (const auto& id : ids) {
     if (auto it = children_.find(id); it != children_.end()) ::kill(it->second, SIGTERM);
   }
+  runner().complete([done = std::move(done)] { done(""); });
 }
 
-PollResult LocalProcessJobQueue::poll() {
+void LocalProcessJobQueue::poll(PollDone done) {
   PollResult r;
   for (auto it = children_.begin(); it != children_.end();) {
     int status = 0;
@@ -87,7 +89,7 @@ PollResult LocalProcessJobQueue::poll() {
       ++it;
     }
   }
-  return r;
+  runner().complete([done = std::move(done), r = std::move(r)] { done(r); });
 }
 
 void LocalProcessJobQueue::close() {

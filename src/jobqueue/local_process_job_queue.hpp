@@ -31,9 +31,11 @@ class LocalProcessJobQueue : public JobQueue {
   explicit LocalProcessJobQueue(LocalProcessOptions options);
   ~LocalProcessJobQueue() override;
   std::string kind() const override { return "local"; }
-  std::vector<std::string> submit(std::size_t count) override;
-  void cancel(const std::vector<std::string>& ids) override;
-  PollResult poll() override;
+  // Starting, signalling and reaping a child take no time worth a thread: these act at once
+  // and answer through the runner (so answers always arrive the same way, from drain()).
+  void submit(std::size_t count, SubmitDone done) override;
+  void cancel(const std::vector<std::string>& ids, CancelDone done) override;
+  void poll(PollDone done) override;
   void close() override;
   std::vector<std::string> output_files(const std::string& id) const override {
     if (options_.log_directory.empty()) return {};

@@ -22,11 +22,27 @@ std::string trim(std::string s) {
   return s.substr(i);
 }
 
-ShellResult run(std::vector<std::string> argv, double timeout_s) {
-  ShellCommand c{std::move(argv)};
-  c.timeout_s = timeout_s;
-  c.tail_bytes = 1 << 20;
-  return shell(std::move(c));
+ShellResult run(std::vector<std::string> argv, double timeout_s) { return CommandRunner::run(std::move(argv), timeout_s); }
+
+/// Why a command failed, in its own words ("squeue did not answer within 30 s" when it hung).
+std::string failure(const ShellResult& r, const std::string& command, double timeout_s) {
+  if (r.timed_out) return command + " did not answer within " + std::to_string(static_cast<int>(timeout_s)) + " s";
+  std::string why = trim(r.stderr_tail.empty() ? r.stdout_tail : r.stderr_tail);
+  if (why.empty()) why = command + " exited with code " + std::to_string(r.exit_code);
+  return why;
+}
+
+/// One line of squeue (%i|%T|%r) or sacct (JobID|State|ExitCode|Reason).
+std::vector<std::string> fields(const std::string& line) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t bar = line.find('|', start);
+    out.push_back(line.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
+  return out;
 }
 
 std::string join(const std::vector<std::string>& v, char sep) {
@@ -72,155 +88,187 @@ SlurmJobQueue::~SlurmJobQueue() {
   std::filesystem::remove(script_path_, ec);
 }
 
-std::vector<std::string> SlurmJobQueue::submit(std::size_t count) {
-  if (count == 0) return {};
-  // Slurm does not create the log directory, and a job whose output file cannot be opened
-  // dies without a trace.
-  std::error_code ec;
-  std::filesystem::create_directories(options_.options.log_directory(), ec);
-  if (ec) {
-    throw JobQueueError("cannot create the log directory " + options_.options.log_directory() + ": " + ec.message());
+void SlurmJobQueue::submit(std::size_t count, SubmitDone done) {
+  if (count == 0) {
+    runner().complete([done = std::move(done)] { done({}); });
+    return;
   }
-  const auto r = run({"sbatch", "--parsable", "--array=0-" + std::to_string(count - 1), script_path_},
-                     options_.command_timeout_s);
-  if (!r.ok()) {
-    std::string why = trim(r.stderr_tail.empty() ? r.stdout_tail : r.stderr_tail);
-    if (r.timed_out) why = "sbatch did not answer within " + std::to_string(options_.command_timeout_s) + " s";
-    if (why.empty()) why = "sbatch exited with code " + std::to_string(r.exit_code);
-    throw JobQueueError("sbatch refused the jobs of pool '" + options_.options.pool() + "': " + why);
-  }
-  std::string out = trim(r.stdout_tail);
-  // --parsable: "<jobid>" or "<jobid>;<cluster>"; warnings may precede it on earlier lines.
-  if (const auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
-  const std::string array_id = out.substr(0, out.find(';'));
-  if (array_id.empty() || array_id.find_first_not_of("0123456789") != std::string::npos) {
-    throw JobQueueError("unexpected sbatch output: '" + out + "'");
-  }
-  std::vector<std::string> ids;
-  const auto now = std::chrono::steady_clock::now();
-  for (std::size_t i = 0; i < count; ++i) {
-    const std::string id = array_id + "_" + std::to_string(i);
-    jobs_[id] = Job{{id, JobState::pending, "PENDING", "submitted"}, now, 0};
-    ids.push_back(id);
-  }
-  if (!options_.jobs_file.empty()) {
-    std::ofstream record(options_.jobs_file, std::ios::app);
-    for (const auto& id : ids) record << id << "\n";
-  }
-  return ids;
-}
-
-void SlurmJobQueue::cancel(const std::vector<std::string>& ids) {
-  if (ids.empty()) return;
-  std::vector<std::string> argv = {"scancel"};
-  argv.insert(argv.end(), ids.begin(), ids.end());
-  const auto r = run(argv, options_.command_timeout_s);
-  if (!r.ok()) HERD_LOG(warning) << "scancel " << join(ids, ' ') << ": " << trim(r.stderr_tail);
-}
-
-PollResult SlurmJobQueue::poll() {
-  PollResult result;
-  const auto now = std::chrono::steady_clock::now();
-  if (jobs_.empty() || now - last_poll_ < options_.poll_interval) {
-    for (const auto& [id, job] : jobs_) result.jobs.push_back(job.info);
-    return result;
-  }
-  last_poll_ = now;
-  std::vector<std::string> ids;
-  for (const auto& [id, job] : jobs_) ids.push_back(id);
-  // One squeue for the whole pool; -r lists array tasks one per line.
-  const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T|%r", "--jobs=" + join(ids, ',')},
-                     options_.command_timeout_s);
-  std::set<std::string> seen;
-  if (r.ok()) {
-    std::istringstream lines(r.stdout_tail);
-    std::string line;
-    while (std::getline(lines, line)) {
-      std::istringstream f(line);
-      std::string id, state, reason;
-      std::getline(f, id, '|');
-      std::getline(f, state, '|');
-      std::getline(f, reason);
-      auto it = jobs_.find(id);
-      if (it == jobs_.end()) continue;
-      seen.insert(id);
-      it->second.unknown_polls = 0;
-      it->second.info.detail = state;
-      it->second.info.state = state_of(state);
-      it->second.info.reason = reason == "None" ? "" : reason;
-    }
-  } else if (r.stderr_tail.find("Invalid job id") == std::string::npos) {
-    // squeue itself failed (slurmctld down?): keep what we knew, try again next time.
-    result.log.push_back("squeue failed: " + trim(r.stderr_tail));
-    for (const auto& [id, job] : jobs_) result.jobs.push_back(job.info);
-    return result;
-  }
-  std::vector<std::string> gone;
-  for (const auto& id : ids) {
-    if (!seen.count(id)) gone.push_back(id);
-  }
-  if (!gone.empty()) query_sacct(gone, result);
-  for (auto it = jobs_.begin(); it != jobs_.end();) {
-    result.jobs.push_back(it->second.info);
-    if (it->second.info.state == JobState::ended) {
-      result.log.push_back("job " + it->first + " ended: " + it->second.info.detail +
-                           (it->second.info.reason.empty() ? "" : " (" + it->second.info.reason + ")"));
-      it = jobs_.erase(it);
+  ++submitting_;
+  const std::string log_dir = options_.options.log_directory();
+  const std::string pool = options_.options.pool();
+  const std::string jobs_file = options_.jobs_file;
+  const double timeout = options_.command_timeout_s;
+  std::vector<std::string> argv = {"sbatch", "--parsable", "--array=0-" + std::to_string(count - 1), script_path_};
+  runner().post([=, this]() -> CommandRunner::Continuation {
+    SubmitResult res;
+    // Slurm does not create the log directory, and a job whose output file cannot be opened
+    // dies without a trace.
+    std::error_code ec;
+    std::filesystem::create_directories(log_dir, ec);
+    if (ec) {
+      res.error = "cannot create the log directory " + log_dir + ": " + ec.message();
     } else {
-      ++it;
-    }
-  }
-  return result;
-}
-
-void SlurmJobQueue::query_sacct(const std::vector<std::string>& ids, PollResult& result) {
-  const auto r = run({"sacct", "--noheader", "--parsable2", "--allocations",
-                      "--format=JobID,State,ExitCode,Reason", "--jobs=" + join(ids, ',')},
-                     options_.command_timeout_s);
-  std::set<std::string> known;
-  if (r.ok()) {
-    std::istringstream lines(r.stdout_tail);
-    std::string line;
-    while (std::getline(lines, line)) {
-      std::istringstream f(line);
-      std::string id, state, exit_code, reason;
-      std::getline(f, id, '|');
-      std::getline(f, state, '|');
-      std::getline(f, exit_code, '|');
-      std::getline(f, reason);
-      auto it = jobs_.find(id);
-      if (it == jobs_.end()) continue;
-      known.insert(id);
-      // "CANCELLED by 0" -> "CANCELLED"
-      const std::string word = state.substr(0, state.find(' '));
-      it->second.info.detail = word;
-      it->second.info.state = state_of(word);
-      if (it->second.info.state == JobState::ended) {
-        it->second.info.reason = "exit code " + exit_code + (reason.empty() || reason == "None" ? "" : ", " + reason);
+      const auto r = run(argv, timeout);
+      std::string out = trim(r.stdout_tail);
+      // --parsable: "<jobid>" or "<jobid>;<cluster>"; warnings may precede it on earlier lines.
+      if (const auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
+      const std::string array_id = out.substr(0, out.find(';'));
+      if (!r.ok()) {
+        res.error = "sbatch refused the jobs of pool '" + pool + "': " + failure(r, "sbatch", timeout);
+      } else if (array_id.empty() || array_id.find_first_not_of("0123456789") != std::string::npos) {
+        res.error = "unexpected sbatch output: '" + out + "'";
+      } else {
+        for (std::size_t i = 0; i < count; ++i) res.ids.push_back(array_id + "_" + std::to_string(i));
+        if (!jobs_file.empty()) {  // the owner's record, should this scheduler die
+          std::ofstream record(jobs_file, std::ios::app);
+          for (const auto& id : res.ids) record << id << "\n";
+        }
       }
     }
-  } else {
-    result.log.push_back("sacct failed: " + trim(r.stderr_tail));
+    return [this, res = std::move(res), done] {
+      --submitting_;
+      const auto now = std::chrono::steady_clock::now();
+      for (const auto& id : res.ids) jobs_[id] = Job{{id, JobState::pending, "PENDING", "submitted"}, now, 0};
+      done(res);
+    };
+  });
+}
+
+void SlurmJobQueue::cancel(const std::vector<std::string>& ids, CancelDone done) {
+  if (ids.empty()) {
+    runner().complete([done = std::move(done)] { done(""); });
+    return;
   }
-  const auto now = std::chrono::steady_clock::now();
-  for (const auto& id : ids) {
-    if (known.count(id)) continue;
-    auto& job = jobs_.at(id);
-    // Just submitted jobs can be missing from both for a moment; three polls and 10 s later a
-    // job Slurm does not know is final ("Invalid job id"), not something to wait for.
-    if (++job.unknown_polls >= 3 && now - job.submitted > std::chrono::seconds(10)) {
-      job.info.state = JobState::ended;
-      job.info.detail = "UNKNOWN";
-      job.info.reason = "Slurm no longer knows this job (Invalid job id)";
+  std::vector<std::string> argv = {"scancel"};
+  argv.insert(argv.end(), ids.begin(), ids.end());
+  const double timeout = options_.command_timeout_s;
+  runner().post([argv = std::move(argv), timeout, done = std::move(done)]() -> CommandRunner::Continuation {
+    const auto r = run(argv, timeout);
+    std::string error;
+    // Jobs that already ended are what we wanted; anything else is worth a retry.
+    if (!r.ok() && r.stderr_tail.find("already") == std::string::npos &&
+        r.stderr_tail.find("Invalid job id") == std::string::npos) {
+      error = "scancel failed: " + failure(r, "scancel", timeout);
     }
+    return [error, done] { done(error); };
+  });
+}
+
+void SlurmJobQueue::poll(PollDone done) {
+  if (jobs_.empty()) {
+    runner().complete([done = std::move(done)] { done({}); });
+    return;
   }
+  std::vector<std::string> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  const double timeout = options_.command_timeout_s;
+  struct Answer {
+    bool squeue_ok = false, sacct_ok = true;
+    std::string squeue_error, sacct_error;
+    std::map<std::string, std::vector<std::string>> squeue, sacct;  // id -> fields
+  };
+  runner().post([ids, timeout, done = std::move(done), this]() -> CommandRunner::Continuation {
+    Answer a;
+    // One squeue for the whole pool; -r lists array tasks one per line.
+    const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T|%r", "--jobs=" + join(ids, ',')}, timeout);
+    if (r.ok() || (!r.timed_out && r.stderr_tail.find("Invalid job id") != std::string::npos)) {
+      a.squeue_ok = true;  // "Invalid job id": none of them is in the queue any more
+      std::istringstream lines(r.ok() ? r.stdout_tail : std::string());
+      for (std::string line; std::getline(lines, line);) {
+        auto f = fields(line);
+        if (f.size() >= 3) a.squeue[f[0]] = std::move(f);
+      }
+      std::vector<std::string> gone;
+      for (const auto& id : ids) {
+        if (!a.squeue.count(id)) gone.push_back(id);
+      }
+      if (!gone.empty()) {
+        const auto s = run({"sacct", "--noheader", "--parsable2", "--allocations",
+                            "--format=JobID,State,ExitCode,Reason", "--jobs=" + join(gone, ',')},
+                           timeout);
+        a.sacct_ok = s.ok();
+        if (!s.ok()) a.sacct_error = failure(s, "sacct", timeout);
+        std::istringstream sl(s.ok() ? s.stdout_tail : std::string());
+        for (std::string line; std::getline(sl, line);) {
+          auto f = fields(line);
+          if (f.size() >= 4) a.sacct[f[0]] = std::move(f);
+        }
+      }
+    } else {
+      a.squeue_error = "squeue failed: " + failure(r, "squeue", timeout);
+    }
+    return [this, a = std::move(a), ids, done] {
+      PollResult result;
+      if (!a.squeue_ok) {
+        // slurmctld down or slow: keep what we knew (nothing ends for want of an answer).
+        result.error = a.squeue_error;
+        for (const auto& [id, job] : jobs_) result.jobs.push_back(job.info);
+        done(std::move(result));
+        return;
+      }
+      if (!a.sacct_ok) result.log.push_back("sacct failed: " + a.sacct_error);
+      const auto now = std::chrono::steady_clock::now();
+      for (const auto& id : ids) {
+        auto it = jobs_.find(id);
+        if (it == jobs_.end()) continue;
+        Job& job = it->second;
+        if (auto q = a.squeue.find(id); q != a.squeue.end()) {
+          job.unknown_polls = 0;
+          job.info.detail = q->second[1];
+          job.info.state = state_of(q->second[1]);
+          job.info.reason = q->second[2] == "None" ? "" : q->second[2];
+        } else if (auto s = a.sacct.find(id); s != a.sacct.end()) {
+          // "CANCELLED by 0" -> "CANCELLED"
+          const std::string word = s->second[1].substr(0, s->second[1].find(' '));
+          job.info.detail = word;
+          job.info.state = state_of(word);
+          if (job.info.state == JobState::ended) {
+            const std::string& reason = s->second[3];
+            job.info.reason = "exit code " + s->second[2] + (reason.empty() || reason == "None" ? "" : ", " + reason);
+          }
+        } else if (a.sacct_ok) {
+          // Just submitted jobs can be missing from both for a moment; three polls and 10 s
+          // later a job Slurm does not know is final ("Invalid job id"), not something to wait
+          // for. (When sacct itself failed, that proves nothing.)
+          if (++job.unknown_polls >= 3 && now - job.submitted > std::chrono::seconds(10)) {
+            job.info.state = JobState::ended;
+            job.info.detail = "UNKNOWN";
+            job.info.reason = "Slurm no longer knows this job (Invalid job id)";
+          }
+        }
+      }
+      for (auto it = jobs_.begin(); it != jobs_.end();) {
+        result.jobs.push_back(it->second.info);
+        if (it->second.info.state == JobState::ended) {
+          result.log.push_back("job " + it->first + " ended: " + it->second.info.detail +
+                               (it->second.info.reason.empty() ? "" : " (" + it->second.info.reason + ")"));
+          it = jobs_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      done(std::move(result));
+    };
+  });
 }
 
 void SlurmJobQueue::close() {
+  // A submission under way may still bring job ids: wait for its answer (bounded by sbatch's
+  // timeout), so that no job of ours is left in the queue.
+  if (attached()) {
+    const auto deadline = std::chrono::steady_clock::now() +
+                          std::chrono::milliseconds(static_cast<int>(options_.command_timeout_s * 1000) + 2000);
+    while (submitting_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      (void)runner().wait_idle(std::chrono::milliseconds(100));
+    }
+  }
   if (jobs_.empty()) return;
   std::vector<std::string> ids;
   for (const auto& [id, job] : jobs_) ids.push_back(id);
-  cancel(ids);
+  std::vector<std::string> argv = {"scancel"};
+  argv.insert(argv.end(), ids.begin(), ids.end());
+  const auto c = run(argv, options_.command_timeout_s);
+  if (!c.ok()) HERD_LOG(warning) << "scancel " << join(ids, ' ') << ": " << trim(c.stderr_tail);
   // Wait (bounded) until squeue no longer lists them, so "no job left" holds when we return.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {

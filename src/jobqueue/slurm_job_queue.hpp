@@ -1,7 +1,9 @@
 // Workers as Slurm jobs: sbatch --parsable --array for submission (one call per scale step),
 // one squeue call per poll for every job of the pool, sacct for jobs that left the queue, and
-// scancel. Commands run through Boost.Process (herd::shell) with a timeout, so a hung
-// slurmctld cannot hang the scheduler for ever.
+// one scancel for every job to stop. The commands run on the CommandRunner's threads through
+// Boost.Process (herd::shell), each with a timeout: a slow or frozen slurmctld delays answers,
+// never the scheduler's event loop. At most one poll is under way at a time (the Pool asks for
+// the next only once the last answered).
 #pragma once
 
 #include <chrono>
@@ -18,7 +20,6 @@ namespace herd::jobqueue {
 struct SlurmQueueOptions {
   SlurmOptions options;                       // the pool's job options
   std::string scheduler_address;              // what the workers connect to
-  std::chrono::milliseconds poll_interval{1000};  // at most one squeue per interval
   double command_timeout_s = 30;              // sbatch / squeue / scancel / sacct
   std::string jobs_file;                      // every submitted id is appended here ("" = none),
                                               //   so the owner can scancel them if we die
@@ -29,9 +30,9 @@ class SlurmJobQueue : public JobQueue {
   explicit SlurmJobQueue(SlurmQueueOptions options);
   ~SlurmJobQueue() override;
   std::string kind() const override { return "slurm"; }
-  std::vector<std::string> submit(std::size_t count) override;
-  void cancel(const std::vector<std::string>& ids) override;
-  PollResult poll() override;
+  void submit(std::size_t count, SubmitDone done) override;
+  void cancel(const std::vector<std::string>& ids, CancelDone done) override;
+  void poll(PollDone done) override;
   void close() override;
   std::vector<std::string> output_files(const std::string& id) const override;  // job_output.cpp
 
@@ -44,14 +45,12 @@ class SlurmJobQueue : public JobQueue {
     std::chrono::steady_clock::time_point submitted;
     int unknown_polls = 0;  // polls in which neither squeue nor sacct knew it
   };
-  void query_sacct(const std::vector<std::string>& ids, PollResult& result);
-
   SlurmQueueOptions options_;
   std::string script_;
   std::string script_path_;
   std::string submit_dir_;  // where sbatch ran: relative --output paths start there
   std::map<std::string, Job> jobs_;  // live jobs (not yet reported ended)
-  std::chrono::steady_clock::time_point last_poll_{};
+  int submitting_ = 0;               // submissions under way (their ids are not known yet)
 };
 
 }  // namespace herd::jobqueue

@@ -273,8 +273,17 @@ struct PoolStatus {
   std::uint64_t submitted = 0, failed_submissions = 0;  // totals
   std::string last_failure;                  // last job that failed: how, and the end of its
                                              //   output file ("" = none failed)
+  std::uint32_t crashes = 0;                 // jobs in a row that ended before their worker
+                                             //   connected (or just after): a crash loop backs
+                                             //   off, then pauses (see `paused`)
+  std::uint32_t stalled = 0;                 // jobs suspended, stopped or held
+  std::string batch_error;                   // the batch system does not answer (squeue failed
+                                             //   or timed out): since when, why, next try ("" = ok)
+  double last_answer_s = -1;                 // seconds since the batch system last answered a
+                                             //   poll (-1 = not yet)
   MSGPACK_DEFINE_MAP(name, kind, target, adaptive, minimum, maximum, pending, running, workers,
-                     pending_reasons, paused, last_error, submitted, failed_submissions, last_failure);
+                     pending_reasons, paused, last_error, submitted, failed_submissions, last_failure,
+                     crashes, stalled, batch_error, last_answer_s);
 };
 
 struct ClusterStateEvent {
@@ -376,8 +385,13 @@ struct StatusReply {
   std::vector<TaskEvent> events;            // newest task runs (at most max_events), oldest first
   std::map<std::string, std::uint64_t> no_worker;  // ready tasks no connected worker can run,
                                                    //   by reason (e.g. "no connected worker offers {gpu: 1}")
+  std::string journal;                      // the journal's state in one line ("" = no journal),
+                                            //   e.g. "BEHIND: 12 records (48 KiB) not on disk..."
+  bool journal_failing = false;             // the journal cannot write (disk full, I/O error)
+  std::uint64_t journal_behind = 0;         // records not on disk yet
   MSGPACK_DEFINE_MAP(request_id, scheduler_id, address, dashboard, now_ms, uptime_s, clients, workers,
-                     tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, no_worker);
+                     tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, no_worker,
+                     journal, journal_failing, journal_behind);
 };
 
 struct AcquireKeysEvent {

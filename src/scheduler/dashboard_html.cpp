@@ -36,11 +36,14 @@ const char* dashboard_html() {
   #stream { width: 100%; height: 180px; display: block; }
   .err { color: #c22; }
   #error { color: #c22; padding: 0 16px; }
+  #journal { padding: 0 16px; color: #556; }
+  #journal.bad { color: #c22; font-weight: 600; }
 </style>
 </head>
 <body>
 <header><h1>herd</h1><span class="sub" id="scheduler">connecting...</span><span class="sub" id="updated"></span></header>
 <div id="error"></div>
+<div id="journal"></div>
 <main>
   <div class="cards">
     <div class="card"><div class="v" id="n-workers">-</div><div class="l">workers</div></div>
@@ -89,6 +92,9 @@ function render(s) {
   document.getElementById("scheduler").textContent = "scheduler " + s.address + " - up " + secs(s.uptime_s) +
       " - " + s.clients + (s.clients === 1 ? " client" : " clients");
   document.getElementById("updated").textContent = "updated " + new Date(s.now_ms).toLocaleTimeString();
+  const journal = document.getElementById("journal");
+  journal.textContent = s.journal ? "journal " + s.journal : "";
+  journal.className = s.journal_failing ? "bad" : "";
   let slots = 0, busy = 0, graph = 0;
   for (const w of s.workers) { slots += w.nthreads; busy += w.busy; }
   for (const n of Object.values(s.tasks)) graph += n;
@@ -128,7 +134,9 @@ function render(s) {
        s.pools.map(p => [p.name, p.kind, p.adaptive ? p.target + " (adapt " + p.minimum + "-" + p.maximum + ")" : p.target,
                          p.workers, p.running, p.pending,
                          Object.entries(p.pending_reasons).map(([r, n]) => n + " " + r).join(", ") || "-",
-                         [p.paused && "paused: " + p.paused, p.last_error && "error: " + p.last_error].filter(Boolean).join("; ") || "-"]));
+                         [p.paused && "paused: " + p.paused, p.last_error && "error: " + p.last_error,
+                          p.stalled && p.stalled + " suspended or held",
+                          p.batch_error && "batch system: " + p.batch_error].filter(Boolean).join("; ") || "-"]));
   fill(document.getElementById("jobs"), ["pool", "job", "state", "reason", "worker"],
        s.jobs.map(j => [j.pool, j.id, j.detail || j.state, j.reason || "-", j.worker || "-"]));
 

@@ -189,6 +189,16 @@ std::string prometheus_metrics(const protocol::StatusReply& s) {
   for (const auto& p : s.pools) {
     m.sample("herd_pool_submitted_total{pool=\"" + label(p.name) + "\"}", static_cast<double>(p.submitted));
   }
+  m.head("herd_pool_crashes", "gauge", "Jobs in a row of each pool that ended before their worker connected.");
+  for (const auto& p : s.pools) m.sample("herd_pool_crashes{pool=\"" + label(p.name) + "\"}", p.crashes);
+  m.head("herd_pool_batch_system_up", "gauge", "1 while each pool's batch system answers its polls, 0 while they fail.");
+  for (const auto& p : s.pools) m.sample("herd_pool_batch_system_up{pool=\"" + label(p.name) + "\"}", p.batch_error.empty() ? 1 : 0);
+  if (!s.journal.empty()) {
+    m.head("herd_journal_behind_records", "gauge", "Journal records not on disk yet.");
+    m.sample("herd_journal_behind_records", static_cast<double>(s.journal_behind));
+    m.head("herd_journal_failing", "gauge", "1 while the journal cannot write (disk full, I/O error).");
+    m.sample("herd_journal_failing", s.journal_failing ? 1 : 0);
+  }
   m.head("herd_uptime_seconds", "gauge", "Seconds since the scheduler started.");
   m.sample("herd_uptime_seconds", s.uptime_s);
   return m.text;

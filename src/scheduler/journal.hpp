@@ -3,47 +3,218 @@
 // a client reconnects and submits them again (keys are stable across client sessions; task
 // ids are not).
 //
-// File format, byte-exact: a sequence of records
+// File format, byte-exact (unchanged since the first journal, so old files load):
+//   a sequence of records
 //   [uint32 little-endian: length N of the body][uint32 little-endian: CRC-32 of the body]
 //   [N bytes: msgpack array [key (str), result (bin)]]
-// Loading stops at the first record that is short or fails its CRC (a scheduler killed while
-// writing leaves a torn tail); the file is cut back to the last whole record before appending.
+// CRC-32 is the usual one (ISO-HDLC: polynomial 0x04C11DB7 reflected, init and final xor
+// 0xFFFFFFFF; boost::crc_32_type). A record is valid when its length fits the file, its CRC
+// matches and its body is exactly that array.
+//
+// Loading: a damaged record in the middle (a flipped bit, a block the disk lost) is skipped:
+// the loader resynchronises on the next valid record, keeps every record after it and logs the
+// file and offset of what it skipped. Bytes after the last valid record (a scheduler killed while
+// writing leaves a torn tail) are cut before appending.
+//
+// Writing never blocks the event loop: append() only encodes and queues in memory, flush()
+// hands the turn's records to a writer thread, which writes them (one pwritev per batch; the
+// batches queued while it was busy go out together) and makes them durable with one fdatasync
+// per batch. durable() says how far it got; wake_fd() becomes readable when that moves, so a
+// loop can poll it beside its sockets. A write that fails (disk full, I/O error) never aborts
+// the scheduler: the records stay in memory, the writer retries with a growing pause, and
+// failing()/status() say so and how far behind the file is, until it catches up.
+//
+// One writer only: a lock file beside the journal (`PATH.lock`, flock) records the pid and host
+// of the scheduler that holds it; a second scheduler is refused with them.
+//
+// Results larger than Options::memory_bytes are not kept in the scheduler's memory once they
+// are on disk: only their place in the file is, and read() fetches them on a reader thread.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <vector>
+
+#include <zmq.hpp>
 
 namespace herd::scheduler {
 
 class Journal {
  public:
-  /// Opens (creating if needed) and loads `path`. Throws std::runtime_error naming the file.
-  explicit Journal(std::string path);
+  struct Options {
+    /// Results up to this size stay in memory; larger ones are read back from the file.
+    std::size_t memory_bytes = std::size_t{1} << 20;
+    /// fdatasync each batch (off only for benchmarks that measure what it costs).
+    bool sync = true;
+    /// Pause before retrying a failed write: doubles from `retry_min` up to `retry_max`.
+    std::chrono::milliseconds retry_min{250}, retry_max{10000};
+    /// Records kept in memory while the disk refuses them; past this, new records are not
+    /// journaled (they are counted in lost(): recomputed after a restart, never wrong).
+    std::size_t max_behind_bytes = std::size_t{512} << 20;
+  };
+  /// A damaged stretch of the file that loading skipped.
+  struct Skipped {
+    std::uint64_t offset = 0, length = 0;
+  };
+  /// A read() that completed: the result's bytes, or why they could not be read.
+  struct ReadDone {
+    std::uint64_t tag = 0;
+    std::string key;
+    zmq::message_t bytes;
+    std::string error;  // "" = ok
+  };
+
+  /// Takes the lock, opens (creating if needed) and loads `path`, and starts the writer.
+  /// Throws std::runtime_error naming the file (and, when another scheduler holds it, that
+  /// scheduler's pid and host).
+  explicit Journal(std::string path, Options options);
+  explicit Journal(std::string path) : Journal(std::move(path), Options{}) {}
+  /// Hands over what is queued and waits (at most a few seconds) for the writer to finish.
   ~Journal();
   Journal(const Journal&) = delete;
   Journal& operator=(const Journal&) = delete;
 
-  /// The recorded result of `key`, or nullptr.
+  /// True when `key` has a recorded result (in memory or on disk only).
+  bool contains(const std::string& key) const { return entries_.count(key) > 0; }
+  /// The recorded result of `key` when it is in memory; nullptr when absent or on disk only
+  /// (then read() fetches it).
   const std::vector<char>* find(const std::string& key) const;
-  /// Queues a record; written by the next flush().
-  void append(const std::string& key, const std::vector<char>& result);
-  /// Writes queued records (one write per scheduler turn, not one per task).
+  /// Queues a record (no IO). Returns its sequence number: once durable() reaches it, the
+  /// record is on disk. Returns the previous number when the record cannot be kept (lost()).
+  std::uint64_t append(const std::string& key, std::vector<char> result);
+  /// Hands the records appended since the last flush to the writer (one batch, one fdatasync).
   void flush();
+  /// Fetches the result of `key` (which contains()) on the reader thread; it comes back from
+  /// poll() with `tag`.
+  void read(const std::string& key, std::uint64_t tag);
+
+  /// Readable (eventfd) when durable() moved, the writer's state changed or a read completed.
+  int wake_fd() const { return wake_fd_; }
+  /// Clears wake_fd() and returns the reads that completed since the last call.
+  std::vector<ReadDone> poll();
+  /// Waits until everything appended and flushed is durable or `timeout` passed.
+  bool wait_durable(std::chrono::milliseconds timeout);
+
+  std::uint64_t appended() const { return appended_; }
+  std::uint64_t durable() const { return durable_seq_.load(); }
+  /// True while the writer cannot write: records wait in memory and are retried.
+  bool failing() const { return failing_.load(); }
+  /// Records appended but not on disk yet, and their bytes.
+  std::uint64_t behind_records() const { return appended_ - durable(); }
+  std::uint64_t behind_bytes() const { return next_offset_ - durable_offset_.load(); }
+  /// Records that could not be journaled (the backlog passed max_behind_bytes).
+  std::uint64_t lost() const { return lost_; }
+  /// One line for `herd status`, the dashboard and the log, e.g. "/x.journal: 1200 records,
+  /// 3.2 MiB, on disk" or "/x.journal: BEHIND: 12 records (48 KiB) not on disk for 30 s: No
+  /// space left on device; next try in 4 s".
+  std::string status() const;
 
   std::size_t size() const { return entries_.size(); }
+  /// Result bytes held in memory (small results, and large ones not yet on disk).
+  std::size_t memory_bytes() const { return memory_bytes_; }
   std::size_t dropped_bytes() const { return dropped_bytes_; }  // torn tail cut at load
+  const std::vector<Skipped>& skipped() const { return skipped_; }  // damage skipped at load
   const std::string& path() const { return path_; }
+  /// Batches written and fdatasync calls made (for benchmarks and tests).
+  std::uint64_t batches_written() const { return batches_written_.load(); }
 
   static std::uint32_t crc32(const char* data, std::size_t size);
 
  private:
+  struct Entry {
+    std::uint64_t offset = 0;  // of the result's bytes in the file
+    std::uint64_t size = 0;
+    std::uint64_t seq = 0;     // 0 = loaded
+    std::shared_ptr<const std::vector<char>> bytes;  // null = on disk only
+  };
+  // A record on its way to the file: its header and msgpack prefix, and the result's bytes
+  // (shared with the entry until it is on disk). The writer fills in the CRC.
+  struct Record {
+    std::vector<char> head;  // [len][crc][0x92][key][bin header]
+    std::shared_ptr<const std::vector<char>> bytes;
+    bool crc_done = false;
+  };
+  struct Batch {
+    std::uint64_t last_seq = 0;
+    std::uint64_t offset = 0, end = 0;
+    std::vector<Record> records;
+  };
+  struct ReadRequest {
+    std::uint64_t tag = 0;
+    std::string key;
+    std::uint64_t offset = 0, size = 0;
+  };
+
+  void lock();
+  void load();
+  void writer_loop();
+  void reader_loop();
+  void wake();
+  bool write_batches(std::vector<Batch*>& batches, std::string& error);
+  void release_durable(std::uint64_t seq);
+
   std::string path_;
-  int fd_ = -1;
-  std::unordered_map<std::string, std::vector<char>> entries_;
-  std::vector<char> pending_;
+  Options options_;
+  int fd_ = -1, lock_fd_ = -1, wake_fd_ = -1;
+  // Event-loop thread only.
+  std::unordered_map<std::string, Entry> entries_;
+  Batch staged_;
+  std::uint64_t appended_ = 0;
+  std::uint64_t next_offset_ = 0;  // where the next record goes
+  std::uint64_t lost_ = 0;
+  std::size_t memory_bytes_ = 0;
   std::size_t dropped_bytes_ = 0;
+  std::vector<Skipped> skipped_;
+  std::deque<std::pair<std::uint64_t, std::string>> to_release_;  // (seq, key) of large results
+  // Shared with the writer and reader threads (mu_), or atomic.
+  mutable std::mutex mu_;
+  std::condition_variable cv_, reader_cv_, durable_cv_;
+  std::deque<Batch> queue_;               // handed over, not on disk yet
+  std::deque<ReadRequest> reads_;
+  std::vector<ReadDone> reads_done_;
+  std::string error_;                     // last write error while failing
+  std::chrono::steady_clock::time_point failing_since_{}, next_try_{};
+  bool stop_ = false;
+  std::atomic<std::uint64_t> durable_seq_{0}, durable_offset_{0}, batches_written_{0};
+  std::atomic<bool> failing_{false};
+  std::thread writer_, reader_;
+};
+
+/// Messages to clients held until the journal records of their turn are on disk, released in
+/// the order they were held (a client never hears of turn N+1 before turn N). IO-free.
+template <typename Message>
+class DurableGate {
+ public:
+  /// Holds `m` for `client` until record `seq` is durable.
+  void hold(std::uint64_t seq, std::uint32_t client, Message m) { held_.push_back({seq, client, std::move(m)}); }
+  bool empty() const { return held_.empty(); }
+  std::size_t size() const { return held_.size(); }
+  /// Calls send(client, message) for what may go: everything up to `durable`, or everything
+  /// when `all` (the journal is failing: results are not held hostage to a full disk).
+  template <typename Send>
+  void release(std::uint64_t durable, bool all, Send&& send) {
+    while (!held_.empty() && (all || held_.front().seq <= durable)) {
+      Held h = std::move(held_.front());
+      held_.pop_front();
+      send(h.client, std::move(h.message));
+    }
+  }
+
+ private:
+  struct Held {
+    std::uint64_t seq;
+    std::uint32_t client;
+    Message message;
+  };
+  std::deque<Held> held_;
 };
 
 }  // namespace herd::scheduler

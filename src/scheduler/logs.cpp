@@ -91,15 +91,23 @@ void Scheduler::handle_logs_request(ClientId client, const protocol::LogsRequest
     }
   }
   if (kind == LogsKind::job || kind == LogsKind::any) {
-    protocol::LogsReply r;
+    std::string gone;
+    if (const std::string* why = departed(target)) gone = "worker " + target + " is gone (" + *why + ")";
     for (const auto& p : pools_) {
-      if (!p->job_output(target, req.lines, r.sources)) continue;
-      r.ok = true;
-      if (const std::string* why = departed(target); why != nullptr && !r.sources.empty()) {
-        r.sources.front().note = "worker " + target + " is gone (" + *why + ")" +
-                                 (r.sources.front().note.empty() ? "" : "; " + r.sources.front().note);
-      }
-      return answer(std::move(r));
+      // The files are found and read off the loop; the answer goes when they have been.
+      const bool known = p->read_job_output(
+          target, req.lines,
+          [this, client = *client_identity, request_id = in.request_id, gone](std::vector<protocol::LogSource> sources) {
+            protocol::LogsReply r;
+            r.ok = true;
+            r.request_id = request_id;
+            r.sources = std::move(sources);
+            if (!gone.empty() && !r.sources.empty()) {
+              r.sources.front().note = gone + (r.sources.front().note.empty() ? "" : "; " + r.sources.front().note);
+            }
+            protocol::send<MessageType::logs_reply>(socket_, client, r);
+          });
+      if (known) return;
     }
     if (kind == LogsKind::job) return fail("no pool has a job '" + target + "' (live, or among its last ended)");
   }

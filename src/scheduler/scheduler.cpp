@@ -63,7 +63,9 @@ Scheduler::Scheduler(SchedulerOptions options)
       socket_(context_, zmq::socket_type::router), scheduler_id_(random_id()), state_(state_options(options_)) {
   auth_.server(socket_);
   if (!options_.journal.empty()) {
-    journal_ = std::make_unique<Journal>(options_.journal);
+    Journal::Options jo;
+    jo.memory_bytes = options_.config.journal_memory_bytes;
+    journal_ = std::make_unique<Journal>(options_.journal, jo);
     HERD_LOG(info) << "journal " << journal_->path() << ": " << journal_->size() << " finished tasks"
                    << (journal_->dropped_bytes() ? ", " + std::to_string(journal_->dropped_bytes()) +
                                                        " bytes of a torn last record dropped"
@@ -93,6 +95,7 @@ std::string Scheduler::bind() {
 }
 
 void Scheduler::add_pool(std::unique_ptr<Pool> pool) {
+  pool->attach(commands_);
   pools_.push_back(std::move(pool));
   state_.outbox().cluster_changed = true;
 }
@@ -109,6 +112,10 @@ int Scheduler::run() {
   HERD_LOG(info) << "scheduler " << scheduler_id_ << " listening at " << address_;
   std::vector<zmq::pollitem_t> items = {{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0}};
   if (options_.parent_fd >= 0) items.push_back({nullptr, options_.parent_fd, ZMQ_POLLIN, 0});
+  // Answers from the batch system and the journal's writer wake the loop (drained below and in
+  // flush()): nothing on the loop waits for either.
+  items.push_back({nullptr, commands_.wake_fd(), ZMQ_POLLIN, 0});
+  if (journal_) items.push_back({nullptr, journal_->wake_fd(), ZMQ_POLLIN, 0});
   while (!g_stop.load()) {
     try {
       // With a dashboard, wake at least every 250 ms to see whether a request wants a snapshot.
@@ -118,7 +125,7 @@ int Scheduler::run() {
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
-    if (items.size() > 1 && (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) {
+    if (options_.parent_fd >= 0 && (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) {
       char b;
       if (::read(options_.parent_fd, &b, 1) <= 0) {
         HERD_LOG(info) << "owner process is gone; shutting down";
@@ -138,14 +145,11 @@ int Scheduler::run() {
       }
     }
     t = now();
+    commands_.drain();  // the batch system's answers (they update the pools; see step_pools)
     state_.tick(t);
     if (t.mono - last_pool_step_ >= std::chrono::milliseconds(200)) {
       last_pool_step_ = t.mono;
-      try {
-        step_pools(t);
-      } catch (const std::exception&) {
-        // Already logged, and shown in the pool's status; the pool retries after a pause.
-      }
+      step_pools(t);  // starts commands, never waits for one
     }
     state_.schedule(t);
     if (!pools_.empty() && t.mono - last_state_broadcast_ >= std::chrono::seconds(1)) {
@@ -299,8 +303,15 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       (void)protocol::decode_each<protocol::TaskSpec>(
           msg.frames[1],
           [&](const protocol::TaskSpec& spec) {
-            const std::vector<char>* done = journal_ && !spec.key.empty() ? journal_->find(spec.key) : nullptr;
-            return state_.submit(id, spec, done, error);
+            const bool journaled = journal_ && !spec.key.empty() && journal_->contains(spec.key);
+            const std::vector<char>* done = journaled ? journal_->find(spec.key) : nullptr;
+            if (!state_.submit(id, spec, done, error)) return false;
+            if (journaled && done == nullptr && state_.await_journal(spec.id)) {
+              // A large result kept on disk only: read on the journal's reader thread, and put
+              // on a worker when it arrives (drain_journal); not run meanwhile.
+              journal_->read(spec.key, spec.id);
+            }
+            return true;
           },
           error);
       break;
@@ -373,18 +384,37 @@ void Scheduler::drop_peer(const std::string& identity, const std::string& why) {
 
 void Scheduler::flush() {
   Outbox& out = state_.outbox();
-  // Before the clients hear of this turn's results: a scheduler killed after telling a client
-  // would otherwise recompute, after its restart, a task the client saw finish.
+  // Clients hear of this turn's results only once its journal records are on disk: a scheduler
+  // killed after telling a client would otherwise recompute, after its restart, a task the
+  // client saw finish. The writer thread writes and syncs (one fdatasync per batch); the
+  // updates wait in held_updates_, in order, and the loop goes on. While the disk refuses
+  // writes (full, I/O error) they go out at once and the status says how far behind the
+  // journal is: results are not held hostage to a full disk (the journal only saves work
+  // after a restart; see docs/architecture.md).
+  bool hold = false;
+  std::uint64_t turn = 0;
+  auto send_updates = [&](ClientId c, const protocol::TaskUpdatesEvent& ev) {
+    if (const std::string* identity = identity_of(Role::client, c)) {
+      protocol::send<MessageType::task_updates>(socket_, *identity, ev);
+    }
+  };
   if (journal_) {
-    for (const auto& [key, bytes] : out.journal) journal_->append(key, bytes);
+    for (auto& [key, bytes] : out.journal) journal_->append(key, std::move(bytes));
     journal_->flush();
+    drain_journal();
+    turn = journal_->appended();
+    held_updates_.release(journal_->durable(), journal_->failing(), send_updates);
+    hold = !journal_->failing() && (turn > journal_->durable() || !held_updates_.empty());
   }
   out.journal.clear();
   for (auto& [id, w] : out.workers) flush_worker(id);
   for (auto& [id, c] : out.clients) {
     const std::string* identity = identity_of(Role::client, id);
     if (identity == nullptr) continue;
-    if (!c.updates.updates.empty()) protocol::send<MessageType::task_updates>(socket_, *identity, c.updates);
+    if (!c.updates.updates.empty()) {
+      if (hold) held_updates_.hold(turn, id, std::move(c.updates));
+      else send_updates(id, c.updates);
+    }
     if (c.heartbeat) protocol::send<MessageType::heartbeat>(socket_, *identity, {});
     if (c.shutdown) protocol::send<MessageType::shutdown>(socket_, *identity, {*c.shutdown});
   }
@@ -394,7 +424,7 @@ void Scheduler::flush() {
       worker_identity_.erase(identity);
     }
     if (Pool* pool = find_pool(d.pool); pool != nullptr && !d.pool.empty() && !d.job_id.empty() && d.release_job) {
-      pool->worker_left(d.job_id);
+      pool->worker_left(d.job_id, d.worked);
     }
     logs_worker_gone(d.id, d.name, d.why);  // pending `herd logs` requests stop waiting for it
   }
@@ -406,6 +436,17 @@ void Scheduler::flush() {
   }
   if (out.cluster_changed) broadcast_cluster_state();
   out.clear();
+}
+
+void Scheduler::drain_journal() {
+  for (auto& r : journal_->poll()) {
+    if (r.error.empty()) {
+      state_.journal_read(r.tag, &r.bytes);
+    } else {
+      HERD_LOG(warning) << r.error << "; " << r.key << " runs again";
+      state_.journal_read(r.tag, nullptr);
+    }
+  }
 }
 
 void Scheduler::flush_worker(WorkerId id) {
@@ -458,12 +499,18 @@ void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req,
     } else {
       pool->scale(req.target);
     }
-    try {
-      step_pools(now);  // submit now, so that a refusal reaches the caller in this reply
-      reply.ok = true;
-    } catch (const std::exception& e) {
-      reply.error = e.what();
-    }
+    step_pools(now);  // start the submission now
+    state_.outbox().cluster_changed = true;
+    // The reply waits for sbatch's answer, so that a refusal reaches the caller; the loop does
+    // not (the client may have gone by then: its identity finds nobody, harmlessly).
+    const std::string* identity = identity_of(Role::client, id);
+    if (identity == nullptr) return;
+    pool->when_settled([this, identity = *identity, reply](const std::string& error) mutable {
+      reply.ok = error.empty();
+      reply.error = error;
+      protocol::send<MessageType::scale_reply>(socket_, identity, reply);
+    });
+    return;
   }
   state_.outbox().cluster_changed = true;
   if (const std::string* identity = identity_of(Role::client, id)) {
@@ -473,29 +520,26 @@ void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req,
 
 void Scheduler::step_pools(const Now& now) {
   if (pools_.empty()) return;
-  std::string first_error;
   for (auto& pool : pools_) {
-    std::vector<std::pair<std::string, std::string>> ended;
-    for (const auto& line : pool->poll(&ended)) HERD_LOG(info) << "pool " << pool->name() << ": " << line;
     // A worker whose job has ended is gone, whatever its last heartbeat said: no need to wait
-    // for the timeout (a crashed local process, a job Slurm killed or lost).
-    for (const auto& [job, how] : ended) state_.job_ended(pool->name(), job, how);
+    // for the timeout (a crashed local process, a job Slurm killed or lost). The pool's polls
+    // run off the loop; these are the ones answered since the last step.
+    for (const auto& [job, how] : pool->take_ended()) state_.job_ended(pool->name(), job, how);
+    // A worker of a suspended job is frozen, not dead: when it goes silent its tasks go
+    // elsewhere without counting a death.
+    for (const auto& [wid, w] : state_.workers()) {
+      if (w.pool == pool->name() && !w.job_id.empty()) state_.set_job_suspended(wid, pool->job_suspended(w.job_id));
+    }
     // Backlog this pool could serve: ready and processing tasks whose resources it offers.
     const std::size_t backlog = pool->policy().adaptive ? state_.backlog(pool->policy().resources) : 0;
     std::vector<PoolWorker> view;
     for (const auto& w : state_.pool_workers(pool->name(), pool->policy().replace_lead_s(), now)) {
       view.push_back({w.id, w.job_id, w.idle, w.idle_since, w.leaving});
     }
-    try {
-      for (std::uint32_t wid : pool->step(backlog, state_.avg_task_us(), view)) {
-        state_.retire(wid, "pool " + pool->name() + " shrinks", /*by_pool=*/true, now);
-      }
-    } catch (const std::exception& e) {
-      // Already logged, and shown in the pool's status; the pool retries after a pause.
-      if (first_error.empty()) first_error = e.what();
+    for (std::uint32_t wid : pool->step(now.mono, backlog, state_.avg_task_us(), view)) {
+      state_.retire(wid, "pool " + pool->name() + " shrinks", /*by_pool=*/true, now);
     }
   }
-  if (!first_error.empty()) throw JobQueueError(first_error);
 }
 
 }  // namespace herd::scheduler

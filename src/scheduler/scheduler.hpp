@@ -23,6 +23,7 @@
 #include "common/config.hpp"
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
+#include "jobqueue/command_runner.hpp"
 #include "scheduler/journal.hpp"
 #include "scheduler/pool.hpp"
 #include "scheduler/state.hpp"
@@ -76,9 +77,12 @@ class Scheduler {
   Pool* find_pool(const std::string& name);
   void handle_scale(ClientId id, const protocol::ScalePoolRequest& req, const Now& now);
   void step_pools(const Now& now);
-  /// End of a turn: the journal first (a result is durable before any client hears of it),
-  /// then what the state queued for each worker and client.
+  /// End of a turn: the turn's journal records go to the writer thread, what is queued for
+  /// each worker goes out, and the clients' updates go out once their records are durable
+  /// (held in held_updates_ meanwhile; a result is durable before any client hears of it).
   void flush();
+  /// Journal reads that completed (results kept on disk only): placed as scattered data.
+  void drain_journal();
   /// Sends what is queued for worker `id` (before a logs question, so it knows its tasks).
   void flush_worker(WorkerId id);
   void broadcast_cluster_state();
@@ -104,8 +108,11 @@ class Scheduler {
   std::unordered_map<std::string, Peer> peers_;               // identity -> peer
   std::unordered_map<WorkerId, std::string> worker_identity_;
   std::unordered_map<ClientId, std::string> client_identity_;
+  jobqueue::CommandRunner commands_;  // batch-system commands and job-output reads, off the
+                                      //   loop (before pools_: they use it until they go)
   std::vector<std::unique_ptr<Pool>> pools_;
   std::unique_ptr<Journal> journal_;
+  DurableGate<protocol::TaskUpdatesEvent> held_updates_;  // waiting for their journal records
   Clock::time_point last_pool_step_{};
   Clock::time_point last_state_broadcast_{};
   Clock::time_point started_ = Clock::now();

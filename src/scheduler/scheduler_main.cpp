@@ -19,7 +19,7 @@ namespace herd::detail {
 namespace {
 
 std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const std::string& address,
-                                           const std::string& log_dir) {
+                                           const std::string& log_dir, const Config& config) {
   const SlurmOptions& o = pc.options;
   scheduler::PoolPolicy policy;
   policy.name = o.pool();
@@ -35,6 +35,13 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     policy.maximum = static_cast<std::uint32_t>(pc.adapt_maximum);
   }
   policy.idle_timeout = std::chrono::seconds(pc.idle_timeout_s);
+  policy.crash_limit = std::max<std::uint32_t>(1, config.pool_crash_limit);
+  policy.crash_backoff = std::chrono::seconds(config.pool_crash_backoff_s);
+  policy.stalled_timeout = std::chrono::seconds(config.pool_stalled_s);
+  if (pc.kind == "local") policy.poll_interval = std::chrono::milliseconds(200);  // waitpid: free
+  if (const char* ms = std::getenv("HERD_SLURM_POLL_MS"); ms && pc.kind == "slurm") {
+    policy.poll_interval = std::chrono::milliseconds(std::atoi(ms));
+  }
   std::unique_ptr<jobqueue::JobQueue> queue;
   if (pc.kind == "local") {
     jobqueue::LocalProcessOptions lp;
@@ -54,7 +61,7 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     jobqueue::SlurmQueueOptions so;
     so.options = o;
     so.scheduler_address = address;
-    if (const char* ms = std::getenv("HERD_SLURM_POLL_MS")) so.poll_interval = std::chrono::milliseconds(std::atoi(ms));
+    so.command_timeout_s = config.command_timeout_s;
     if (const char* jf = std::getenv("HERD_JOBS_FILE")) so.jobs_file = jf;
     queue = std::make_unique<jobqueue::SlurmJobQueue>(so);
   }
@@ -145,7 +152,7 @@ int scheduler_main(const std::vector<std::string>& args) {
     scheduler::Scheduler sched(options);
     const std::string address = sched.bind();
     std::vector<std::unique_ptr<scheduler::Pool>> pools;
-    for (const auto& pc : config.pools) pools.push_back(make_pool(pc, address, log_dir));
+    for (const auto& pc : config.pools) pools.push_back(make_pool(pc, address, log_dir, options.config));
     if (ready_fd >= 0) {
       const std::string line = address + "\n";
       (void)!::write(ready_fd, line.data(), line.size());

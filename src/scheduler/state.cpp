@@ -94,9 +94,9 @@ std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& reso
       // No task needed it before, so what a worker offers of it is all free.
       for (auto& [id, w] : workers_) {
         auto have = w.resources.find(name);
-        const double amount = have == w.resources.end() ? 0.0 : have->second;
-        w.offered.push_back(amount);
-        w.free.push_back(amount);
+        const double offered = have == w.resources.end() ? 0.0 : have->second;
+        w.offered.push_back(offered);
+        w.free.push_back(offered);
       }
     }
     s.need_ids.emplace_back(it->second, amount);
@@ -278,7 +278,8 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   // The job goes too when the pool let the worker go or the worker died in it. A worker that
   // left on its own (drain signal, walltime, requeue) leaves its job alone: a requeued job's
   // next incarnation must not be cancelled for its predecessor.
-  out_.departed.push_back({id, w.name, w.pool, w.job_id, why, w.retired_by_pool || !w.retiring});
+  out_.departed.push_back(
+      {id, w.name, w.pool, w.job_id, why, w.retired_by_pool || !w.retiring, !w.processing.empty() || !w.has.empty()});
   std::vector<TaskId> processing;
   processing.reserve(w.processing.size());
   for (const auto& [tid, shape] : w.processing) processing.push_back(tid);
@@ -422,6 +423,26 @@ void SchedulerState::retire(WorkerId id, const std::string& why, bool by_pool, c
   check();
 }
 
+bool SchedulerState::await_journal(TaskId id) {
+  const Task* t = graph_.find(id);
+  if (t == nullptr || !(t->status == TaskStatus::ready || t->status == TaskStatus::waiting)) return false;
+  held_.insert(id);
+  return true;
+}
+
+void SchedulerState::journal_read(TaskId id, zmq::message_t* bytes) {
+  if (held_.erase(id) == 0) return;
+  const Task* t = graph_.find(id);
+  if (t == nullptr) return;
+  if (bytes != nullptr) dispatch_scatter(id, std::move(*bytes));
+  else if (t->status == TaskStatus::ready) push_ready(*t);
+  check();
+}
+
+void SchedulerState::set_job_suspended(WorkerId id, bool suspended) {
+  if (WorkerRec* w = find_worker(id)) w->job_suspended = suspended;
+}
+
 void SchedulerState::job_ended(const std::string& pool, const std::string& job_id, const std::string& how) {
   for (const auto& [id, w] : workers_) {
     if (w.pool == pool && w.job_id == job_id) {
@@ -557,13 +578,20 @@ void SchedulerState::apply(Effects& fx) {
 void SchedulerState::schedule(const Now& now) {
   if (!suspects_.empty()) place_suspects(now);
   if (!gangs_waiting_.empty()) place_gangs(now);
+  // Tasks whose duration fits a worker that is busy now, not the free ones: they wait, and
+  // the tasks behind them go on (a shape stops being looked at after many such in one call,
+  // so a flood of them costs a bounded amount per turn).
+  constexpr std::size_t kMaxDeferrals = 64;
+  std::vector<TaskId> deferred;
+  std::vector<std::size_t> deferrals(shapes_.size(), 0);
   while (true) {
     Shape* best = nullptr;
     for (auto& s : shapes_) {
+      if (deferrals[s.id] >= kMaxDeferrals) continue;
       // Drop stale heads: tasks cancelled, placed, or pushed twice since.
       while (!s.ready.empty()) {
         const Task* t = graph_.find(s.ready.front().id);
-        if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id) break;
+        if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id && (held_.empty() || !held_.count(t->id))) break;
         std::pop_heap(s.ready.begin(), s.ready.end());
         s.ready.pop_back();
       }
@@ -586,11 +614,24 @@ void SchedulerState::schedule(const Now& now) {
     }
     WorkerRec* w = pick_worker(*best, t, now);
     if (w == nullptr) {
-      too_long_.push_back(id);  // its duration fits no free worker's remaining walltime
+      // Its duration fits no free worker's remaining walltime: wait for a busy one that has
+      // time enough, or (none has) for a worker to come.
+      bool someone = false;
+      for (const auto& [wid, wr] : workers_) {
+        someone = someone || (!wr.retiring && offers(wr, *best) &&
+                              (wr.end_time == 0 || now.unix_s() + static_cast<std::int64_t>(t.duration_s) <= wr.end_time));
+      }
+      if (someone) {
+        deferred.push_back(id);
+        ++deferrals[best->id];
+      } else {
+        too_long_.push_back(id);
+      }
       continue;
     }
     dispatch(t, *w);
   }
+  for (TaskId id : deferred) push_ready(*graph_.find(id));
   if (!gangs_waiting_.empty()) place_gangs(now);  // members popped just now
   if (!overloaded_.empty()) steal(now);
   check();
@@ -1056,7 +1097,16 @@ void SchedulerState::tick(const Now& now) {
       else out_.clients[id].heartbeat = true;
     }
     const std::string why = "no heartbeat for " + std::to_string(options_.timeout_ms) + " ms";
-    for (WorkerId id : silent_workers) remove_worker(id, why, true);
+    for (WorkerId id : silent_workers) {
+      // The worker of a suspended job is frozen, not dead: its tasks go elsewhere without a death.
+      const WorkerRec& w = workers_.at(id);
+      if (w.job_suspended) {
+        remove_worker(id, "its job " + w.job_id + " is suspended (silent for " + std::to_string(options_.timeout_ms) + " ms)",
+                      false);
+      } else {
+        remove_worker(id, why, true);
+      }
+    }
     for (ClientId id : silent_clients) client_lost(id, why);
   }
   // Keep about queue_horizon_us of expected work queued beyond the free slots, so a worker never
@@ -1164,6 +1214,7 @@ std::string SchedulerState::validate() const {
   }
   for (TaskId id : suspects_) queued.insert(id);
   for (TaskId id : too_long_) queued.insert(id);
+  for (TaskId id : held_) queued.insert(id);
   for (const auto& [id, t] : graph_.tasks()) {
     if (t.status != TaskStatus::ready || t.gang != 0 || queued.count(id)) continue;
     return "ready task " + graph_.key_of(t) + " is in no queue";

@@ -96,6 +96,7 @@ struct Departure {
   WorkerId id = 0;
   std::string name, pool, job_id, why;
   bool release_job = false;  // its pool should make sure its job is gone too
+  bool worked = false;       // it ran tasks or held results (a job that crashed early did not)
 };
 
 struct Outbox {
@@ -127,6 +128,7 @@ struct WorkerRec {
   std::vector<protocol::GpuInfo> gpus;
   bool retiring = false;                    // takes nothing new; leaves once drained and copied
   bool retired_by_pool = false;             // the pool shrinks (vs. walltime, drain signal)
+  bool job_suspended = false;               // its batch job is suspended: silence is no death
   bool acquire_sent = false;                // its unique results were sent to other workers
   // Suspects (tasks that were on a worker when it died) run alone, so a poison task cannot take
   // innocent neighbours down with it and make them KilledWorker too.
@@ -228,6 +230,12 @@ class SchedulerState {
   void release(ClientId id, const std::vector<TaskId>& ids);
   void cancel(ClientId id, const std::vector<TaskId>& ids);
   bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
+  /// A result from the journal of an earlier run is being read from disk for task `id`: keep the
+  /// task from running until journal_read(). False when the task does not need it any more.
+  bool await_journal(TaskId id);
+  /// The journal's read for `id` is done: `bytes` is the result (put on a worker), or null when
+  /// it could not be read (the task runs after all).
+  void journal_read(TaskId id, zmq::message_t* bytes);
   /// The client could not fetch these results from `address`: point it at another holder, or
   /// have another worker copy them and point it there, or fail them with the reason (bounded).
   void client_fetch_failed(ClientId id, const protocol::FetchFailedEvent& ev);
@@ -245,6 +253,9 @@ class SchedulerState {
   void retire(WorkerId id, const std::string& why, bool by_pool, const Now& now);
   /// A pool saw job `job_id` end: its worker is gone, whatever its last heartbeat said.
   void job_ended(const std::string& pool, const std::string& job_id, const std::string& how);
+  /// Whether worker `id`'s batch job is suspended (its pool knows): a suspended worker that
+  /// goes silent is let go without a death charged to its tasks.
+  void set_job_suspended(WorkerId id, bool suspended);
 
   // ---- time --------------------------------------------------------------------------------
   /// Heartbeats due, silent peers, retirements, work stealing, the queue horizon.
@@ -347,6 +358,7 @@ class SchedulerState {
   std::unordered_set<WorkerId> overloaded_;  // workers queueing tasks beyond their threads
   std::vector<TaskId> suspects_;             // ready tasks that must run alone
   std::vector<TaskId> too_long_;             // ready tasks whose duration fits no worker now
+  std::unordered_set<TaskId> held_;          // ready tasks whose journaled result is being read
   std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
   std::unordered_map<TaskId, std::vector<char>> inline_results_;    // this event's small results
   std::unordered_map<std::string, WorkerId> by_address_;             // data port -> worker

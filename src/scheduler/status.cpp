@@ -110,6 +110,11 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
       s.jobs.push_back(std::move(j));
     }
   }
+  if (journal_) {
+    s.journal = journal_->status();
+    s.journal_failing = journal_->failing();
+    s.journal_behind = journal_->behind_records();
+  }
   const auto& events = counters.events;
   const std::size_t n = std::min<std::size_t>(max_events, events.size());
   s.events.assign(events.end() - static_cast<std::ptrdiff_t>(n), events.end());

@@ -1,14 +1,31 @@
 // The built-in shell task, through Boost.Process: stdout and stderr are read concurrently by
 // asio (no deadlock on a full pipe) and only their tails are kept.
+//
+// A command dies with the process that started it, also when that process is SIGKILLed (a
+// worker killed by Slurm, the OOM killer, a user): nothing of a shell task keeps running on a
+// node after its worker. Between fork and exec the child forks once more and stays behind as
+// a guardian, with PR_SET_PDEATHSIG and the read end of a pipe whose write end only this
+// process holds; the command runs in the guardian's process group. When this process goes (the
+// pipe reports end-of-file) the guardian kills the whole group, the command's own children
+// included; when the command ends, the guardian exits with its status.
 #include <utility>
 
 #include <boost/asio.hpp>
 #include <boost/process.hpp>
+#include <boost/process/extend.hpp>
 
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 
 #include "herd/shell.hpp"
 #include "task/log_capture.hpp"
@@ -61,6 +78,63 @@ std::string search_path(const std::string& name) {
   return {};
 }
 
+/// Boost.Process initializer: the guardian described at the top of this file. Runs in the
+/// child between fork and exec, so only async-signal-safe calls.
+struct DieWithParent : bp::extend::handler {
+  int watch_fd = -1;  // read end; the write end stays in this process only (O_CLOEXEC)
+  pid_t parent = 0;
+
+  template <typename Executor>
+  void on_exec_setup(Executor&) const {
+    ::setpgid(0, 0);  // the command's group (as bp::group makes it), whatever the handlers' order
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl took effect
+    const pid_t cmd = ::fork();
+    if (cmd < 0) return;  // no guardian: the command still dies with the parent (PDEATHSIG)
+    if (cmd == 0) {
+      // The command: back to Boost, which execs it. Dies if its guardian dies.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      ::close(watch_fd);
+      return;
+    }
+    guard(cmd);
+  }
+
+  [[noreturn]] void guard(pid_t cmd) const {
+    // Outlive the parent long enough to kill the group: the pipe says when it is gone.
+    ::prctl(PR_SET_PDEATHSIG, 0);
+    // Hold nothing of the parent's (its pipes, sockets, other commands' watch pipes), so that
+    // their ends close when they should.
+    if (watch_fd > 0) (void)::syscall(SYS_close_range, 0u, static_cast<unsigned>(watch_fd - 1), 0u);
+    (void)::syscall(SYS_close_range, static_cast<unsigned>(watch_fd + 1), ~0u, 0u);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, cmd, 0));
+    pollfd fds[2] = {{watch_fd, POLLIN, 0}, {pidfd, POLLIN, 0}};
+    while (true) {
+      (void)::poll(fds, pidfd >= 0 ? 2 : 1, pidfd >= 0 ? -1 : 20);
+      int status = 0;
+      const pid_t r = ::waitpid(cmd, &status, WNOHANG);
+      if (r == cmd || (r < 0 && errno == ECHILD)) {
+        if (r == cmd && WIFSIGNALED(status)) {
+          // The same end for whoever waits for us: killed by the same signal.
+          struct sigaction dfl {};
+          dfl.sa_handler = SIG_DFL;
+          ::sigaction(WTERMSIG(status), &dfl, nullptr);
+          ::kill(::getpid(), WTERMSIG(status));
+          ::_exit(128 + WTERMSIG(status));
+        }
+        ::_exit(r == cmd && WIFEXITED(status) ? WEXITSTATUS(status) : 0);
+      }
+      if ((fds[0].revents & (POLLIN | POLLHUP | POLLERR)) != 0) {
+        ::kill(0, SIGKILL);  // the parent is gone: the whole group (the command, what it started, us)
+        ::_exit(137);
+      }
+    }
+  }
+};
+
 }  // namespace
 
 ShellResult shell(ShellCommand command) {
@@ -88,8 +162,20 @@ ShellResult shell(ShellCommand command) {
   const std::string cwd = command.cwd.empty() ? "." : command.cwd;
   // Its own process group, so a timeout also stops what the command started (sleep, srun...).
   bp::group group;
+  int watch[2];
+  if (::pipe2(watch, O_CLOEXEC) != 0) throw std::runtime_error("herd::shell: pipe: " + std::string(std::strerror(errno)));
+  struct Close {
+    int* fds;
+    ~Close() {
+      ::close(fds[0]);
+      ::close(fds[1]);
+    }
+  } close_watch{watch};
+  DieWithParent die_with_parent;
+  die_with_parent.watch_fd = watch[0];
+  die_with_parent.parent = ::getpid();
   bp::child child(exe, bp::args(args), bp::std_out > out, bp::std_err > err, bp::std_in.close(),
-                  bp::start_dir(cwd), env, group);
+                  bp::start_dir(cwd), env, group, die_with_parent);
   Tail out_tail(out, command.tail_bytes, task::kStreamStdout), err_tail(err, command.tail_bytes, task::kStreamStderr);
   out_tail.start();
   err_tail.start();

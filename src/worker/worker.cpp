@@ -16,6 +16,7 @@
 #include "task/this_task.hpp"
 #include "common/logging.hpp"
 #include "common/net.hpp"
+#include "common/process.hpp"
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
 #include "task/log_capture.hpp"
@@ -680,10 +681,7 @@ void Worker::goodbye(const std::string& reason) {
 }
 
 std::uint64_t Worker::rss_bytes() const {
-  std::ifstream statm("/proc/self/statm");
-  std::uint64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  return process::tree_rss_bytes(::getpid());  // with the commands its tasks started
 }
 
 int run_worker(WorkerOptions options) {

@@ -8,7 +8,10 @@ namespace herd::worker {
 
 bool Worker::queued_locked(protocol::TaskId id, const std::string& key) {
   if (state_->queued(id, key)) return true;  // waiting for inputs or a thread
-  for (const auto& r : handoff_) {           // started by the state, not yet by an executor
+  for (const auto& r : state_->out().run) {  // started by the state this turn, not handed off yet
+    if (r.task.id == id || (id == 0 && r.task.key == key)) return true;
+  }
+  for (const auto& r : handoff_) {           // handed off, not yet taken by an executor
     if (r.task.id == id || (id == 0 && r.task.key == key)) return true;
   }
   return false;

@@ -4,12 +4,14 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
@@ -370,5 +372,129 @@ TEST_CASE("Faults.Journal.RestartDoesNotRecompute" * doctest::timeout(120)) {
   CHECK(ran_total <= 21);
   CHECK(ran_total >= 20);
   std::filesystem::remove(tmp + ".journal");
+  std::filesystem::remove(tmp + ".journal.lock");
   std::filesystem::remove(tmp + ".marker");
+}
+
+namespace {
+/// A keyed result of 4 KiB (the journal keeps keyed results in full).
+std::string blob(int i) { return std::string(4096, static_cast<char>('a' + i % 26)); }
+HERD_TASK(blob);
+
+/// A tmpfs of `size` mounted for the test, unmounted whatever happens.
+struct Tmpfs {
+  std::string dir;
+  explicit Tmpfs(const std::string& size) : dir("/tmp/herd-tmpfs-" + std::to_string(::getpid())) {
+    std::filesystem::create_directories(dir);
+    REQUIRE_MESSAGE(::mount("tmpfs", dir.c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0,
+                    "mount tmpfs: " << std::strerror(errno));
+  }
+  ~Tmpfs() {
+    ::umount2(dir.c_str(), MNT_DETACH);
+    std::filesystem::remove_all(dir);
+  }
+};
+}  // namespace
+
+TEST_CASE("Faults.Journal.DiskFullSchedulerStaysUpEveryFutureSucceeds" * doctest::timeout(120)) {
+  if (::geteuid() != 0) {
+    MESSAGE("skipped: mounting a tmpfs needs root");
+    return;
+  }
+  Tmpfs disk("256k");
+  herd::LocalCluster cluster = fast_cluster(2);
+  cluster.env("HERD_JOURNAL", disk.dir + "/herd.journal");
+  herd::Client client{std::move(cluster)};
+  // 300 results of 4 KiB: 1.2 MiB into 256 KiB.
+  std::vector<herd::Future<std::string>> futures;
+  for (int i = 0; i < 300; ++i) {
+    futures.push_back(client.submit(herd::TaskOptions{}.key("blob-" + std::to_string(i)), blob, i));
+  }
+  for (int i = 0; i < 300; ++i) REQUIRE(futures[static_cast<std::size_t>(i)].result(60s) == blob(i));
+  // The scheduler is up, says what is wrong and how far behind, and goes on working.
+  const herd::ClusterStatus st = client.status();
+  CHECK(st.journal_failing);
+  CHECK(st.journal_behind > 0);
+  CHECK(st.journal.find("No space left on device") != std::string::npos);
+  CHECK(st.journal.find("BEHIND") != std::string::npos);
+  CHECK(st.to_text().find("No space left on device") != std::string::npos);
+  CHECK(st.to_json().find("\"journal_failing\":true") != std::string::npos);
+  MESSAGE("journal: " << st.journal);
+  CHECK(client.submit(herd::TaskOptions{}.key("after"), blob, 1).result(30s) == blob(1));
+  // Room again: the writer catches up on its own, and says so.
+  REQUIRE(::mount("tmpfs", disk.dir.c_str(), "tmpfs", MS_REMOUNT, "size=8m") == 0);
+  CHECK(eventually([&] {
+    const auto s = client.status();
+    return !s.journal_failing && s.journal_behind == 0;
+  }, 30s));
+  CHECK(std::filesystem::file_size(disk.dir + "/herd.journal") > 301 * 4096);
+}
+
+TEST_CASE("Faults.Journal.SecondSchedulerOnTheSameJournalIsRefused" * doctest::timeout(60)) {
+  const std::string path = "/tmp/herd-journal-two-" + std::to_string(::getpid());
+  std::filesystem::remove(path);
+  herd::LocalCluster first = fast_cluster(1);
+  first.env("HERD_JOURNAL", path);
+  (void)first.start();
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  herd::LocalCluster second = fast_cluster(1);
+  second.env("HERD_JOURNAL", path);
+  try {
+    (void)second.start();
+    FAIL("a second scheduler started on the same journal");
+  } catch (const herd::Error& e) {
+    const std::string what = e.what();
+    MESSAGE(what);
+    CHECK(what.find("journal " + path + " is in use by scheduler pid " + std::to_string(first.scheduler_pid()) +
+                    " on host " + host) != std::string::npos);
+  }
+  herd::Client client{first.start()};  // the first one is unharmed
+  client.wait_for_workers(1, 20s);
+  CHECK(client.submit(herd::TaskOptions{}.key("k"), blob, 2).result(30s) == blob(2));
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".lock");
+}
+
+TEST_CASE("Faults.ShellTask.DiesWithItsWorkerEvenSigkilled" * doctest::timeout(60)) {
+  const std::string pids = "/tmp/herd-shell-pids-" + std::to_string(::getpid());
+  std::filesystem::remove(pids);
+  herd::LocalCluster cluster = fast_cluster(1);
+  const std::string address = cluster.start();
+  herd::Client client{address};
+  client.wait_for_workers(1, 20s);
+  // The command and a child of its own, both long.
+  auto f = client.submit(herd::shell, herd::ShellCommand{"echo $$ > " + pids + ".tmp; sleep 300 & echo $! >> " + pids +
+                                                         ".tmp; mv " + pids + ".tmp " + pids + "; wait"});
+  REQUIRE(eventually([&] { return std::filesystem::exists(pids); }, 20s));
+  std::vector<pid_t> command;
+  {
+    std::ifstream in(pids);
+    for (pid_t p; in >> p;) command.push_back(p);
+  }
+  REQUIRE(command.size() == 2);
+  for (pid_t p : command) CHECK(alive(p));
+  pid_t worker = 0;
+  for (pid_t p : worker_pids(cluster.scheduler_pid())) {
+    if (auto st = proc_stat(p); st && st->first == cluster.scheduler_pid()) worker = p;
+  }
+  REQUIRE(worker != 0);
+  ::kill(worker, SIGKILL);
+  CHECK(eventually([&] { return !alive(command[0]) && !alive(command[1]); }, 5s));
+  std::filesystem::remove(pids);
+}
+
+TEST_CASE("Faults.MemoryLimit.CountsWhatAShellTaskStarted" * doctest::timeout(90)) {
+  herd::Client client{herd::LocalCluster{1}.worker_args({"--memory-limit", "200M"})};
+  // `tail` holds a 300 MB line in memory: the worker itself stays small, its child does not.
+  auto f = client.submit(herd::shell, herd::ShellCommand{"head -c 300000000 /dev/zero | tail -n 1 > /dev/null; sleep 30"});
+  try {
+    (void)f.result(60s);
+    FAIL("expected the shell task over the memory limit to fail");
+  } catch (const herd::TaskError& e) {
+    CHECK(e.type() == "herd::MemoryLimitExceeded");
+    CHECK(e.message().find("memory limit of 200 MiB") != std::string::npos);
+  }
+  // The worker left and was replaced; the next task runs.
+  CHECK(client.submit(hog, 20).result(60s) == std::size_t{20} << 20);
 }

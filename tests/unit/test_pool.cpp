@@ -1,104 +1,448 @@
-// The pool policy (scale, adapt, replacement, pause) against a fake batch system.
+// The pool policy (PoolState: scale, adapt, replacement, one command of each kind at a time,
+// batched cancels, submission pauses, crash loops, stalled jobs, a batch system that does not
+// answer), event by event with the time given; and the Pool shell against a fake batch system
+// whose answers come late, through a real CommandRunner.
 #include <doctest/doctest.h>
 
-#include "herd/error.hpp"
+#include <poll.h>
+
+#include <thread>
+
+#include "jobqueue/command_runner.hpp"
 #include "scheduler/pool.hpp"
 #include "support/fake_job_queue.hpp"
 
+using herd::jobqueue::CommandRunner;
+using herd::jobqueue::JobInfo;
+using herd::jobqueue::PollResult;
+using herd::jobqueue::SubmitResult;
 using herd::scheduler::Pool;
+using herd::scheduler::PoolActions;
 using herd::scheduler::PoolPolicy;
+using herd::scheduler::PoolState;
 using herd::scheduler::PoolWorker;
 using herd::testing::FakeJobQueue;
 using State = herd::jobqueue::JobState;
+using Clock = PoolState::Clock;
+using namespace std::chrono_literals;
 
 namespace {
-Pool make(FakeJobQueue::State& s, PoolPolicy p = {}) {
+const Clock::time_point t0 = Clock::now();
+Clock::time_point at(double s) { return t0 + std::chrono::milliseconds(static_cast<long long>(s * 1000)); }
+
+PoolPolicy policy() {
+  PoolPolicy p;
   p.name = "cpu";
-  return Pool(p, std::make_unique<FakeJobQueue>(s));
+  return p;
 }
-void run_all(FakeJobQueue::State& s) {
-  for (auto& [id, j] : s.jobs) j.state = State::running;
+
+/// A batch system that answers at once: each step's actions are carried out and answered
+/// before step() returns, so that a test follows the policy's decisions over time.
+struct Sim {
+  PoolState pool{policy()};
+  std::map<std::string, JobInfo> jobs;  // the batch system's jobs
+  int next = 0;
+  std::string refuse;
+  std::vector<std::pair<double, std::size_t>> submissions;  // (time, count)
+  std::vector<std::vector<std::string>> cancels;
+  std::vector<std::string> reads;  // failed jobs whose output the pool asked for
+  std::vector<std::pair<std::string, std::string>> ended;
+  explicit Sim(PoolPolicy p = policy()) : pool(std::move(p)) {}
+
+  PoolActions step(double t, std::size_t backlog = 0, double avg = -1, const std::vector<PoolWorker>& w = {}) {
+    PoolActions a = pool.step(at(t), backlog, avg, w);
+    if (a.submit > 0) {
+      submissions.emplace_back(t, a.submit);
+      SubmitResult r;
+      if (!refuse.empty()) {
+        r.error = refuse;
+      } else {
+        for (std::size_t i = 0; i < a.submit; ++i) {
+          const std::string id = "job" + std::to_string(next++);
+          jobs[id] = {id, State::pending, "PENDING", "Priority"};
+          r.ids.push_back(id);
+        }
+      }
+      pool.submitted(at(t), r);
+    }
+    if (a.poll) {
+      PollResult r;
+      for (auto it = jobs.begin(); it != jobs.end();) {
+        r.jobs.push_back(it->second);
+        it = it->second.state == State::ended ? jobs.erase(it) : std::next(it);
+      }
+      for (auto& e : pool.polled(at(t), r)) ended.push_back(e);
+    }
+    if (!a.cancel.empty()) {
+      cancels.push_back(a.cancel);
+      for (const auto& id : a.cancel) {
+        if (auto it = jobs.find(id); it != jobs.end()) it->second = {id, State::ended, "CANCELLED", ""};
+      }
+      pool.cancelled(at(t), a.cancel, "");
+    }
+    for (const auto& id : a.read_output) reads.push_back(id);
+    return a;
+  }
+  void set(const std::string& id, State s, const std::string& detail, const std::string& reason = "") {
+    jobs[id] = {id, s, detail, reason};
+  }
+  void run_all() {
+    for (auto& [id, j] : jobs) j = {id, State::running, "RUNNING", ""};
+  }
+};
+
+PollResult poll_of(std::vector<JobInfo> jobs, std::string error = "") {
+  PollResult r;
+  r.jobs = std::move(jobs);
+  r.error = std::move(error);
+  return r;
 }
 }  // namespace
 
-TEST_CASE("Pool.Scale.OneSubmissionPerStepAndPendingCancelledFirst") {
-  FakeJobQueue::State s;
-  Pool pool = make(s);
-  pool.scale(4);
-  CHECK(pool.step(0, -1, {}).empty());
-  CHECK(s.submissions == std::vector<std::size_t>{4});  // bulk: one call for four jobs
-  (void)pool.poll();
-  CHECK(pool.step(0, -1, {}).empty());
-  CHECK(s.submissions.size() == 1);  // pending jobs count: no oversubmission
+TEST_CASE("Pool.Scale.OneSubmissionAtATimeAndPendingCancelledFirst") {
+  PoolState p(policy());
+  p.scale(4);
+  CHECK(p.step(at(0), 0, -1, {}).submit == 4);  // bulk: one call for four jobs
+  CHECK(p.step(at(0.2), 0, -1, {}).submit == 0);  // sbatch has not answered: nothing more
+  p.submitted(at(0.5), {{"job0", "job1", "job2", "job3"}, ""});
+  PoolActions a = p.step(at(1), 0, -1, {});
+  CHECK(a.submit == 0);  // pending jobs count: no oversubmission
+  CHECK(a.poll);
+  p.polled(at(1.1), poll_of({{"job0", State::running, "RUNNING", ""},
+                             {"job1", State::running, "RUNNING", ""},
+                             {"job2", State::pending, "PENDING", "Priority"},
+                             {"job3", State::pending, "PENDING", "Priority"}}));
   // Two run (with workers), two still pend; scale(1): the pending go first, then one worker.
-  s.jobs["job0"].state = State::running;
-  s.jobs["job1"].state = State::running;
-  (void)pool.poll();
-  pool.scale(1);
+  p.scale(1);
   std::vector<PoolWorker> workers = {{1, "job0", true, {}, false}, {2, "job1", true, {}, false}};
-  const auto retire = pool.step(0, -1, workers);
-  CHECK(s.cancelled == std::vector<std::string>{"job3", "job2"});
-  CHECK(retire.size() == 1);  // one running worker retires gracefully (not scancelled yet)
+  a = p.step(at(2), 0, -1, workers);
+  CHECK(a.retire.size() == 1);  // one running worker retires gracefully (not scancelled yet)
+  CHECK(a.cancel.empty());      // jobs to stop gather for cancel_delay, then go in one scancel
+  workers[a.retire.front() - 1].leaving = true;
+  a = p.step(at(3.1), 0, -1, workers);
+  CHECK(a.cancel == std::vector<std::string>{"job2", "job3"});
+  CHECK(a.submit == 0);
+  CHECK(a.retire.empty());
 }
 
 TEST_CASE("Pool.Replaces.EndedAndLeavingJobs") {
-  FakeJobQueue::State s;
-  Pool pool = make(s);
-  pool.scale(2);
-  (void)pool.step(0, -1, {});
-  run_all(s);
-  (void)pool.poll();
-  s.jobs["job0"].state = State::ended;  // e.g. scancel by an admin, NODE_FAIL
-  (void)pool.poll();
-  (void)pool.step(0, -1, {{2, "job1", false, {}, false}});
-  CHECK(s.submissions == std::vector<std::size_t>{2, 1});
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  s.run_all();
+  s.step(1.0);  // poll: both run
+  s.set("job0", State::ended, "CANCELLED", "by an admin");  // e.g. scancel by an admin, NODE_FAIL
+  const std::vector<PoolWorker> both = {{1, "job0", false, {}, false}, {2, "job1", false, {}, false}};
+  s.step(2.0, 0, -1, both);  // poll: job0 ended
+  REQUIRE(s.ended.size() == 1);
+  CHECK(s.ended[0].first == "job0");
+  s.step(2.2, 0, -1, {{2, "job1", false, {}, false}});
+  CHECK(s.submissions.size() == 2);
+  CHECK(s.submissions[1].second == 1);
   // A worker near its walltime no longer counts: its successor is queued ahead of time.
-  run_all(s);
-  (void)pool.poll();
-  (void)pool.step(0, -1, {{2, "job1", false, {}, true}, {3, "job2", false, {}, false}});
-  CHECK(s.submissions == std::vector<std::size_t>{2, 1, 1});
+  s.run_all();
+  s.step(3.3, 0, -1, {{2, "job1", false, {}, true}, {3, "job2", false, {}, false}});
+  CHECK(s.submissions.size() == 3);
+  CHECK(s.submissions[2].second == 1);
 }
 
 TEST_CASE("Pool.Failures.PauseInsteadOfStorm") {
-  FakeJobQueue::State s;
+  Sim s;
   s.refuse = "sbatch: error: invalid partition specified: nope";
-  Pool pool = make(s);
-  pool.scale(3);
-  CHECK_THROWS_WITH_AS(pool.step(0, -1, {}), doctest::Contains("nope"), herd::JobQueueError);
-  // Immediately again: within the back-off, no new sbatch.
-  CHECK_NOTHROW(pool.step(0, -1, {}));
+  s.pool.scale(3);
+  s.step(0);
   CHECK(s.submissions.size() == 1);
-  CHECK(pool.status(0).last_error.find("nope") != std::string::npos);
-  CHECK(pool.status(0).failed_submissions == 1);
-  // A new scale() from the user tries again at once; the third failure in a row pauses.
-  pool.scale(3);
-  CHECK_THROWS(pool.step(0, -1, {}));
-  pool.scale(3);
-  CHECK_THROWS(pool.step(0, -1, {}));
-  CHECK(pool.status(0).paused.find("3 submissions failed") != std::string::npos);
-  for (int i = 0; i < 50; ++i) CHECK_NOTHROW(pool.step(0, -1, {}));
+  const auto st = s.pool.status(0, at(0));
+  CHECK(st.last_error.find("nope") != std::string::npos);
+  CHECK(st.failed_submissions == 1);
+  s.step(0.2);  // within the pause: no new sbatch
+  CHECK(s.submissions.size() == 1);
+  s.step(1.2);
+  s.step(2.4);  // the third failure in a row pauses with a reason
   CHECK(s.submissions.size() == 3);
+  CHECK(s.pool.status(0, at(2.4)).paused.find("3 submissions failed") != std::string::npos);
+  for (int i = 0; i < 50; ++i) s.step(2.4 + 0.01 * i);
+  CHECK(s.submissions.size() == 3);
+  // A new scale() from the user tries again at once.
+  s.pool.scale(3);
+  s.step(2.95);
+  CHECK(s.submissions.size() == 4);
 }
 
 TEST_CASE("Pool.Adapt.FollowsBacklogWithinBounds") {
-  FakeJobQueue::State s;
-  Pool pool = make(s);
-  pool.adapt(1, 5, std::chrono::seconds(60));
-  (void)pool.step(0, -1, {});
-  CHECK(s.submissions == std::vector<std::size_t>{1});  // the minimum, even with no work
-  (void)pool.step(100, -1, {});                          // durations unknown: one per task, capped
-  CHECK(s.submissions == std::vector<std::size_t>{1, 4});
-  CHECK(pool.desired() == 5);
+  Sim s;
+  s.pool.adapt(1, 5, std::chrono::seconds(60));
+  s.step(0);
+  REQUIRE(s.submissions.size() == 1);
+  CHECK(s.submissions[0].second == 1);  // the minimum, even with no work
+  s.step(0.2, 100);                     // durations unknown: one per task, capped
+  REQUIRE(s.submissions.size() == 2);
+  CHECK(s.submissions[1].second == 4);
+  CHECK(s.pool.desired() == 5);
   // Short tasks: 100 tasks of 1 ms need one worker, not five.
-  FakeJobQueue::State s2;
-  Pool quick = make(s2);
-  quick.adapt(0, 5, std::chrono::seconds(60));
-  (void)quick.step(100, 1000.0, {});
-  CHECK(s2.submissions == std::vector<std::size_t>{1});
+  Sim quick;
+  quick.pool.adapt(0, 5, std::chrono::seconds(60));
+  quick.step(0, 100, 1000.0);
+  REQUIRE(quick.submissions.size() == 1);
+  CHECK(quick.submissions[0].second == 1);
   // Busy workers are never retired for having too little backlog; idle ones after the timeout.
-  run_all(s2);
-  (void)quick.poll();
-  const auto long_ago = Pool::Clock::now() - std::chrono::seconds(120);
-  CHECK(quick.step(0, 1000.0, {{7, "job0", false, long_ago, false}}).empty());
-  CHECK(quick.step(0, 1000.0, {{7, "job0", true, long_ago, false}}) == std::vector<std::uint32_t>{7});
+  quick.run_all();
+  quick.step(1.0, 100, 1000.0);
+  const auto long_ago = at(-120);
+  CHECK(quick.step(2, 0, 1000.0, {{7, "job0", false, long_ago, false}}).retire.empty());
+  CHECK(quick.step(2.2, 0, 1000.0, {{7, "job0", true, long_ago, false}}).retire == std::vector<std::uint32_t>{7});
+}
+
+TEST_CASE("Pool.Polls.OneAtATimeAndAControllerThatDoesNotAnswer") {
+  PoolState p(policy());
+  p.scale(1);
+  CHECK(p.step(at(0), 0, -1, {}).submit == 1);
+  p.submitted(at(0.1), {{"job0"}, ""});
+  CHECK(p.step(at(1), 0, -1, {}).poll);
+  // squeue hangs: the polls that come due meanwhile are skipped, not queued.
+  for (double t = 1.2; t < 30; t += 0.2) CHECK_FALSE(p.step(at(t), 0, -1, {}).poll);
+  // It times out: nothing is concluded about the job, the status says why, the next poll waits.
+  const std::string timeout = "squeue failed: slurm_load_jobs error: Socket timed out on send/recv operation";
+  CHECK(p.polled(at(30), poll_of({{"job0", State::pending, "PENDING", "Priority"}}, timeout)).empty());
+  CHECK(p.jobs().count("job0") == 1);
+  auto st = p.status(1, at(30));
+  CHECK(st.batch_error.find("Socket timed out") != std::string::npos);
+  CHECK(st.batch_error.find("1 poll(s) in a row") != std::string::npos);
+  CHECK(st.last_answer_s < 0);  // it never answered
+  CHECK_FALSE(p.step(at(31), 0, -1, {}).poll);  // 2 s after the first failure
+  CHECK(p.step(at(32.1), 0, -1, {}).poll);
+  CHECK(p.polled(at(32.2), poll_of({{"job0", State::pending, "PENDING", ""}}, timeout)).empty());
+  CHECK_FALSE(p.step(at(36.0), 0, -1, {}).poll);  // 4 s after the second
+  CHECK(p.step(at(36.3), 0, -1, {}).poll);
+  // It answers again: the error goes, the job's state comes.
+  p.polled(at(36.5), poll_of({{"job0", State::running, "RUNNING", ""}}));
+  st = p.status(1, at(37));
+  CHECK(st.batch_error.empty());
+  CHECK(st.running == 1);
+  CHECK(st.last_answer_s == doctest::Approx(0.5));
+  // A poll that failed never ended a job, and never made the pool submit another.
+  CHECK(p.step(at(37), 0, -1, {{1, "job0", true, at(37), false}}).submit == 0);
+}
+
+TEST_CASE("Pool.Cancels.AWaveOfLostWorkersIsOneScancel") {
+  Sim s;
+  s.pool.scale(6);
+  s.step(0);
+  s.run_all();
+  s.step(1.0);  // all six run
+  std::vector<PoolWorker> workers;
+  for (std::uint32_t i = 0; i < 6; ++i) workers.push_back({i + 1, "job" + std::to_string(i), true, at(0), false});
+  // Four workers are lost within 0.8 s (they are gone from the scheduler's view).
+  s.pool.worker_left(at(10.0), "job0");
+  s.pool.worker_left(at(10.3), "job1");
+  workers.erase(workers.begin(), workers.begin() + 2);
+  PoolActions a = s.pool.step(at(10.5), 0, -1, workers);
+  CHECK(a.cancel.empty());  // still gathering
+  CHECK(a.submit == 2);     // their replacements go at once
+  s.pool.submitted(at(10.55), {{"job6", "job7"}, ""});
+  s.pool.worker_left(at(10.6), "job2");
+  s.pool.worker_left(at(10.8), "job3");
+  workers.erase(workers.begin(), workers.begin() + 2);
+  a = s.pool.step(at(11.05), 0, -1, workers);
+  CHECK(a.cancel == std::vector<std::string>{"job0", "job1", "job2", "job3"});  // one scancel
+  CHECK(a.submit == 2);
+  // While that scancel runs, the next lost worker waits for it: never two at once.
+  s.pool.submitted(at(11.1), {{"job8", "job9"}, ""});
+  s.pool.worker_left(at(11.1), "job4");
+  CHECK(s.pool.step(at(12.5), 0, -1, {workers[1]}).cancel.empty());
+  // scancel fails (controller down): the jobs are tried again after a pause, with the next.
+  s.pool.cancelled(at(13), a.cancel, "scancel failed: Socket timed out on send/recv operation");
+  CHECK(s.pool.step(at(13.5), 0, -1, {workers[1]}).cancel.empty());
+  a = s.pool.step(at(15.1), 0, -1, {workers[1]});
+  CHECK(a.cancel == std::vector<std::string>{"job0", "job1", "job2", "job3", "job4"});
+}
+
+TEST_CASE("Pool.CrashLoop.BacksOffThenPausesWithTheOutputAndScaleResumes") {
+  // A prologue that exits 3: every job ends FAILED before its worker connects.
+  Sim s;
+  s.pool.scale(2);
+  for (int i = 0; i <= 1500; ++i) {  // 300 s, a step every 200 ms
+    const double t = 0.2 * i;
+    s.step(t);
+    for (auto& [id, j] : s.jobs) {
+      if (j.state == State::pending) j = {id, State::ended, "FAILED", "exit code 3:0"};
+    }
+    for (const auto& id : s.reads) {
+      s.pool.output_read(id, {"/logs/" + id + ".out"}, {"prologue: module gcc/99 not found"});
+    }
+    s.reads.clear();
+  }
+  // 2 jobs, then one at a time after pauses of 5, 10, 20 s; the fifth crash pauses.
+  std::size_t jobs = 0;
+  for (const auto& [t, n] : s.submissions) jobs += n;
+  CHECK(jobs == 5);
+  REQUIRE(s.submissions.size() == 4);
+  CHECK(s.submissions[0].second == 2);
+  for (std::size_t i = 1; i < s.submissions.size(); ++i) CHECK(s.submissions[i].second == 1);
+  std::vector<double> gaps;
+  for (std::size_t i = 1; i < s.submissions.size(); ++i) gaps.push_back(s.submissions[i].first - s.submissions[i - 1].first);
+  for (std::size_t i = 1; i < gaps.size(); ++i) CHECK(gaps[i] >= 1.9 * gaps[i - 1]);
+  CHECK(gaps.front() >= 5);
+  CHECK(s.pool.crash_paused());
+  const auto st = s.pool.status(0, at(300));
+  CHECK(st.crashes == 5);
+  CHECK(st.paused.find("5 jobs in a row ended before their worker connected") != std::string::npos);
+  CHECK(st.paused.find("scale() or adapt() resumes") != std::string::npos);
+  CHECK(st.paused.find("prologue: module gcc/99 not found") != std::string::npos);
+  CHECK(st.paused.find("FAILED (exit code 3:0)") != std::string::npos);
+  // The user scales again: the pool tries at once.
+  s.pool.scale(2);
+  s.step(300.2);
+  REQUIRE(s.submissions.size() == 5);
+  CHECK(s.submissions.back().second == 2);
+  CHECK(s.pool.status(0, at(300.2)).paused.empty());
+}
+
+TEST_CASE("Pool.CrashLoop.AWorkerThatStaysEndsIt") {
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  for (auto& [id, j] : s.jobs) j = {id, State::ended, "FAILED", "exit code 1:0"};
+  s.step(1.0);  // both crashed: back off, then one job at a time
+  CHECK(s.pool.crashes() == 2);
+  s.step(3.0);
+  CHECK(s.submissions.size() == 1);
+  s.step(6.1);  // 5 s after the crashes: one probe
+  REQUIRE(s.submissions.size() == 2);
+  CHECK(s.submissions[1].second == 1);
+  s.run_all();
+  const std::vector<PoolWorker> probe = {{1, "job2", false, at(7), false}};
+  s.step(7.2, 0, -1, probe);  // its worker connected
+  s.step(10.0, 0, -1, probe);
+  CHECK(s.submissions.size() == 2);  // not before the probe proved itself
+  CHECK(s.pool.crashes() == 2);
+  s.step(17.3, 0, -1, probe);  // connected for 10 s: the jobs start fine, the rest goes
+  CHECK(s.pool.crashes() == 0);
+  REQUIRE(s.submissions.size() == 3);
+  CHECK(s.submissions[2].second == 1);
+}
+
+TEST_CASE("Pool.CrashLoop.AWorkerKilledByItsTaskIsNoCrash") {
+  // A poison task kills the worker that runs it a second after it connected: that is the
+  // task's business (allowed failures), not a broken job; a worker that dies as soon as it
+  // connects, before it had anything to do, is a crash.
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  s.run_all();
+  const std::vector<PoolWorker> both = {{1, "job0", true, at(1), false}, {2, "job1", true, at(1), false}};
+  s.step(1.0, 0, -1, both);  // connected, idle
+  s.set("job0", State::ended, "FAILED", "exit code 0:6");
+  s.set("job1", State::ended, "FAILED", "exit code 0:6");
+  s.step(2.0, 0, -1, both);                  // poll: both ended 1 s after connecting
+  s.pool.worker_left(at(2.1), "job0", true);  // job0's worker had a task when it died
+  s.pool.worker_left(at(2.1), "job1", false);
+  s.step(2.2);
+  CHECK(s.pool.crashes() == 1);  // job1 only
+  CHECK(s.pool.failed_jobs().size() == 2);  // both failures are shown
+}
+
+TEST_CASE("Pool.Stalled.SuspendedAndHeldJobsStopCountingAfterATimeout") {
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  s.set("job0", State::pending, "SUSPENDED", "");
+  s.set("job1", State::pending, "PENDING", "JobHeldUser");
+  s.step(1.0);  // poll: one suspended, one held
+  CHECK(s.pool.job_suspended("job0"));
+  CHECK_FALSE(s.pool.job_suspended("job1"));
+  CHECK(s.pool.status(0, at(1)).stalled == 2);
+  s.step(50);
+  CHECK(s.submissions.size() == 1);  // for a while they still count
+  s.step(61.2);
+  REQUIRE(s.submissions.size() == 2);  // then two replacements
+  CHECK(s.submissions[1].second == 2);
+  // The scheduler let job0's silent worker go: a suspended job holds its node for nothing.
+  Sim t;
+  t.pool.scale(1);
+  t.step(0);
+  t.set("job0", State::pending, "SUSPENDED", "");
+  t.step(1.0);
+  t.pool.worker_left(at(11), "job0");
+  CHECK(t.step(12.1).cancel == std::vector<std::string>{"job0"});
+  // Released and resumed: they count again, and the pool is two over its target.
+  s.set("job0", State::running, "RUNNING");
+  s.set("job1", State::pending, "PENDING", "Priority");
+  s.step(62.5);
+  CHECK_FALSE(s.pool.job_suspended("job0"));
+  CHECK(s.pool.status(0, at(62.5)).stalled == 0);
+  s.step(62.7);
+  s.step(64.0);
+  REQUIRE(s.cancels.size() == 1);
+  CHECK(s.cancels[0].size() == 2);  // pending ones go first
+}
+
+TEST_CASE("CommandRunner.WorkOffTheThreadAnswersOnDrain") {
+  CommandRunner runner(2);
+  const auto caller = std::this_thread::get_id();
+  std::vector<std::thread::id> answers;
+  runner.post([&answers]() -> CommandRunner::Continuation {
+    const auto worked_on = std::this_thread::get_id();
+    return [worked_on, &answers] { answers.push_back(worked_on); };
+  });
+  pollfd pfd{runner.wake_fd(), POLLIN, 0};
+  REQUIRE(::poll(&pfd, 1, 5000) == 1);  // the loop would wake here
+  CHECK(answers.empty());  // nothing runs on the caller's thread before drain()
+  CHECK(runner.drain() == 1);
+  REQUIRE(answers.size() == 1);
+  CHECK(answers[0] != caller);  // the work ran on a thread of the runner
+  CHECK(::poll(&pfd, 1, 0) == 0);  // drained
+  // A command with its own timeout.
+  const auto r = CommandRunner::run({"sleep", "5"}, 0.3);
+  CHECK(r.timed_out);
+  CHECK(r.wall_time_s < 3);
+}
+
+TEST_CASE("Pool.Shell.AnswersComeLaterAndTheScaleReplyWaitsForThem") {
+  CommandRunner runner(1);
+  FakeJobQueue::State s;
+  s.hold = true;  // the batch system answers only when the test says so
+  Pool pool(policy(), std::make_unique<FakeJobQueue>(s));
+  pool.attach(runner);
+  // Nothing to submit: settled at once.
+  std::string settled = "unset";
+  pool.when_settled([&](const std::string& e) { settled = e; });
+  CHECK(settled.empty());
+  pool.scale(3);
+  const auto now = Clock::now();
+  CHECK(pool.step(now, 0, -1, {}).empty());
+  CHECK(s.submissions == std::vector<std::size_t>{3});
+  settled = "unset";
+  pool.when_settled([&](const std::string& e) { settled = e; });
+  runner.drain();
+  CHECK(settled == "unset");  // sbatch has not answered: the reply waits (the loop does not)
+  (void)pool.step(now + 300ms, 0, -1, {});
+  CHECK(s.submissions.size() == 1);
+  s.release();
+  CHECK(runner.wait_idle(5s));
+  CHECK(settled.empty());
+  CHECK(pool.jobs().size() == 3);
+  // A refusal reaches whoever waits for it.
+  s.refuse = "sbatch: error: Invalid account or account/partition combination specified";
+  pool.scale(5);
+  (void)pool.step(now + 600ms, 0, -1, {});
+  REQUIRE(s.submissions.size() == 2);
+  CHECK(s.submissions[1] == 2);
+  settled = "unset";
+  pool.when_settled([&](const std::string& e) { settled = e; });
+  s.release();
+  CHECK(runner.wait_idle(5s));
+  CHECK(settled.find("Invalid account") != std::string::npos);
+  // One poll at a time: the next comes only after the last answered; one that comes due while
+  // one is under way is skipped.
+  CHECK(s.polls == 1);  // started with the refused submission, answered with it
+  (void)pool.step(now + 1500ms, 0, -1, {});
+  CHECK(s.polls == 1);  // not due yet
+  (void)pool.step(now + 3000ms, 0, -1, {});
+  (void)pool.step(now + 6000ms, 0, -1, {});
+  CHECK(s.polls == 2);
+  s.release();
+  CHECK(runner.wait_idle(5s));
+  (void)pool.step(now + 7000ms, 0, -1, {});
+  CHECK(s.polls == 3);
 }
