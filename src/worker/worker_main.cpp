@@ -7,6 +7,7 @@
 
 #include "worker/worker_main.hpp"
 #include "common/logging.hpp"
+#include "common/security.hpp"
 #include "task/log_capture.hpp"
 #include "worker/worker.hpp"
 
@@ -29,8 +30,10 @@ int worker_main(const std::vector<std::string>& args) {
   app.add_option("--memory-limit", memory_limit,
                  "resident memory at which the running task fails and the worker leaves, e.g. 4G "
                  "(default: 95% of Slurm's job memory, else none)");
+  if (const char* h = std::getenv("HERD_LISTEN_HOST")) options.listen_host = h;
   app.add_option("--listen-host", options.listen_host,
-                 "interface for the data port (default: loopback for a local scheduler, else all)");
+                 "address the data port (and gang rings) bind to (default: $HERD_LISTEN_HOST, else loopback "
+                 "for a local scheduler, else all; required with HERD_AUTH=off)");
   app.footer("Environment:\n" + Config::describe());
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -84,6 +87,8 @@ int worker_main(const std::vector<std::string>& args) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGUSR2, &sa, nullptr);
   try {
+    security::check_auth_off("herd worker", options.listen_host,
+                             "herd worker --listen-host ADDRESS, or HERD_LISTEN_HOST in the worker's environment");
     return worker::run_worker(std::move(options));
   } catch (const std::exception& e) {
     task::LogBook::instance().stop_capture();
