@@ -17,6 +17,7 @@
 
 #include "common/logging.hpp"
 #include "herd/collective.hpp"
+#include "common/security.hpp"
 #include "scheduler/scheduler.hpp"
 
 namespace herd::scheduler {
@@ -24,15 +25,6 @@ namespace herd::scheduler {
 using protocol::MessageType;
 
 namespace {
-
-std::string random_token() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(gen()),
-                static_cast<unsigned long long>(gen()));
-  return buf;
-}
 
 bool fits(const std::map<std::string, double>& have, const std::map<std::string, double>& need) {
   for (const auto& [r, amount] : need) {
@@ -324,7 +316,7 @@ void Scheduler::gang_join(WorkerRec& w, const protocol::GangJoinRequest& req) {
     }
   }
   ready.backend = static_cast<std::uint8_t>(all_gpu ? CollectiveBackend::nccl : CollectiveBackend::cpu_ring);
-  ready.token = random_token();
+  ready.token = security::random_hex(32);  // the ring's key comes from it: 256 bits from the kernel
   for (const auto& j : g->joins) ready.ring_addresses.push_back(j.ring_address);
   if (all_gpu) ready.nccl_id = g->joins[0].nccl_id;
   ready.error = refuse;
