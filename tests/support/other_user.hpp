@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -39,19 +38,27 @@ inline OtherUser other_user() {
   throw std::runtime_error("cannot create the test user herd-other (useradd; the tests need root)");
 }
 
-/// The probe, copied once into a directory the other user can read and run from.
+/// The probe, copied once into a directory the other user can read and run from (removed
+/// when the test process exits).
 inline std::string probe_path() {
-  static std::once_flag once;
-  static std::string path;
-  std::call_once(once, [] {
-    char tmpl[] = "/tmp/herd-probe-XXXXXX";
-    if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-    ::chmod(tmpl, 0755);
-    path = std::string(tmpl) + "/herd_test_probe";
-    std::filesystem::copy_file(HERD_PROBE_PATH, path);
-    ::chmod(path.c_str(), 0755);
-  });
-  return path;
+  struct Copy {
+    std::string dir, path;
+    Copy() {
+      char tmpl[] = "/tmp/herd-probe-XXXXXX";
+      if (::mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+      ::chmod(tmpl, 0755);
+      dir = tmpl;
+      path = dir + "/herd_test_probe";
+      std::filesystem::copy_file(HERD_PROBE_PATH, path);
+      ::chmod(path.c_str(), 0755);
+    }
+    ~Copy() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  };
+  static const Copy copy;
+  return copy.path;
 }
 
 /// Starts the probe as the other user with `args`; its stdout and stderr go to the returned fd.
