@@ -159,8 +159,10 @@ void Scheduler::start_dashboard() {
     http_ = std::make_unique<HttpServer>(http);
     dashboard_url_ = http_->url();
     publish_dashboard();
-    HERD_LOG(info) << "dashboard at " << dashboard_url_ << " (JSON: api/status, Prometheus: metrics"
-                   << (options_.metrics_open ? ", open to all" : ", with the token") << ")";
+    // Not the token: log files may be read by others (herd status and the printed URL have it).
+    HERD_LOG(info) << "dashboard at " << dashboard_url_.substr(0, dashboard_url_.find('?'))
+                   << " (JSON: api/status, Prometheus: metrics" << (options_.metrics_open ? ", open to all" : "")
+                   << "; every page needs the token herd status shows)";
   } catch (const std::exception& e) {
     HERD_LOG(warning) << "no dashboard: " << e.what();
     http_.reset();
