@@ -12,7 +12,8 @@
 //             rank | size | flags | acceptor rank | cipher)
 // Each side proves it holds the token (which only the gang's members got, over the scheduler's
 // CURVE link) for this connection's fresh nonces before anything else moves: a stray learns a
-// random nonce and is dropped at its first wrong byte; a replayed hello fails on the new nonce.
+// random nonce and is dropped at its first wrong byte of the magic, at a hello without the proof,
+// or after kHandshakeTimeout; a replayed hello fails on the new nonce.
 // The acceptor handles every pending connection at once (non-blocking, a deadline each, a large
 // backlog, a random one dropped when too many pile up), so junk cannot keep a gang from forming.
 // Encryption (on unless HERD_AUTH=off on both ends; the acceptor picks the cipher) uses the
