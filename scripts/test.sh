@@ -1,16 +1,37 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what is missing, builds with warnings as errors, starts the
 # project's one-machine Slurm (scripts/local-slurm.sh), runs every test against it (labels:
-# unit, multiprocess, slurm, examples, install, bench), stops Slurm, prints ctest's summary.
+# unit, multiprocess, slurm, examples, install, bench), stops Slurm; then starts the multi-node
+# test bed (local-slurm.sh start --nodes 3: a login host and 3 compute hosts in network
+# namespaces), runs the multinode tests on its login host, stops it. Prints ctest's summaries;
+# the exit code is non-zero if either run failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$(pwd)"
+slurm="$root/scripts/local-slurm.sh"
 export HERD_CMAKE_ARGS="-DHERD_WERROR=ON ${HERD_CMAKE_ARGS:-}"
 scripts/setup.sh
 
-scripts/local-slurm.sh start
-trap 'scripts/local-slurm.sh stop >/dev/null 2>&1 || true' EXIT
-eval "$(scripts/local-slurm.sh env)"
+# Absolute paths: the trap runs wherever the script happens to be when it exits.
+trap '"$slurm" stop >/dev/null 2>&1 || true; "$slurm" stop --multi >/dev/null 2>&1 || true' EXIT
+"$slurm" start
+eval "$("$slurm" env)"
 export HERD_REQUIRE_SLURM=1   # a Slurm test that cannot reach Slurm fails instead of skipping
 
 cd "${BUILD_DIR:-build}"
-ctest --output-on-failure -j 2 --timeout 600
+rc=0
+ctest --output-on-failure -j 2 --timeout 600 -LE multinode || rc=$?
+"$slurm" stop >/dev/null 2>&1 || true   # its CPU and memory are the bed's now
+
+multi_rc=0
+if "$slurm" start --nodes 3; then
+  ctest --output-on-failure --timeout 600 -L multinode || multi_rc=$?
+else
+  echo "test.sh: the multi-node test bed did not start; the multinode tests did not run" >&2
+  multi_rc=1
+fi
+"$slurm" stop --multi >/dev/null 2>&1 || true
+if ((rc != 0 || multi_rc != 0)); then
+  echo "test.sh: FAILED (suite on the one-machine Slurm: exit $rc; multinode: exit $multi_rc)" >&2
+  exit 1
+fi

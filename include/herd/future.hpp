@@ -62,7 +62,8 @@ class Future {
   /// Cancels the task if it has not finished; result() then throws CancelledError.
   void cancel() const { detail::future_cancel(checked()); }
 
-  /// "pending", "finished", "error", "cancelled" or "lost".
+  /// "pending", "finished", "error", "cancelled" or "lost"; while no connected worker can run
+  /// the task, "no-worker: " and the reason (e.g. "no connected worker offers {gpu: 1}").
   std::string status() const { return detail::future_status(checked()); }
 
   /// The task's key, e.g. "add-1f".

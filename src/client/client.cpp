@@ -20,6 +20,7 @@
 #include "common/roles.hpp"
 #include "common/status_view.hpp"
 #include "common/config.hpp"
+#include "common/data_port.hpp"
 #include "common/logging.hpp"
 #include "herd/client.hpp"
 #include "common/security.hpp"
@@ -38,15 +39,6 @@ std::string hostname() {
   return host;
 }
 
-class MessagePayload : public Payload {
- public:
-  explicit MessagePayload(zmq::message_t m) : m_(std::move(m)) {}
-  const char* data() const override { return static_cast<const char*>(m_.data()); }
-  std::size_t size() const override { return m_.size(); }
-
- private:
-  zmq::message_t m_;
-};
 
 class VectorPayload : public Payload {
  public:
@@ -104,8 +96,10 @@ class ClientCore {
   void lose_all_locked(const std::string& reason);
   void io_loop();
   void handle_scheduler(protocol::Received& msg);
-  void handle_data(const std::string& address, protocol::Received& msg);
-  zmq::socket_t& data_socket(const std::string& address);
+  /// The DataClient's events: results that arrived, moved, or could not be fetched.
+  void on_fetched(TaskId id, data::PayloadPtr bytes);
+  void on_not_there(const std::string& address, TaskId id);
+  void on_fetch_failed(const std::string& address, const std::vector<TaskId>& ids, const std::string& why);
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -149,9 +143,7 @@ class ClientCore {
   zmq::context_t context_{1};
   security::Auth auth_ = security::Auth::for_client();
   zmq::socket_t sched_;
-  std::map<std::string, zmq::socket_t> data_sockets_;
-  std::unordered_map<std::uint64_t, std::vector<TaskId>> fetch_requests_;
-  std::uint64_t next_request_ = 1;
+  std::unique_ptr<data::DataClient> fetcher_;  // gathers from workers' data ports (I/O thread)
   int wake_fd_ = -1;
   std::uint64_t client_index_ = 0;
   std::atomic<std::uint64_t> next_seq_{1};
@@ -221,6 +213,7 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   }
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw Error("eventfd failed");
+  fetcher_ = std::make_unique<data::DataClient>(context_, auth_, std::chrono::milliseconds(config_.timeout_ms));
   io_ = std::thread([this] { io_loop(); });
 }
 
@@ -285,32 +278,20 @@ void ClientCore::lose_all_locked(const std::string& reason) {
   cv_.notify_all();
 }
 
-zmq::socket_t& ClientCore::data_socket(const std::string& address) {
-  auto it = data_sockets_.find(address);
-  if (it == data_sockets_.end()) {
-    zmq::socket_t s(context_, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::linger, 0);
-    s.set(zmq::sockopt::rcvhwm, 0);
-    auth_.client(s);
-    s.connect(address);
-    it = data_sockets_.emplace(address, std::move(s)).first;
-  }
-  return it->second;
-}
-
 void ClientCore::io_loop() {
   using Clock = std::chrono::steady_clock;
   auto last_heard = Clock::now();
   auto last_beat = Clock::now();
   std::vector<zmq::pollitem_t> items;
-  std::vector<std::string> item_addresses;
+  data::DataEvents events;
+  events.found = [this](const std::string&, TaskId id, data::PayloadPtr bytes) { on_fetched(id, std::move(bytes)); };
+  events.missing = [this](const std::string& address, TaskId id) { on_not_there(address, id); };
+  events.failed = [this](const std::string& address, const std::vector<TaskId>& ids, const std::string& why) {
+    on_fetch_failed(address, ids, why);
+  };
   while (!stop_.load()) {
     items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
-    item_addresses.clear();
-    for (auto& [address, s] : data_sockets_) {
-      items.push_back({static_cast<void*>(s), 0, ZMQ_POLLIN, 0});
-      item_addresses.push_back(address);
-    }
+    const std::size_t first_peer = fetcher_->add_poll_items(items);
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(config_.heartbeat_ms));
     } catch (const zmq::error_t& e) {
@@ -368,12 +349,7 @@ void ClientCore::io_loop() {
       protocol::send(sched_, "", MessageType::status_request, protocol::encode(req));
     }
     for (const auto& req : logs) protocol::send(sched_, "", MessageType::logs_request, protocol::encode(req));
-    for (auto& [address, ids] : fetches) {
-      const std::uint64_t rid = next_request_++;
-      protocol::send(data_socket(address), "", MessageType::get_data_request,
-                     protocol::encode(protocol::GetDataRequest{rid, ids}));
-      fetch_requests_[rid] = std::move(ids);
-    }
+    for (auto& [address, ids] : fetches) fetcher_->request(address, std::move(ids), Clock::now());
     // Only when poll saw it: an empty non-blocking receive still costs libzmq a poll(2) and a
     // getpid(2), on the round trip's path when the eventfd woke us (bench/README.md).
     while ((items[0].revents & ZMQ_POLLIN) != 0) {
@@ -382,12 +358,9 @@ void ClientCore::io_loop() {
       last_heard = Clock::now();
       handle_scheduler(*msg);
     }
-    for (std::size_t i = 0; i < item_addresses.size(); ++i) {
-      if ((items[2 + i].revents & ZMQ_POLLIN) == 0) continue;
-      auto& s = data_sockets_.at(item_addresses[i]);
-      while (auto msg = protocol::try_receive(s, false)) handle_data(item_addresses[i], *msg);
-    }
     const auto now = Clock::now();
+    fetcher_->receive(items, first_peer, events, now);
+    fetcher_->expire(now, events);
     {
       std::lock_guard lock(mu_);
       if (!lost_reason_.empty()) break;
@@ -431,8 +404,16 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
         FutureState& s = *it->second;
         if (s.status == Status::cancelled) continue;
         const auto st = static_cast<protocol::TaskState>(u.state);
+        if (st == protocol::TaskState::no_worker || st == protocol::TaskState::processing) {
+          // Not final: no connected worker can run it now (why), or it runs again after that.
+          if (s.status != Status::pending) continue;
+          if (st == protocol::TaskState::no_worker) s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
+          else s.error.reset();
+          continue;
+        }
         if (st == protocol::TaskState::memory) {
           s.status = Status::finished;
+          s.error.reset();
           if (!u.inline_data.empty()) s.data = std::make_shared<VectorPayload>(std::move(u.inline_data));
           if (u.location >= 0 && static_cast<std::size_t>(u.location) < ev.addresses.size()) {
             s.location = locations[static_cast<std::size_t>(u.location)];
@@ -504,31 +485,38 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
   if (!error.empty()) HERD_LOG(warning) << "bad message from the scheduler: " << error;
 }
 
-void ClientCore::handle_data(const std::string& address, protocol::Received& msg) {
-  std::string error;
-  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
-  protocol::GetDataReply reply;
-  if (!type || *type != MessageType::get_data_reply || !protocol::decode(msg.frames[1], reply, error) ||
-      msg.frames.size() != 2 + reply.found.size()) {
-    HERD_LOG(warning) << "bad data reply from " << address << ": " << error;
-    return;
-  }
-  fetch_requests_.erase(reply.request_id);
+void ClientCore::on_fetched(TaskId id, data::PayloadPtr bytes) {
   std::lock_guard lock(mu_);
-  for (std::size_t i = 0; i < reply.found.size(); ++i) {
-    auto it = states_.find(reply.found[i]);
-    if (it == states_.end()) continue;
-    it->second->data = std::make_shared<MessagePayload>(std::move(msg.frames[2 + i]));
-    it->second->fetching = false;
-  }
-  for (TaskId id : reply.missing) {
+  auto it = states_.find(id);
+  if (it == states_.end()) return;
+  it->second->data = std::move(bytes);
+  it->second->fetching = false;
+  cv_.notify_all();
+}
+
+void ClientCore::on_not_there(const std::string& address, TaskId id) {
+  std::lock_guard lock(mu_);
+  auto it = states_.find(id);
+  if (it == states_.end()) return;
+  // The holder lost it (or is being replaced): wait for the scheduler's next word on it.
+  HERD_LOG(info) << "result " << it->second->key() << " is no longer at " << address;
+  it->second->fetching = false;
+  it->second->location = 0;
+  it->second->status = Status::pending;
+  cv_.notify_all();
+}
+
+void ClientCore::on_fetch_failed(const std::string& address, const std::vector<TaskId>& ids, const std::string& why) {
+  std::lock_guard lock(mu_);
+  for (TaskId id : ids) {
     auto it = states_.find(id);
     if (it == states_.end()) continue;
-    // The holder lost it (or is being replaced): wait for the scheduler's next word on it.
-    HERD_LOG(info) << "result " << it->second->key() << " is no longer at " << address;
-    it->second->fetching = false;
-    it->second->location = 0;
-    it->second->status = Status::pending;
+    FutureState& s = *it->second;
+    s.fetching = false;
+    s.status = Status::erred;
+    s.error = std::make_unique<protocol::ErrorInfo>(protocol::ErrorInfo{
+        "herd::ConnectionError", "its result could not be fetched from " + address + ": " + why, s.key(), ""});
+    finish_locked(s);
   }
   cv_.notify_all();
 }
@@ -621,7 +609,7 @@ const ClientCore* future_owner(const FutureState& s) { return s.core.get(); }
 std::string future_status(const FutureState& s) {
   std::lock_guard lock(s.core->mu_);
   switch (s.status) {
-    case Status::pending: return "pending";
+    case Status::pending: return s.error && s.error->type == "herd::NoWorker" ? "no-worker: " + s.error->message : "pending";
     case Status::finished: return "finished";
     case Status::erred: return "error";
     case Status::cancelled: return "cancelled";

@@ -27,3 +27,6 @@ HERD_CONFIG(task_output_bytes, std::uint32_t, 65536, "HERD_TASK_OUTPUT_BYTES",
             "how much of each task's captured output a worker keeps: the end of it (bytes)")
 HERD_CONFIG(task_output_tasks, std::uint32_t, 256, "HERD_TASK_OUTPUT_TASKS",
             "tasks whose captured output a worker keeps; the oldest finished go first")
+HERD_CONFIG(chunk_bytes, std::uint32_t, 4194304, "HERD_CHUNK_BYTES",
+            "results bigger than this travel as a stream of chunks of this size, so a transfer that "
+            "keeps moving is never cut by a deadline and is written straight into its buffer (bytes)")

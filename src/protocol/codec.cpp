@@ -18,37 +18,9 @@ zmq::message_t make_header(MessageType type) {
 namespace {
 // Every message type and its name: parse_header() accepts exactly these.
 constexpr std::pair<MessageType, const char*> kTypes[] = {
-    {MessageType::hello_request, "hello_request"},
-    {MessageType::heartbeat, "heartbeat"},
-    {MessageType::submit_tasks, "submit_tasks"},
-    {MessageType::release_keys, "release_keys"},
-    {MessageType::cancel_tasks, "cancel_tasks"},
-    {MessageType::scatter_data, "scatter_data"},
-    {MessageType::task_results, "task_results"},
-    {MessageType::goodbye, "goodbye"},
-    {MessageType::scale_pool, "scale_pool"},
-    {MessageType::retire_request, "retire_request"},
-    {MessageType::status_request, "status_request"},
-    {MessageType::status_reply, "status_reply"},
-    {MessageType::gang_join, "gang_join"},
-    {MessageType::gang_ready, "gang_ready"},
-    {MessageType::gang_abort, "gang_abort"},
-    {MessageType::logs_request, "logs_request"},
-    {MessageType::worker_logs_reply, "worker_logs_reply"},
-    {MessageType::logs_reply, "logs_reply"},
-    {MessageType::logs_fetch, "logs_fetch"},
-    {MessageType::scale_reply, "scale_reply"},
-    {MessageType::acquire_keys, "acquire_keys"},
-    {MessageType::hello_reply, "hello_reply"},
-    {MessageType::task_updates, "task_updates"},
-    {MessageType::cluster_state, "cluster_state"},
-    {MessageType::execute_tasks, "execute_tasks"},
-    {MessageType::free_keys, "free_keys"},
-    {MessageType::put_data, "put_data"},
-    {MessageType::shutdown, "shutdown"},
-    {MessageType::get_data_request, "get_data_request"},
-    {MessageType::get_data_reply, "get_data_reply"},
-    {MessageType::error, "error"},
+#define HERD_MESSAGE_NAME(name, number, body) {MessageType::name, #name},
+    HERD_MESSAGES(HERD_MESSAGE_NAME)
+#undef HERD_MESSAGE_NAME
 };
 }  // namespace
 

@@ -118,6 +118,13 @@ bool decode_each(const zmq::message_t& frame, F&& f, std::string& error, const U
 void send(zmq::socket_t& socket, const std::string& identity, MessageType type,
           zmq::message_t body, std::vector<zmq::message_t> payloads = {});
 
+/// Sends message T with its body; the body's type is checked against HERD_MESSAGES.
+template <MessageType T>
+void send(zmq::socket_t& socket, const std::string& identity, const BodyOf<T>& body,
+          std::vector<zmq::message_t> payloads = {}) {
+  send(socket, identity, T, encode(body), std::move(payloads));
+}
+
 /// One received multipart message, identity split off for ROUTER sockets.
 struct Received {
   std::string identity;
@@ -128,5 +135,16 @@ struct Received {
 std::optional<Received> try_receive(zmq::socket_t& socket, bool router);
 
 std::string to_string(MessageType type);
+
+/// Decodes the body (frame 1) of a received message as T's body; false with a reason when the
+/// message has no body or the body does not match.
+template <MessageType T>
+bool decode(const Received& msg, BodyOf<T>& out, std::string& error) {
+  if (msg.frames.size() < 2) {
+    error = to_string(T) + " without a body";
+    return false;
+  }
+  return decode(msg.frames[1], out, error);
+}
 
 }  // namespace herd::protocol

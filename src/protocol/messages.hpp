@@ -25,50 +25,59 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 2;
+inline constexpr std::uint8_t kProtocolVersion = 3;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
 /// Task ids are unique within a scheduler: (client index << 40) | per-client sequence number.
 using TaskId = std::uint64_t;
 
+// Every message: its type number, the body it carries (the struct below) and who sends it to
+// whom. The enum, the names parse_header() accepts and the body type of each message
+// (protocol::Body<type>, used by the typed send/decode in codec.hpp) all come from this list,
+// so the mapping lives in code, not in comments.
+#define HERD_MESSAGES(X)                                                                             \
+  /* client|worker -> scheduler */                                                                \
+  X(hello_request, 1, HelloRequest)                                                                \
+  X(heartbeat, 2, HeartbeatEvent)           /* both directions */                                  \
+  X(submit_tasks, 3, SubmitTasksRequest)    /* client -> scheduler (decode_each<TaskSpec>) */        \
+  X(release_keys, 4, KeysEvent)             /* client dropped its last future for these tasks */   \
+  X(cancel_tasks, 5, KeysEvent)             /* client -> scheduler; scheduler -> worker */         \
+  X(scatter_data, 6, ScatterRequest)        /* + 1 payload, client -> scheduler */                 \
+  X(task_results, 7, TaskResultsEvent)      /* worker -> scheduler */                              \
+  X(goodbye, 8, GoodbyeEvent)               /* peer is leaving on purpose */                       \
+  X(scale_pool, 9, ScalePoolRequest)        /* client -> scheduler */                              \
+  X(retire_request, 10, GoodbyeEvent)       /* worker asks to be retired (walltime, SIGTERM) */    \
+  X(status_request, 11, StatusRequest)      /* client -> scheduler */                              \
+  X(gang_join, 14, GangJoinRequest)         /* worker -> scheduler: a member wants the others */    \
+  X(logs_request, 15, LogsRequest)          /* client -> scheduler (`herd logs`) */                \
+  X(worker_logs_reply, 16, LogsReply)       /* worker -> scheduler (answers logs_fetch) */         \
+  /* scheduler -> client|worker */                                                                \
+  X(hello_reply, 20, HelloReply)                                                                   \
+  X(task_updates, 21, TaskUpdatesEvent)     /* scheduler -> client */                              \
+  X(cluster_state, 22, ClusterStateEvent)   /* scheduler -> client */                              \
+  X(execute_tasks, 23, ExecuteTasksEvent)   /* scheduler -> worker */                              \
+  X(free_keys, 24, KeysEvent)               /* scheduler -> worker: drop these results */          \
+  X(put_data, 25, PutDataEvent)             /* + 1 payload, scheduler -> worker (scatter) */       \
+  X(shutdown, 26, GoodbyeEvent)             /* scheduler -> worker|client: exit now */             \
+  X(scale_reply, 27, ScalePoolReply)        /* scheduler -> client */                              \
+  X(acquire_keys, 28, AcquireKeysEvent)     /* scheduler -> worker: copy these from holders */     \
+  X(status_reply, 29, StatusReply)          /* scheduler -> client */                              \
+  X(gang_ready, 32, GangReadyEvent)         /* scheduler -> worker: every member joined */         \
+  X(gang_abort, 33, GangAbortEvent)         /* scheduler -> worker: a member failed */             \
+  X(logs_reply, 34, LogsReply)              /* scheduler -> client */                              \
+  X(logs_fetch, 35, LogsRequest)            /* scheduler -> worker: your log / a task's output */  \
+  /* data port (worker ROUTER) <-> peers and clients */                                           \
+  X(get_data_request, 40, GetDataRequest)                                                          \
+  X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
+  X(data_chunk, 42, DataChunkEvent)         /* + 1 payload: a piece of a streamed result */        \
+  /* any direction */                                                                             \
+  X(error, 60, ErrorEvent)                  /* the peer refused a message; says why */
+
 enum class MessageType : std::uint8_t {
-  // client|worker -> scheduler
-  hello_request = 1,     // HelloRequest
-  heartbeat = 2,         // HeartbeatEvent (both directions)
-  submit_tasks = 3,      // SubmitTasksRequest            client -> scheduler
-  release_keys = 4,      // KeysEvent: the client dropped its last future for these tasks
-  cancel_tasks = 5,      // KeysEvent                     client -> scheduler
-  scatter_data = 6,      // ScatterRequest + 1 payload    client -> scheduler -> worker
-  task_results = 7,      // TaskResultsEvent              worker -> scheduler
-  goodbye = 8,           // GoodbyeEvent: peer is leaving on purpose
-  scale_pool = 9,        // ScalePoolRequest              client -> scheduler
-  retire_request = 10,   // GoodbyeEvent: worker asks to be retired (walltime, SIGTERM)
-  status_request = 11,   // StatusRequest                 client -> scheduler
-  gang_join = 14,        // GangJoinRequest               worker -> scheduler (a member's
-                         //   communicator wants the others' addresses)
-  logs_request = 15,     // LogsRequest                   client -> scheduler (`herd logs`)
-  worker_logs_reply = 16,  // LogsReply                   worker -> scheduler (answers logs_fetch)
-  // scheduler -> client|worker
-  hello_reply = 20,      // HelloReply
-  task_updates = 21,     // TaskUpdatesEvent              scheduler -> client
-  cluster_state = 22,    // ClusterStateEvent             scheduler -> client
-  execute_tasks = 23,    // ExecuteTasksEvent             scheduler -> worker
-  free_keys = 24,        // KeysEvent: drop these results scheduler -> worker
-  put_data = 25,         // PutDataEvent + 1 payload      scheduler -> worker (scatter)
-  shutdown = 26,         // GoodbyeEvent: exit now        scheduler -> worker|client
-  scale_reply = 27,      // ScalePoolReply                scheduler -> client
-  acquire_keys = 28,     // AcquireKeysEvent: copy these results from their holders
-  status_reply = 29,     // StatusReply                   scheduler -> client
-  gang_ready = 32,       // GangReadyEvent: every member joined  scheduler -> worker
-  gang_abort = 33,       // GangAbortEvent: a member failed      scheduler -> worker
-  logs_reply = 34,       // LogsReply                     scheduler -> client
-  logs_fetch = 35,       // LogsRequest: send your log / a task's output  scheduler -> worker
-  // data port (worker ROUTER) <-> peers and clients
-  get_data_request = 40, // GetDataRequest
-  get_data_reply = 41,   // GetDataReply + one payload per found key
-  // any direction
-  error = 60,            // ErrorEvent: the peer refused a message; says why
+#define HERD_MESSAGE_ENUM(name, number, body) name = number,
+  HERD_MESSAGES(HERD_MESSAGE_ENUM)
+#undef HERD_MESSAGE_ENUM
 };
 
 /// Role a peer declares in its hello.
@@ -82,6 +91,8 @@ enum class TaskState : std::uint8_t {
   memory = 3,      // result held by one or more workers
   erred = 4,       // failed; error recorded
   cancelled = 5,   // cancelled by the client before it finished
+  no_worker = 6,   // (update only, not final) ready, but no connected worker can run it now:
+                   //   TaskUpdate::error.message says why; a later update supersedes it
 };
 
 /// A GPU a worker may use.
@@ -183,6 +194,12 @@ struct ErrorInfo {
   MSGPACK_DEFINE(type, message, task, worker);
 };
 
+struct DepLocation {
+  TaskId id = 0;                       // an input of the task
+  std::vector<std::string> holders;    // data ports of the workers holding it
+  MSGPACK_DEFINE(id, holders);
+};
+
 struct TaskResult {
   TaskId id = 0;                // task
   bool ok = false;              // true: result stored on the worker; false: see error
@@ -192,7 +209,12 @@ struct TaskResult {
   std::uint64_t duration_us = 0;  // wall time of the function call
   bool missing_input = false;   // !ok because an input could not be fetched: not a task error
   bool handed_back = false;     // !ok because the worker gave it back unstarted: not an error
-  MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input, handed_back);
+  std::vector<DepLocation> unreachable;  // missing_input: inputs whose holders (these data
+                                         //   ports) did not answer; the holders are alive as far
+                                         //   as this worker knows, it could not reach them
+  std::vector<DepLocation> not_held;     // missing_input: holders that said they no longer have it
+  MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input, handed_back, unreachable,
+                 not_held);
 };
 
 /// Results up to this size travel with the completion notice, so the client's gather needs no
@@ -338,15 +360,12 @@ struct StatusReply {
   std::vector<PoolStatus> pools;            // every pool of the scheduler
   std::vector<JobStatus> jobs;              // every live job of every pool
   std::vector<TaskEvent> events;            // newest task runs (at most max_events), oldest first
+  std::map<std::string, std::uint64_t> no_worker;  // ready tasks no connected worker can run,
+                                                   //   by reason (e.g. "no connected worker offers {gpu: 1}")
   bool auth_off = false;                    // HERD_AUTH=off: no authentication, no encryption
   MSGPACK_DEFINE_MAP(request_id, scheduler_id, address, dashboard, now_ms, uptime_s, clients, workers,
-                     tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, auth_off);
-};
-
-struct DepLocation {
-  TaskId id = 0;                       // an input of the task
-  std::vector<std::string> holders;    // data ports of the workers holding it
-  MSGPACK_DEFINE(id, holders);
+                     tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, no_worker,
+                     auth_off);
 };
 
 struct AcquireKeysEvent {
@@ -391,11 +410,29 @@ struct GetDataRequest {
   MSGPACK_DEFINE(request_id, ids);
 };
 
+/// A result too big to travel as one frame: it follows as data_chunk messages.
+struct StreamedData {
+  TaskId id = 0;
+  std::uint64_t nbytes = 0;      // its whole size; chunks arrive in order, offsets 0..nbytes
+  MSGPACK_DEFINE(id, nbytes);
+};
+
 struct GetDataReply {
   std::uint64_t request_id = 0;  // from the request
   std::vector<TaskId> found;     // one payload frame follows per entry, in this order
   std::vector<TaskId> missing;   // not held by this worker
-  MSGPACK_DEFINE(request_id, found, missing);
+  std::vector<StreamedData> streamed;  // held, and sent as data_chunk messages after this reply
+  MSGPACK_DEFINE(request_id, found, missing, streamed);
+};
+
+/// One piece of a streamed result; its payload frame holds bytes [offset, offset + size).
+/// Pieces of one result come in order on one connection, so a receiver writes each straight
+/// into the result's final buffer, and a transfer that keeps moving is never cut short.
+struct DataChunkEvent {
+  std::uint64_t request_id = 0;  // the GetDataRequest it answers
+  TaskId id = 0;                 // the result
+  std::uint64_t offset = 0;      // where this piece goes
+  MSGPACK_DEFINE(request_id, id, offset);
 };
 
 /// Gang rendezvous: each member's communicator binds a ring listener and joins; when all
@@ -479,5 +516,18 @@ struct ErrorEvent {
   std::string message;  // e.g. "unknown message type 99"
   MSGPACK_DEFINE_MAP(message);
 };
+
+/// The body each message type carries: Body<MessageType::x>::type (from HERD_MESSAGES).
+template <MessageType T>
+struct Body;
+#define HERD_MESSAGE_BODY(name, number, body) \
+  template <>                                 \
+  struct Body<MessageType::name> {            \
+    using type = body;                        \
+  };
+HERD_MESSAGES(HERD_MESSAGE_BODY)
+#undef HERD_MESSAGE_BODY
+template <MessageType T>
+using BodyOf = typename Body<T>::type;
 
 }  // namespace herd::protocol

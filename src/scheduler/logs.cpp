@@ -24,14 +24,16 @@ constexpr std::size_t kDeparted = 256;      // departed workers remembered, for 
 constexpr std::uint32_t kMaxLines = 100000;  // per source
 }  // namespace
 
-void Scheduler::handle_logs_request(ClientRec& c, const protocol::LogsRequest& in) {
+void Scheduler::handle_logs_request(ClientId client, const protocol::LogsRequest& in) {
+  const std::string* client_identity = identity_of(Role::client, client);
+  if (client_identity == nullptr) return;
   protocol::LogsRequest req = in;
   req.lines = std::min(req.lines == 0 ? 100u : req.lines, kMaxLines);
   const auto kind = static_cast<LogsKind>(req.kind);
   const std::string& target = req.target;
   auto answer = [&](protocol::LogsReply r) {
     r.request_id = in.request_id;
-    protocol::send(socket_, c.identity, MessageType::logs_reply, protocol::encode(r));
+    protocol::send<MessageType::logs_reply>(socket_, *client_identity, r);
   };
   auto fail = [&](const std::string& why) {
     protocol::LogsReply r;
@@ -45,7 +47,7 @@ void Scheduler::handle_logs_request(ClientRec& c, const protocol::LogsRequest& i
     return nullptr;
   };
   LogsQuery q;
-  q.client = c.identity;
+  q.client = *client_identity;
   q.request = req;
   q.deadline = Clock::now() + kLogsTimeout;
   auto forward = [&](LogsKind as, const std::string& what, TaskId task) {
@@ -60,20 +62,21 @@ void Scheduler::handle_logs_request(ClientRec& c, const protocol::LogsRequest& i
     q.request.task = task;
     for (const auto& [wid, name] : q.waiting) {
       // A task dispatched this turn goes out first, so the worker knows it when asked about it.
-      WorkerRec& w = workers_.at(wid);
-      flush_worker(w);
-      protocol::send(socket_, w.identity, MessageType::logs_fetch, protocol::encode(fwd));
+      flush_worker(wid);
+      if (const std::string* identity = identity_of(Role::worker, wid)) {
+        protocol::send<MessageType::logs_fetch>(socket_, *identity, fwd);
+      }
     }
     logs_queries_.emplace(qid, std::move(q));
   };
 
   if (kind == LogsKind::worker || kind == LogsKind::any) {
     if (kind == LogsKind::worker && target.empty()) {
-      if (workers_.empty()) return fail("no worker is connected");
-      for (const auto& [wid, w] : workers_) q.waiting[wid] = w.name;
+      if (state_.workers().empty()) return fail("no worker is connected");
+      for (const auto& [wid, w] : state_.workers()) q.waiting[wid] = w.name;
       return forward(LogsKind::worker, "", 0);
     }
-    for (const auto& [wid, w] : workers_) {
+    for (const auto& [wid, w] : state_.workers()) {
       if (w.name == target) {
         q.waiting[wid] = w.name;
         return forward(LogsKind::worker, target, 0);
@@ -101,28 +104,29 @@ void Scheduler::handle_logs_request(ClientRec& c, const protocol::LogsRequest& i
     if (kind == LogsKind::job) return fail("no pool has a job '" + target + "' (live, or among its last ended)");
   }
   // A task: by the client's id, else by key.
-  const Task* t = req.task != 0 ? graph_.find(req.task) : nullptr;
+  const TaskGraph& graph = state_.graph();
+  const Task* t = req.task != 0 ? graph.find(req.task) : nullptr;
   if (t == nullptr && !target.empty()) {
-    for (const auto& [id, task] : graph_.tasks()) {
-      if (task.key == target) {
+    for (const auto& [id, task] : graph.tasks()) {
+      if (graph.key_of(task) == target) {
         t = &task;
         break;
       }
     }
   }
-  const std::string key = t != nullptr ? t->key : target;
+  const std::string key = t != nullptr ? graph.key_of(*t) : target;
   if (key.empty()) return fail("which task? (no key or id given)");
-  if (t != nullptr && (t->st() == TaskState::waiting || t->st() == TaskState::ready)) {
+  if (t != nullptr && (t->status == TaskStatus::waiting || t->status == TaskStatus::ready)) {
     return fail("task " + key + " has not started yet (" +
-                (t->st() == TaskState::waiting ? "waiting for its inputs" : "ready, waiting for a free worker") + ")");
+                (t->status == TaskStatus::waiting ? "waiting for its inputs" : "ready, waiting for a free worker") + ")");
   }
-  if (t != nullptr && t->st() == TaskState::processing) {
-    for (const auto& [wid, w] : workers_) {
+  if (t != nullptr && t->status == TaskStatus::processing) {
+    for (const auto& [wid, w] : state_.workers()) {
       if (w.processing.count(t->id)) q.waiting[wid] = w.name;
     }
   }
   if (q.waiting.empty()) {
-    for (const auto& [wid, w] : workers_) q.waiting[wid] = w.name;
+    for (const auto& [wid, w] : state_.workers()) q.waiting[wid] = w.name;
   }
   if (q.waiting.empty()) {
     return fail(kind == LogsKind::any && t == nullptr ? "no worker, job or task named '" + target + "'"
@@ -131,15 +135,10 @@ void Scheduler::handle_logs_request(ClientRec& c, const protocol::LogsRequest& i
   forward(LogsKind::task, key, t != nullptr ? t->id : 0);
 }
 
-void Scheduler::on_worker_logs_reply(WorkerRec& w, const zmq::message_t& body) {
-  protocol::LogsReply r;
-  std::string error;
-  if (!protocol::decode(body, r, error)) {
-    HERD_LOG(warning) << "bad logs reply from worker " << w.name << ": " << error;
-    return;
-  }
+void Scheduler::on_worker_logs_reply(WorkerId wid, const protocol::LogsReply& in) {
+  protocol::LogsReply r = in;
   auto it = logs_queries_.find(r.request_id);
-  if (it == logs_queries_.end() || it->second.waiting.erase(w.id) == 0) return;  // came too late
+  if (it == logs_queries_.end() || it->second.waiting.erase(wid) == 0) return;  // came too late
   LogsQuery& q = it->second;
   if (r.ok) {
     for (auto& s : r.sources) q.reply.sources.push_back(std::move(s));
@@ -149,13 +148,13 @@ void Scheduler::on_worker_logs_reply(WorkerRec& w, const zmq::message_t& body) {
   if (q.waiting.empty()) finish_logs_query(r.request_id);
 }
 
-void Scheduler::logs_worker_gone(const WorkerRec& w, const std::string& why) {
-  departed_.emplace_back(w.name, why);
+void Scheduler::logs_worker_gone(WorkerId id, const std::string& name, const std::string& why) {
+  departed_.emplace_back(name, why);
   if (departed_.size() > kDeparted) departed_.pop_front();
   std::vector<std::uint64_t> done;
   for (auto& [qid, q] : logs_queries_) {
-    if (q.waiting.erase(w.id) == 0) continue;
-    q.misses.push_back("worker " + w.name + " left before it answered (" + why + ")");
+    if (q.waiting.erase(id) == 0) continue;
+    q.misses.push_back("worker " + name + " left before it answered (" + why + ")");
     if (q.waiting.empty()) done.push_back(qid);
   }
   for (auto qid : done) finish_logs_query(qid);
@@ -202,10 +201,11 @@ void Scheduler::finish_logs_query(std::uint64_t id) {
     // Nobody holds it: say what the scheduler knows of the task.
     const std::string& key = q.request.target;
     std::string why = "no connected worker holds output of task " + key;
-    for (auto e = events_.rbegin(); e != events_.rend(); ++e) {
+    const auto& events = state_.counters().events;
+    for (auto e = events.rbegin(); e != events.rend(); ++e) {
       if (e->key != key) continue;
       bool connected = false;
-      for (const auto& [wid, w] : workers_) connected = connected || w.name == e->worker;
+      for (const auto& [wid, w] : state_.workers()) connected = connected || w.name == e->worker;
       if (!connected) {
         why = "task " + key + " ran on worker " + e->worker + ", which is gone";
         for (auto d = departed_.rbegin(); d != departed_.rend(); ++d) {
@@ -223,7 +223,7 @@ void Scheduler::finish_logs_query(std::uint64_t id) {
     }
     if (q.request.task == 0 && why.rfind("no connected", 0) == 0) {
       bool known = false;
-      for (const auto& e : events_) known = known || e.key == key;
+      for (const auto& e : events) known = known || e.key == key;
       if (!known) why = "no worker, job or task named '" + key + "' (or the task ran too long ago)";
     }
     for (const auto& miss : q.misses) {
@@ -237,7 +237,7 @@ void Scheduler::finish_logs_query(std::uint64_t id) {
     r.error = std::move(why);
   }
   try {
-    protocol::send(socket_, q.client, MessageType::logs_reply, protocol::encode(r));
+    protocol::send<MessageType::logs_reply>(socket_, q.client, r);
   } catch (const zmq::error_t&) {
     // The client is gone; nothing to tell.
   }

@@ -14,10 +14,15 @@
 namespace herd::scheduler {
 
 using protocol::MessageType;
-using protocol::Role;
 
 namespace {
 std::atomic<bool> g_stop{false};
+
+// A turn reads at most this many messages, and for at most this long, before it places tasks,
+// sends and looks at the clock: a client submitting a million tasks at once cannot starve the
+// heartbeats.
+constexpr int kMaxMessagesPerTurn = 10000;
+constexpr auto kMaxTurnReading = std::chrono::milliseconds(50);
 
 std::string random_id() {
   std::random_device rd;
@@ -26,13 +31,35 @@ std::string random_id() {
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(gen()));
   return buf;
 }
+
+StateOptions state_options(const SchedulerOptions& o) {
+  StateOptions s;
+  s.heartbeat_ms = o.config.heartbeat_ms;
+  s.timeout_ms = o.config.timeout_ms;
+  s.allowed_failures = o.config.allowed_failures;
+  s.queue_horizon_us = o.config.queue_horizon_us;
+  s.max_queue_per_slot = o.config.max_queue_per_slot;
+  s.retire_grace_s = o.retire_grace_s;
+  s.full_results = !o.journal.empty();
+#ifndef NDEBUG
+  s.validate = true;  // debug builds check every invariant after every event
+#endif
+  if (const char* v = std::getenv("HERD_VALIDATE_STATE"); v != nullptr && *v == '1') s.validate = true;
+  return s;
+}
 }  // namespace
 
 void Scheduler::request_stop() { g_stop.store(true); }
 
+Now Scheduler::now() {
+  return Now{Clock::now(), std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch())
+                               .count()};
+}
+
 Scheduler::Scheduler(SchedulerOptions options)
     : options_(std::move(options)), auth_(security::Auth::for_server(context_)),
-      socket_(context_, zmq::socket_type::router), scheduler_id_(random_id()) {
+      socket_(context_, zmq::socket_type::router), scheduler_id_(random_id()), state_(state_options(options_)) {
   auth_.server(socket_);
   if (!options_.journal.empty()) {
     journal_ = std::make_unique<Journal>(options_.journal);
@@ -67,7 +94,7 @@ std::string Scheduler::bind() {
 
 void Scheduler::add_pool(std::unique_ptr<Pool> pool) {
   pools_.push_back(std::move(pool));
-  cluster_changed_ = true;
+  state_.outbox().cluster_changed = true;
 }
 
 Pool* Scheduler::find_pool(const std::string& name) {
@@ -85,8 +112,8 @@ int Scheduler::run() {
   while (!g_stop.load()) {
     try {
       // With a dashboard, wake at least every 250 ms to see whether a request wants a snapshot.
-      const auto wait = std::chrono::milliseconds(http_ ? std::min<std::int64_t>(options_.config.heartbeat_ms, 250)
-                                                        : static_cast<std::int64_t>(options_.config.heartbeat_ms));
+      const auto wait = std::chrono::milliseconds(
+          http_ ? std::min<std::int64_t>(options_.config.heartbeat_ms, 250) : static_cast<std::int64_t>(options_.config.heartbeat_ms));
       zmq::poll(items.data(), items.size(), wait);
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
@@ -98,24 +125,45 @@ int Scheduler::run() {
         break;
       }
     }
-    // Drain what is queued, bounded so that the timers below still run under a flood.
-    for (int n = 0; n < 10000; ++n) {
+    // Drain what is queued, bounded by count and time so the timers below still run under a flood.
+    const auto turn_start = Clock::now();
+    Now t = now();
+    for (int n = 0; n < kMaxMessagesPerTurn; ++n) {
       auto msg = protocol::try_receive(socket_, true);
       if (!msg) break;
-      handle(*msg);
+      handle(*msg, t);
+      if ((n & 63) == 63) {
+        t = now();
+        if (t.mono - turn_start > kMaxTurnReading) break;
+      }
     }
-    schedule();
+    t = now();
+    state_.tick(t);
+    if (t.mono - last_pool_step_ >= std::chrono::milliseconds(200)) {
+      last_pool_step_ = t.mono;
+      try {
+        step_pools(t);
+      } catch (const std::exception&) {
+        // Already logged, and shown in the pool's status; the pool retries after a pause.
+      }
+    }
+    state_.schedule(t);
+    if (!pools_.empty() && t.mono - last_state_broadcast_ >= std::chrono::seconds(1)) {
+      state_.outbox().cluster_changed = true;
+    }
     flush();
-    tick();
+    if (!logs_queries_.empty()) expire_logs_queries();
+    if (http_ && http_->wanted() && t.mono - last_publish_ >= std::chrono::milliseconds(100)) {
+      last_publish_ = t.mono;
+      publish_dashboard();
+    }
   }
   // Tell everyone, then stop the workers we started.
-  for (auto& [id, w] : workers_) {
-    protocol::send(socket_, w.identity, MessageType::shutdown,
-                   protocol::encode(protocol::GoodbyeEvent{"scheduler is shutting down"}));
+  for (const auto& [id, identity] : worker_identity_) {
+    protocol::send<MessageType::shutdown>(socket_, identity, {"scheduler is shutting down"});
   }
-  for (auto& [idx, c] : clients_) {
-    protocol::send(socket_, c.identity, MessageType::shutdown,
-                   protocol::encode(protocol::GoodbyeEvent{"scheduler is shutting down"}));
+  for (const auto& [id, identity] : client_identity_) {
+    protocol::send<MessageType::shutdown>(socket_, identity, {"scheduler is shutting down"});
   }
   for (auto& p : pools_) p->close();  // no job of ours stays in the queue
   http_.reset();
@@ -124,12 +172,21 @@ int Scheduler::run() {
 
 void Scheduler::send_error(const std::string& identity, const std::string& message) {
   try {
-    protocol::send(socket_, identity, MessageType::error, protocol::encode(protocol::ErrorEvent{message}));
+    protocol::send<MessageType::error>(socket_, identity, {message});
   } catch (const zmq::error_t&) {
   }
 }
 
-void Scheduler::handle(protocol::Received& msg) {
+const std::string* Scheduler::identity_of(Role role, std::uint32_t id) const {
+  if (role == Role::worker) {
+    auto it = worker_identity_.find(id);
+    return it == worker_identity_.end() ? nullptr : &it->second;
+  }
+  auto it = client_identity_.find(id);
+  return it == client_identity_.end() ? nullptr : &it->second;
+}
+
+void Scheduler::handle(protocol::Received& msg, const Now& now) {
   std::string error;
   if (msg.frames.size() < 2) {
     drop_peer(msg.identity, "message with " + std::to_string(msg.frames.size()) + " frames");
@@ -143,277 +200,156 @@ void Scheduler::handle(protocol::Received& msg) {
   auto peer = peers_.find(msg.identity);
   if (peer == peers_.end()) {
     if (*type == MessageType::hello_request) {
-      handle_hello(msg.identity, msg.frames[1]);
+      handle_hello(msg.identity, msg, now);
     } else {
       // A worker declared lost (silent too long, retired) or a peer that skipped the hello:
       // its message is ignored, and it is told to leave rather than work for nobody.
       HERD_LOG(info) << "ignoring " << protocol::to_string(*type) << " from an unregistered peer";
-      protocol::send(socket_, msg.identity, MessageType::shutdown,
-                     protocol::encode(protocol::GoodbyeEvent{
-                         "not registered with this scheduler (declared lost, retired, or no hello)"}));
+      protocol::send<MessageType::shutdown>(socket_, msg.identity,
+                                            {"not registered with this scheduler (declared lost, retired, or no hello)"});
     }
     return;
   }
-  auto [role, index] = peer->second;
-  if (role == Role::worker) {
-    auto it = workers_.find(index);
-    if (it != workers_.end()) handle_worker(it->second, *type, msg);
-  } else {
-    auto it = clients_.find(index);
-    if (it != clients_.end()) handle_client(it->second, *type, msg);
-  }
+  const Peer p = peer->second;
+  if (p.role == Role::worker) handle_worker(p.id, *type, msg, now);
+  else handle_client(p.id, *type, msg, now);
 }
 
-void Scheduler::handle_hello(const std::string& identity, const zmq::message_t& body) {
+void Scheduler::handle_hello(const std::string& identity, protocol::Received& msg, const Now& now) {
   protocol::HelloRequest hello;
   std::string error;
   protocol::HelloReply reply;
   reply.heartbeat_ms = options_.config.heartbeat_ms;
   reply.timeout_ms = options_.config.timeout_ms;
   reply.scheduler_id = scheduler_id_;
-  if (!protocol::decode(body, hello, error)) {
+  if (!protocol::decode<MessageType::hello_request>(msg, hello, error)) {
     reply.error = "malformed hello: " + error;
   } else if (hello.protocol != protocol::kProtocolVersion) {
-    reply.error = "protocol version " + std::to_string(hello.protocol) +
-                  " is not supported by this scheduler (version " +
+    reply.error = "protocol version " + std::to_string(hello.protocol) + " is not supported by this scheduler (version " +
                   std::to_string(protocol::kProtocolVersion) + ")";
-  } else if (hello.role == static_cast<std::uint8_t>(Role::worker)) {
-    WorkerRec w;
-    w.id = next_worker_id_++;
-    w.identity = identity;
-    w.name = hello.name;
-    w.host = hello.host;
-    w.address = hello.data_address;
-    w.job_id = hello.job_id;
-    w.pool = hello.pool;
-    w.nthreads = std::max<std::uint32_t>(1, hello.nthreads);
-    w.resources = hello.resources;
-    w.end_time = hello.end_time;
-    w.gpus = hello.gpus;
-    w.memory_limit = hello.memory_limit;
-    w.last_seen = Clock::now();
-    w.idle_since = w.last_seen;
-    peers_[identity] = {Role::worker, w.id};
+  } else if (hello.role == static_cast<std::uint8_t>(protocol::Role::worker)) {
+    const WorkerId id = state_.add_worker(hello, now);
+    peers_[identity] = {Role::worker, id};
+    worker_identity_[id] = identity;
     reply.ok = true;
-    reply.peer_index = w.id;
-    HERD_LOG(info) << "worker " << w.name << " (" << w.address << ", " << w.nthreads
-                   << " threads) registered as #" << w.id;
-    workers_.emplace(w.id, std::move(w));
-    cluster_changed_ = true;
-    // Scatters that waited for a first worker.
-    auto backlog = std::move(scatter_backlog_);
-    scatter_backlog_.clear();
-    for (auto& [id, payload] : backlog) dispatch_scatter(id, std::move(payload));
-    // Tasks that no worker could fit may fit this one.
-    for (TaskId id : no_worker_) {
-      if (const Task* t = graph_.find(id); t && t->st() == TaskState::ready) {
-        ready_.push({t->priority, t->seq, id});
-      }
-    }
-    no_worker_.clear();
-  } else if (hello.role == static_cast<std::uint8_t>(Role::client)) {
-    ClientRec c;
-    c.index = next_client_index_++;
-    c.identity = identity;
-    c.name = hello.name;
-    c.last_seen = Clock::now();
-    peers_[identity] = {Role::client, c.index};
+    reply.peer_index = id;
+  } else if (hello.role == static_cast<std::uint8_t>(protocol::Role::client)) {
+    const ClientId id = state_.add_client(hello, now);
+    peers_[identity] = {Role::client, id};
+    client_identity_[id] = identity;
     reply.ok = true;
-    reply.peer_index = c.index;
-    HERD_LOG(info) << "client " << c.name << " connected as #" << c.index;
-    clients_.emplace(c.index, std::move(c));
-    cluster_changed_ = true;
+    reply.peer_index = id;
   } else {
     reply.error = "unknown role " + std::to_string(hello.role);
   }
   if (!reply.ok) HERD_LOG(warning) << "refused a hello: " << reply.error;
-  protocol::send(socket_, identity, MessageType::hello_reply, protocol::encode(reply));
+  protocol::send<MessageType::hello_reply>(socket_, identity, reply);
 }
 
-void Scheduler::handle_worker(WorkerRec& w, MessageType type, protocol::Received& msg) {
-  w.last_seen = Clock::now();
+void Scheduler::handle_worker(WorkerId id, MessageType type, protocol::Received& msg, const Now& now) {
+  state_.heard_from_worker(id, now);
   std::string error;
   switch (type) {
     case MessageType::heartbeat: {
       protocol::HeartbeatEvent hb;
-      if (protocol::decode(msg.frames[1], hb, error)) {
-        w.memory_rss = hb.memory_rss;
-        w.executing = hb.executing;
-      }
+      if (protocol::decode<MessageType::heartbeat>(msg, hb, error)) state_.heartbeat(id, hb, now);
       break;
     }
     case MessageType::task_results: {
       protocol::TaskResultsEvent ev;
-      if (!protocol::decode(msg.frames[1], ev, error)) break;
-      for (auto& r : ev.results) {
-        w.processing.erase(r.id);
-        if (gang_result(w, r)) continue;
-        if (!r.handed_back && !r.missing_input) record_run(graph_.find(r.id), w, r);
-        if (r.ok) {
-          const double us = static_cast<double>(r.duration_us);
-          if (const Task* t = graph_.find(r.id); t != nullptr && !t->scattered) {
-            avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
-          }
-          if (const Task* t = graph_.find(r.id); journal_ && t != nullptr && t->keyed && !t->scattered &&
-                                                 t->st() == TaskState::processing && r.nbytes == r.inline_data.size()) {
-            journal_->append(t->key, r.inline_data);
-          }
-          graph_.finished(r.id, w.id, r.nbytes, fx_);
-          if (const Task* t = graph_.find(r.id); t && t->in_memory()) {
-            w.has.insert(r.id);
-            if (!r.inline_data.empty() && t->wanted) inline_results_[r.id] = std::move(r.inline_data);
-          }
-        } else if (r.handed_back) {
-          graph_.requeue(r.id, fx_);  // unstarted task given back by a retiring worker
-        } else if (r.missing_input) {
-          graph_.input_missing(r.id, fx_);
-        } else {
-          r.error.worker = w.name;
-          graph_.failed(r.id, std::move(r.error), fx_);
-        }
-      }
-      if (w.processing.empty()) w.idle_since = Clock::now();
-      for (TaskId id : ev.acquired) {
-        graph_.add_holder(id, w.id);
-        if (const Task* t = graph_.find(id); t && t->in_memory()) w.has.insert(id);
-        else w.free_out.push_back(id);
-      }
-      apply(fx_);
+      if (protocol::decode<MessageType::task_results>(msg, ev, error)) state_.task_results(id, ev, now);
       break;
     }
     case MessageType::goodbye: {
       protocol::GoodbyeEvent bye;
-      (void)protocol::decode(msg.frames[1], bye, error);
-      // Acknowledged, so the worker knows everything it sent before arrived (it leaves with
-      // _exit, which flushes nothing).
-      protocol::send(socket_, w.identity, MessageType::shutdown, protocol::encode(protocol::GoodbyeEvent{"goodbye received"}));
-      // A worker that was draining leaves on purpose: its running tasks did nothing wrong.
-      worker_lost(w.id, "said goodbye: " + bye.reason, /*count_deaths=*/!w.retiring);
+      (void)protocol::decode<MessageType::goodbye>(msg, bye, error);
+      error.clear();  // leaving either way
+      state_.goodbye(id, bye.reason);
       return;
     }
     case MessageType::gang_join: {
       protocol::GangJoinRequest req;
-      if (protocol::decode(msg.frames[1], req, error)) gang_join(w, req);
+      if (protocol::decode<MessageType::gang_join>(msg, req, error)) state_.gang_join(id, req);
       break;
     }
-    case MessageType::worker_logs_reply:
-      on_worker_logs_reply(w, msg.frames[1]);  // src/scheduler/logs.cpp
+    case MessageType::worker_logs_reply: {
+      protocol::LogsReply reply;
+      if (protocol::decode<MessageType::worker_logs_reply>(msg, reply, error)) on_worker_logs_reply(id, reply);
       break;
+    }
     case MessageType::retire_request: {
       protocol::GoodbyeEvent why;
-      if (protocol::decode(msg.frames[1], why, error)) retire(w, why.reason);
+      if (protocol::decode<MessageType::retire_request>(msg, why, error)) state_.retire_request(id, why.reason, now);
       break;
     }
     default:
       error = "a worker may not send " + protocol::to_string(type);
   }
-  if (!error.empty()) drop_peer(w.identity, error);
+  if (!error.empty()) drop_peer(msg.identity, error);
 }
 
-void Scheduler::handle_client(ClientRec& c, MessageType type, protocol::Received& msg) {
-  c.last_seen = Clock::now();
+void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received& msg, const Now& now) {
+  state_.heard_from_client(id, now);
   std::string error;
   switch (type) {
     case MessageType::heartbeat:
       break;
     case MessageType::submit_tasks: {
       // A SubmitTasksRequest, read one TaskSpec at a time (no vector of specs to allocate).
-      (void)protocol::decode_each<protocol::TaskSpec>(msg.frames[1], [&](const protocol::TaskSpec& spec) {
-        if ((spec.id >> 40) != c.index) {
-          error = "task id " + std::to_string(spec.id) + " does not belong to this client";
-          return false;
-        }
-        graph_.add(spec, c.index, fx_);
-        if (spec.gang != 0) gang_member_added(spec);
-        // Finished before a restart: put the journaled result on a worker instead of running
-        // the task again (its recipe stays, for lineage).
-        if (journal_ && !spec.key.empty()) {
-          const Task* t = graph_.find(spec.id);
-          const std::vector<char>* done = journal_->find(spec.key);
-          if (done != nullptr && t != nullptr && (t->st() == TaskState::ready || t->st() == TaskState::waiting)) {
-            dispatch_scatter(spec.id, zmq::message_t(done->data(), done->size()));
-          }
-        }
-        return true;
-      }, error);
-      apply(fx_);
+      (void)protocol::decode_each<protocol::TaskSpec>(
+          msg.frames[1],
+          [&](const protocol::TaskSpec& spec) {
+            const std::vector<char>* done = journal_ && !spec.key.empty() ? journal_->find(spec.key) : nullptr;
+            return state_.submit(id, spec, done, error);
+          },
+          error);
       break;
     }
-    case MessageType::release_keys:
+    case MessageType::release_keys: {
+      protocol::KeysEvent ev;
+      if (protocol::decode<MessageType::release_keys>(msg, ev, error)) state_.release(id, ev.ids);
+      break;
+    }
     case MessageType::cancel_tasks: {
       protocol::KeysEvent ev;
-      if (!protocol::decode(msg.frames[1], ev, error)) break;
-      for (TaskId id : ev.ids) {
-        const Task* t = graph_.find(id);
-        if (t == nullptr || t->client != c.index) continue;
-        if (type == MessageType::release_keys) {
-          graph_.release(id, fx_);
-        } else if (t->gang != 0) {
-          cancel_gang(t->gang, "gang member " + t->key + " was cancelled");
-        } else {
-          graph_.cancel(id, fx_);
-        }
-      }
-      apply(fx_);
+      if (protocol::decode<MessageType::cancel_tasks>(msg, ev, error)) state_.cancel(id, ev.ids);
       break;
     }
     case MessageType::scatter_data: {
       protocol::ScatterRequest req;
-      if (!protocol::decode(msg.frames[1], req, error)) break;
+      if (!protocol::decode<MessageType::scatter_data>(msg, req, error)) break;
       if (msg.frames.size() != 3) {
         error = "scatter_data needs exactly one payload frame";
         break;
       }
-      if ((req.id >> 40) != c.index) {
-        error = "scatter id does not belong to this client";
-        break;
-      }
-      graph_.add_scattered(req.id, req.key, c.index);
-      dispatch_scatter(req.id, std::move(msg.frames[2]));
+      (void)state_.scatter(id, req, std::move(msg.frames[2]), error);
       break;
     }
     case MessageType::scale_pool: {
       protocol::ScalePoolRequest req;
-      if (protocol::decode(msg.frames[1], req, error)) handle_scale(c, req);
+      if (protocol::decode<MessageType::scale_pool>(msg, req, error)) handle_scale(id, req, now);
       break;
     }
     case MessageType::logs_request: {
       protocol::LogsRequest req;
-      if (protocol::decode(msg.frames[1], req, error)) handle_logs_request(c, req);  // logs.cpp
+      if (protocol::decode<MessageType::logs_request>(msg, req, error)) handle_logs_request(id, req);  // logs.cpp
       break;
     }
     case MessageType::status_request: {
       protocol::StatusRequest req;
-      if (!protocol::decode(msg.frames[1], req, error)) break;
+      if (!protocol::decode<MessageType::status_request>(msg, req, error)) break;
       protocol::StatusReply reply = status_snapshot(std::min<std::uint32_t>(req.max_events, 10000));
       reply.request_id = req.request_id;
-      protocol::send(socket_, c.identity, MessageType::status_reply, protocol::encode(reply));
+      protocol::send<MessageType::status_reply>(socket_, msg.identity, reply);
       break;
     }
     case MessageType::goodbye:
-      client_lost(c.index, "said goodbye");
+      state_.client_lost(id, "said goodbye");
       return;
     default:
       error = "a client may not send " + protocol::to_string(type);
   }
-  if (!error.empty()) drop_peer(c.identity, error);
-}
-
-void Scheduler::dispatch_scatter(TaskId id, zmq::message_t payload) {
-  WorkerRec* best = nullptr;
-  for (auto& [wid, w] : workers_) {
-    if (best == nullptr || w.has.size() < best->has.size()) best = &w;
-  }
-  if (best == nullptr) {
-    scatter_backlog_.emplace_back(id, std::move(payload));
-    return;
-  }
-  graph_.started(id, best->id);
-  best->processing.insert(id);  // so that losing the worker fails the scatter, not hangs it
-  std::vector<zmq::message_t> payloads;
-  payloads.push_back(std::move(payload));
-  protocol::send(socket_, best->identity, MessageType::put_data,
-                 protocol::encode(protocol::PutDataEvent{id}), std::move(payloads));
+  if (!error.empty()) drop_peer(msg.identity, error);
 }
 
 void Scheduler::drop_peer(const std::string& identity, const std::string& why) {
@@ -423,332 +359,88 @@ void Scheduler::drop_peer(const std::string& identity, const std::string& why) {
     send_error(identity, why);
     return;
   }
-  HERD_LOG(warning) << "dropping " << (it->second.first == Role::worker ? "worker" : "client")
-                    << " #" << it->second.second << ": " << why;
+  const Peer p = it->second;
+  HERD_LOG(warning) << "dropping " << (p.role == Role::worker ? "worker" : "client") << " #" << p.id << ": " << why;
   send_error(identity, why);
-  if (it->second.first == Role::worker) {
-    worker_lost(it->second.second, why);
-  } else {
-    client_lost(it->second.second, why);
-  }
-}
-
-void Scheduler::worker_lost(std::uint32_t id, const std::string& why, bool count_deaths) {
-  auto it = workers_.find(id);
-  if (it == workers_.end()) return;
-  WorkerRec w = std::move(it->second);
-  workers_.erase(it);
-  peers_.erase(w.identity);
-  if (count_deaths) {
-    HERD_LOG(warning) << "worker " << w.name << " lost (" << why << "); " << w.processing.size()
-                      << " tasks running, " << w.has.size() << " results held";
-  } else {
-    HERD_LOG(info) << "worker " << w.name << " left (" << why << ")";
-  }
-  // The job goes too when the pool let the worker go or the worker died in it. A worker that
-  // left on its own (drain signal, walltime, requeue) leaves its job alone: a requeued job's
-  // next incarnation must not be cancelled for its predecessor.
-  if (Pool* pool = find_pool(w.pool); pool != nullptr && !w.pool.empty() && !w.job_id.empty() &&
-                                      (w.retired_by_pool || !w.retiring)) {
-    pool->worker_left(w.job_id);
-  }
-  std::vector<TaskId> processing(w.processing.begin(), w.processing.end());
-  gang_worker_lost(w, processing);
-  std::vector<TaskId> held(w.has.begin(), w.has.end());
-  graph_.worker_lost(id, processing, held, options_.config.allowed_failures, fx_, count_deaths, w.name);
-  logs_worker_gone(w, why);  // pending `herd logs` requests stop waiting for it
-  // Clients must not keep pointing at this worker's data port.
-  for (auto& [idx, c] : clients_) c.address_index.erase(id);
-  apply(fx_);
-  cluster_changed_ = true;
-}
-
-void Scheduler::client_lost(std::uint32_t index, const std::string& why) {
-  auto it = clients_.find(index);
-  if (it == clients_.end()) return;
-  HERD_LOG(info) << "client #" << index << " gone (" << why << "); releasing its tasks";
-  peers_.erase(it->second.identity);
-  clients_.erase(it);
-  std::vector<TaskId> owned;
-  for (const auto& [id, t] : graph_.tasks()) {
-    if (t.client == index && t.wanted) owned.push_back(id);
-  }
-  for (TaskId id : owned) graph_.release(id, fx_);
-  apply(fx_);
-}
-
-void Scheduler::apply(Effects& fx) {
-  for (TaskId id : fx.ready) {
-    if (const Task* t = graph_.find(id)) ready_.push({t->priority, t->seq, id});
-  }
-  for (TaskId id : fx.notify) {
-    const Task* t = graph_.find(id);
-    if (t == nullptr) continue;
-    auto c = clients_.find(t->client);
-    if (c == clients_.end()) continue;
-    protocol::TaskUpdate u;
-    u.id = id;
-    u.state = t->state;
-    u.nbytes = t->nbytes;
-    if (t->in_memory() && !t->who_has.empty()) {
-      const std::uint32_t holder = t->who_has.front();
-      auto& idx = c->second.address_index;
-      auto found = idx.find(holder);
-      if (found == idx.end()) {
-        auto& addrs = c->second.out.addresses;
-        found = idx.emplace(holder, static_cast<std::int32_t>(addrs.size())).first;
-        addrs.push_back(workers_.at(holder).address);
-      }
-      u.location = found->second;
-      if (auto in = inline_results_.find(id); in != inline_results_.end()) {
-        u.inline_data = std::move(in->second);
-      }
-    }
-    if (t->error) u.error = *t->error;
-    c->second.out.updates.push_back(std::move(u));
-  }
-  for (auto [wid, id] : fx.free) {
-    if (auto w = workers_.find(wid); w != workers_.end()) {
-      w->second.has.erase(id);
-      w->second.free_out.push_back(id);
-    }
-  }
-  for (auto [wid, id] : fx.cancel) {
-    if (auto w = workers_.find(wid); w != workers_.end()) w->second.cancel_out.push_back(id);
-  }
-  inline_results_.clear();
-  fx.clear();
-}
-
-std::size_t Scheduler::capacity(const WorkerRec& w) const {
-  // Keep about queue_horizon_us of expected work queued beyond the free slots, so a worker
-  // never idles between batches, yet a slow worker does not hoard what others could run.
-  std::size_t extra_per_slot = 1;
-  if (avg_task_us_ >= 0) {
-    const double n = options_.config.queue_horizon_us / std::max(avg_task_us_, 1.0);
-    extra_per_slot = static_cast<std::size_t>(
-        std::clamp(n, 1.0, static_cast<double>(options_.config.max_queue_per_slot)));
-  }
-  return w.nthreads * (1 + extra_per_slot);
-}
-
-Scheduler::WorkerRec* Scheduler::pick_worker(const Task& t) {
-  WorkerRec* best = nullptr;
-  double best_score = 0;
-  const std::int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                                    std::chrono::system_clock::now().time_since_epoch()).count();
-  const bool suspect = t.deaths > 0 && t.gang == 0;
-  if (suspect) {
-    for (auto& [id, w] : workers_) {
-      if (w.reserved_for == t.id && !w.retiring) return w.processing.empty() ? &w : nullptr;
-    }
-  }
-  for (auto& [id, w] : workers_) {
-    if (w.retiring || w.processing.size() >= capacity(w)) continue;
-    if (isolated(w)) continue;
-    // Near its memory limit a worker takes nothing new until it is back under.
-    if (w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9) continue;
-    // A task that says how long it needs does not go to a worker whose job ends sooner.
-    if (t.duration_s > 0 && w.end_time > 0 && now_unix + t.duration_s > w.end_time) continue;
-    bool fits = true;
-    for (const auto& [r, amount] : t.resources) {
-      auto have = w.resources.find(r);
-      if (have == w.resources.end() || have->second < amount) fits = false;
-    }
-    if (!fits) continue;
-    // Lower is better: bytes of input to move, then load per slot.
-    double to_move = 0;
-    for (TaskId d : t.deps) {
-      if (!w.has.count(d)) {
-        if (const Task* dep = graph_.find(d)) to_move += static_cast<double>(dep->nbytes) + 1;
-      }
-    }
-    const double load = static_cast<double>(w.processing.size()) / w.nthreads;
-    const double score = to_move * 1e3 + load;
-    if (best == nullptr || score < best_score) {
-      best = &w;
-      best_score = score;
-    }
-  }
-  if (best != nullptr && suspect && !best->processing.empty()) {
-    // A suspect runs alone: the worker finishes what it has, takes nothing new, then runs it.
-    best->reserved_for = t.id;
-    return nullptr;
-  }
-  return best;
-}
-
-bool Scheduler::isolated(WorkerRec& w) {
-  if (w.suspect != 0 && w.processing.count(w.suspect) == 0) w.suspect = 0;
-  if (w.reserved_for != 0) {
-    const Task* t = graph_.find(w.reserved_for);
-    if (t == nullptr || t->st() != TaskState::ready) w.reserved_for = 0;
-  }
-  return w.suspect != 0 || w.reserved_for != 0;
-}
-
-void Scheduler::schedule() {
-  std::vector<ReadyItem> deferred;  // suspects waiting for a worker to drain
-  while (!ready_.empty()) {
-    const ReadyItem item = ready_.top();
-    Task* t = graph_.find(item.id);
-    if (t == nullptr || t->st() != TaskState::ready) {
-      ready_.pop();
-      continue;
-    }
-    if (t->gang != 0) {
-      const GangPlacement p = place_gang(*t);
-      if (p == GangPlacement::wait) break;  // it blocks what comes after it, or it would starve
-      ready_.pop();
-      if (p == GangPlacement::set_aside) no_worker_.push_back(t->id);
-      continue;
-    }
-    WorkerRec* w = pick_worker(*t);
-    if (w == nullptr && t->deaths > 0 &&
-        std::any_of(workers_.begin(), workers_.end(),
-                    [&](const auto& kv) { return kv.second.reserved_for == t->id; })) {
-      deferred.push_back(item);  // a worker drains for it; the others go on meanwhile
-      ready_.pop();
-      continue;
-    }
-    if (w == nullptr) {
-      // Full, or nobody could ever run it: set such a task aside so it does not block others.
-      bool anyone_fits = false;
-      for (const auto& [id, wr] : workers_) {
-        bool fits = true;
-        for (const auto& [r, amount] : t->resources) {
-          auto have = wr.resources.find(r);
-          if (have == wr.resources.end() || have->second < amount) fits = false;
-        }
-        anyone_fits = anyone_fits || fits;
-      }
-      if (anyone_fits || workers_.empty()) break;
-      ready_.pop();
-      no_worker_.push_back(t->id);
-      continue;
-    }
-    ready_.pop();
-    if (t->deaths > 0) {
-      w->suspect = t->id;
-      w->reserved_for = 0;
-    }
-    dispatch(*t, *w, {});
-  }
-  for (const ReadyItem& item : deferred) ready_.push(item);
-}
-
-void Scheduler::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
-  graph_.started(t.id, w.id);
-  w.processing.insert(t.id);
-  w.idle_since = Clock::time_point::max();
-  e.id = t.id;
-  e.function = t.function;
-  e.args = t.args;
-  e.refs = t.refs;
-  e.key = t.key;
-  e.resources = t.resources;
-  e.full_result = journal_ != nullptr && t.keyed;
-  for (TaskId d : t.deps) {
-    protocol::DepLocation loc;
-    loc.id = d;
-    if (const Task* dep = graph_.find(d)) {
-      for (std::uint32_t h : dep->who_has) {
-        if (auto hw = workers_.find(h); hw != workers_.end()) loc.holders.push_back(hw->second.address);
-      }
-    }
-    e.inputs.push_back(std::move(loc));
-  }
-  w.exec_out.push_back(std::move(e));
+  if (p.role == Role::worker) state_.worker_lost(p.id, why);
+  else state_.client_lost(p.id, why);
 }
 
 void Scheduler::flush() {
+  Outbox& out = state_.outbox();
   // Before the clients hear of this turn's results: a scheduler killed after telling a client
   // would otherwise recompute, after its restart, a task the client saw finish.
-  if (journal_) journal_->flush();
-  for (auto& [id, w] : workers_) flush_worker(w);
-  for (auto& [idx, c] : clients_) {
-    if (c.out.updates.empty()) continue;
-    protocol::send(socket_, c.identity, MessageType::task_updates, protocol::encode(c.out));
-    c.out.updates.clear();
-    c.out.addresses.clear();
-    c.address_index.clear();
+  if (journal_) {
+    for (const auto& [key, bytes] : out.journal) journal_->append(key, bytes);
+    journal_->flush();
   }
-  if (cluster_changed_) broadcast_cluster_state();
+  out.journal.clear();
+  for (auto& [id, w] : out.workers) flush_worker(id);
+  for (auto& [id, c] : out.clients) {
+    const std::string* identity = identity_of(Role::client, id);
+    if (identity == nullptr) continue;
+    if (!c.updates.updates.empty()) protocol::send<MessageType::task_updates>(socket_, *identity, c.updates);
+    if (c.heartbeat) protocol::send<MessageType::heartbeat>(socket_, *identity, {});
+    if (c.shutdown) protocol::send<MessageType::shutdown>(socket_, *identity, {*c.shutdown});
+  }
+  for (const Departure& d : out.departed) {
+    if (auto identity = worker_identity_.find(d.id); identity != worker_identity_.end()) {
+      peers_.erase(identity->second);
+      worker_identity_.erase(identity);
+    }
+    if (Pool* pool = find_pool(d.pool); pool != nullptr && !d.pool.empty() && !d.job_id.empty() && d.release_job) {
+      pool->worker_left(d.job_id);
+    }
+    logs_worker_gone(d.id, d.name, d.why);  // pending `herd logs` requests stop waiting for it
+  }
+  for (ClientId id : out.clients_departed) {
+    if (auto identity = client_identity_.find(id); identity != client_identity_.end()) {
+      peers_.erase(identity->second);
+      client_identity_.erase(identity);
+    }
+  }
+  if (out.cluster_changed) broadcast_cluster_state();
+  out.clear();
 }
 
-void Scheduler::flush_worker(WorkerRec& w) {
-  if (!w.exec_out.empty()) {
-    protocol::ExecuteTasksEvent ev;
-    ev.tasks.swap(w.exec_out);
-    protocol::send(socket_, w.identity, MessageType::execute_tasks, protocol::encode(ev));
+void Scheduler::flush_worker(WorkerId id) {
+  Outbox& outbox = state_.outbox();
+  auto it = outbox.workers.find(id);
+  if (it == outbox.workers.end()) return;
+  WorkerOut& w = it->second;
+  const std::string* identity = identity_of(Role::worker, id);
+  if (identity != nullptr) {
+    if (!w.free.empty()) protocol::send<MessageType::free_keys>(socket_, *identity, {std::move(w.free)});
+    for (auto& [tid, payload] : w.put) {
+      std::vector<zmq::message_t> payloads;
+      payloads.push_back(std::move(payload));
+      protocol::send<MessageType::put_data>(socket_, *identity, {tid}, std::move(payloads));
+    }
+    if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(socket_, *identity, {std::move(w.acquire)});
+    if (!w.execute.empty()) protocol::send<MessageType::execute_tasks>(socket_, *identity, {std::move(w.execute)});
+    if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(socket_, *identity, {std::move(w.cancel)});
+    for (const auto& ev : w.gang_ready) protocol::send<MessageType::gang_ready>(socket_, *identity, ev);
+    for (const auto& ev : w.gang_abort) protocol::send<MessageType::gang_abort>(socket_, *identity, ev);
+    if (w.heartbeat) protocol::send<MessageType::heartbeat>(socket_, *identity, {});
+    if (w.shutdown) protocol::send<MessageType::shutdown>(socket_, *identity, {*w.shutdown});
   }
-  if (!w.free_out.empty()) {
-    protocol::KeysEvent ev;
-    ev.ids.swap(w.free_out);
-    protocol::send(socket_, w.identity, MessageType::free_keys, protocol::encode(ev));
-  }
-  if (!w.cancel_out.empty()) {
-    protocol::KeysEvent ev;
-    ev.ids.swap(w.cancel_out);
-    protocol::send(socket_, w.identity, MessageType::cancel_tasks, protocol::encode(ev));
-  }
+  w = WorkerOut{};  // sent (the entry goes with the turn's outbox)
 }
 
 void Scheduler::broadcast_cluster_state() {
-  cluster_changed_ = false;
   last_state_broadcast_ = Clock::now();
   protocol::ClusterStateEvent ev;
-  ev.workers = static_cast<std::uint32_t>(workers_.size());
-  for (const auto& [id, w] : workers_) ev.threads += w.nthreads;
+  ev.workers = static_cast<std::uint32_t>(state_.workers().size());
+  for (const auto& [id, w] : state_.workers()) ev.threads += w.nthreads;
   for (const auto& p : pools_) {
     std::uint32_t connected = 0;
-    for (const auto& [id, w] : workers_) connected += (w.pool == p->name());
+    for (const auto& [id, w] : state_.workers()) connected += (w.pool == p->name());
     ev.pools.push_back(p->status(connected));
   }
-  for (auto& [idx, c] : clients_) {
-    protocol::send(socket_, c.identity, MessageType::cluster_state, protocol::encode(ev));
-  }
+  for (const auto& [id, identity] : client_identity_) protocol::send<MessageType::cluster_state>(socket_, identity, ev);
 }
 
-void Scheduler::tick() {
-  const auto now = Clock::now();
-  if (now - last_heartbeat_ >= std::chrono::milliseconds(options_.config.heartbeat_ms)) {
-    last_heartbeat_ = now;
-    const auto timeout = std::chrono::milliseconds(options_.config.timeout_ms);
-    std::vector<std::uint32_t> silent_workers, silent_clients;
-    for (auto& [id, w] : workers_) {
-      if (now - w.last_seen > timeout) silent_workers.push_back(id);
-      else protocol::send(socket_, w.identity, MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
-    }
-    for (auto& [idx, c] : clients_) {
-      if (now - c.last_seen > timeout) silent_clients.push_back(idx);
-      else protocol::send(socket_, c.identity, MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
-    }
-    for (auto id : silent_workers) worker_lost(id, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
-    for (auto idx : silent_clients) client_lost(idx, "no heartbeat for " + std::to_string(options_.config.timeout_ms) + " ms");
-  }
-  if (now - last_pool_step_ >= std::chrono::milliseconds(200)) {
-    last_pool_step_ = now;
-    try {
-      step_pools();
-    } catch (const std::exception& e) {
-      // Already logged, and shown in the pool's status; the pool retries after a pause.
-    }
-    progress_retirements();
-  }
-  if (!pools_.empty() && now - last_state_broadcast_ >= std::chrono::seconds(1)) cluster_changed_ = true;
-  if (!logs_queries_.empty()) expire_logs_queries();
-  if (http_ && http_->wanted() && now - last_publish_ >= std::chrono::milliseconds(100)) {
-    last_publish_ = now;
-    publish_dashboard();
-  }
-  // Worker losses and client losses may have made tasks ready.
-  schedule();
-  flush();
-}
-
-
-void Scheduler::handle_scale(ClientRec& c, const protocol::ScalePoolRequest& req) {
+void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req, const Now& now) {
   protocol::ScalePoolReply reply;
   reply.request_id = req.request_id;
   Pool* pool = find_pool(req.pool);
@@ -762,134 +454,43 @@ void Scheduler::handle_scale(ClientRec& c, const protocol::ScalePoolRequest& req
       pool->scale(req.target);
     }
     try {
-      step_pools();  // submit now, so that a refusal reaches the caller in this reply
+      step_pools(now);  // submit now, so that a refusal reaches the caller in this reply
       reply.ok = true;
     } catch (const std::exception& e) {
       reply.error = e.what();
     }
   }
-  cluster_changed_ = true;
-  protocol::send(socket_, c.identity, MessageType::scale_reply, protocol::encode(reply));
+  state_.outbox().cluster_changed = true;
+  if (const std::string* identity = identity_of(Role::client, id)) {
+    protocol::send<MessageType::scale_reply>(socket_, *identity, reply);
+  }
 }
 
-void Scheduler::step_pools() {
+void Scheduler::step_pools(const Now& now) {
   if (pools_.empty()) return;
-  const auto now = Clock::now();
-  const std::int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                                    std::chrono::system_clock::now().time_since_epoch()).count();
   std::string first_error;
   for (auto& pool : pools_) {
     std::vector<std::pair<std::string, std::string>> ended;
     for (const auto& line : pool->poll(&ended)) HERD_LOG(info) << "pool " << pool->name() << ": " << line;
     // A worker whose job has ended is gone, whatever its last heartbeat said: no need to wait
     // for the timeout (a crashed local process, a job Slurm killed or lost).
-    for (const auto& [job, how] : ended) {
-      std::uint32_t gone = 0;
-      for (const auto& [id, w] : workers_) {
-        if (w.pool == pool->name() && w.job_id == job) gone = id;
-      }
-      if (gone != 0) worker_lost(gone, "its job " + job + " ended: " + how, !workers_.at(gone).retiring);
-    }
+    for (const auto& [job, how] : ended) state_.job_ended(pool->name(), job, how);
     // Backlog this pool could serve: ready and processing tasks whose resources it offers.
-    std::size_t backlog = 0;
-    if (pool->policy().adaptive) {
-      for (const auto& [id, t] : graph_.tasks()) {
-        if (t.st() != TaskState::ready && t.st() != TaskState::processing) continue;
-        bool fits = true;
-        for (const auto& [r, amount] : t.resources) {
-          auto have = pool->policy().resources.find(r);
-          if (have == pool->policy().resources.end() || have->second < amount) fits = false;
-        }
-        backlog += fits;
-      }
-    }
+    const std::size_t backlog = pool->policy().adaptive ? state_.backlog(pool->policy().resources) : 0;
     std::vector<PoolWorker> view;
-    for (const auto& [id, w] : workers_) {
-      if (w.pool != pool->name()) continue;
-      PoolWorker pw;
-      pw.id = id;
-      pw.job_id = w.job_id;
-      pw.idle = w.processing.empty();
-      pw.idle_since = w.idle_since;
-      // Replace a worker ahead of its walltime: near its end it no longer counts as capacity,
-      // so its successor is queued while it still works.
-      const std::int64_t lead = pool->policy().replace_lead_s();
-      pw.leaving = w.retiring || (w.end_time > 0 && now_unix + lead >= w.end_time);
-      view.push_back(pw);
+    for (const auto& w : state_.pool_workers(pool->name(), pool->policy().replace_lead_s(), now)) {
+      view.push_back({w.id, w.job_id, w.idle, w.idle_since, w.leaving});
     }
     try {
-      for (std::uint32_t id : pool->step(backlog, avg_task_us_, view)) {
-        if (auto it = workers_.find(id); it != workers_.end()) {
-          retire(it->second, "pool " + pool->name() + " shrinks");
-          it->second.retired_by_pool = true;
-        }
+      for (std::uint32_t wid : pool->step(backlog, state_.avg_task_us(), view)) {
+        state_.retire(wid, "pool " + pool->name() + " shrinks", /*by_pool=*/true, now);
       }
     } catch (const std::exception& e) {
+      // Already logged, and shown in the pool's status; the pool retries after a pause.
       if (first_error.empty()) first_error = e.what();
     }
   }
-  (void)now;
   if (!first_error.empty()) throw JobQueueError(first_error);
-}
-
-void Scheduler::retire(WorkerRec& w, const std::string& why) {
-  if (w.retiring) return;
-  HERD_LOG(info) << "retiring worker " << w.name << ": " << why;
-  w.retiring = true;
-  w.retire_since = Clock::now();
-  // Tasks it has not started come back; running ones finish.
-  for (TaskId id : w.processing) w.cancel_out.push_back(id);
-  cluster_changed_ = true;
-}
-
-void Scheduler::progress_retirements() {
-  const auto now = Clock::now();
-  std::vector<std::uint32_t> done;
-  for (auto& [id, w] : workers_) {
-    if (!w.retiring) continue;
-    // Running tasks may finish; past the grace they are handed back (not counted as failures).
-    // The grace never runs past a few seconds before the job's own end.
-    const std::int64_t now_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                                      std::chrono::system_clock::now().time_since_epoch()).count();
-    const bool grace_over = now - w.retire_since > std::chrono::seconds(options_.retire_grace_s) ||
-                            (w.end_time > 0 && now_unix + 5 >= w.end_time);
-    if (!w.processing.empty() && !grace_over) continue;
-    // Results only this worker holds, that someone still needs, go to another worker first.
-    std::map<std::uint32_t, std::vector<protocol::DepLocation>> copies;
-    std::size_t unique = 0;
-    for (TaskId key : w.has) {
-      const Task* t = graph_.find(key);
-      if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
-      ++unique;
-      if (w.acquire_sent) continue;
-      WorkerRec* target = nullptr;
-      for (auto& [oid, other] : workers_) {
-        if (oid == id || other.retiring) continue;
-        if (target == nullptr || other.has.size() < target->has.size()) target = &other;
-      }
-      if (target != nullptr) copies[target->id].push_back({key, {w.address}});
-    }
-    if (!w.acquire_sent) {
-      w.acquire_sent = true;
-      if (!copies.empty()) {
-        for (auto& [target, keys] : copies) {
-          protocol::AcquireKeysEvent ev;
-          ev.keys = std::move(keys);
-          protocol::send(socket_, workers_.at(target).identity, MessageType::acquire_keys, protocol::encode(ev));
-        }
-        continue;  // leave once the copies are confirmed (or the grace is over)
-      }
-      // Nowhere to copy to: what it holds is recomputed from lineage if needed again.
-    } else if (unique > 0 && !grace_over) {
-      continue;
-    }
-    done.push_back(id);
-  }
-  for (std::uint32_t id : done) {
-    auto& w = workers_.at(id);
-    protocol::send(socket_, w.identity, MessageType::shutdown, protocol::encode(protocol::GoodbyeEvent{"retired"}));
-    worker_lost(id, "retired", /*count_deaths=*/false);
-  }
 }
 
 }  // namespace herd::scheduler

@@ -10,7 +10,6 @@
 namespace herd::scheduler {
 
 namespace {
-constexpr std::size_t kMaxEvents = 1000;     // task runs kept for the task stream
 constexpr std::int64_t kThroughputWindow = 10;  // seconds
 constexpr std::uint32_t kDashboardEvents = 300;  // task runs the dashboard gets
 
@@ -20,44 +19,7 @@ std::int64_t unix_ms() {
       .count();
 }
 
-const char* state_name(std::uint8_t s) {
-  switch (s) {
-    case static_cast<std::uint8_t>(TaskState::waiting): return "waiting";
-    case static_cast<std::uint8_t>(TaskState::ready): return "ready";
-    case static_cast<std::uint8_t>(TaskState::processing): return "processing";
-    case static_cast<std::uint8_t>(TaskState::memory): return "memory";
-    case static_cast<std::uint8_t>(TaskState::erred): return "erred";
-    case static_cast<std::uint8_t>(TaskState::cancelled): return "cancelled";
-    case kReleased: return "released";
-    default: return "unknown";
-  }
-}
 }  // namespace
-
-void Scheduler::record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r) {
-  if (t == nullptr || t->scattered) return;
-  const std::int64_t now = unix_ms();
-  (r.ok ? finished_total_ : failed_total_) += 1;
-  auto& runs = runs_by_function_[t->function];
-  (r.ok ? runs.first : runs.second) += 1;
-  if (r.ok) {
-    const std::int64_t second = now / 1000;
-    if (finishes_per_second_.empty() || finishes_per_second_.back().first != second) {
-      finishes_per_second_.emplace_back(second, 0);
-      while (finishes_per_second_.front().first <= second - kThroughputWindow) finishes_per_second_.pop_front();
-    }
-    ++finishes_per_second_.back().second;
-  }
-  protocol::TaskEvent e;
-  e.key = t->key.empty() ? TaskGraph::display_key(t->function, t->id) : t->key;
-  e.function = t->function;
-  e.worker = w.name;
-  e.end_ms = now;
-  e.start_ms = now - static_cast<std::int64_t>(r.duration_us / 1000);
-  e.ok = r.ok;
-  events_.push_back(std::move(e));
-  if (events_.size() > kMaxEvents) events_.pop_front();
-}
 
 protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const {
   protocol::StatusReply s;
@@ -67,9 +29,9 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
   s.auth_off = !auth_.keys.has_value();
   s.now_ms = unix_ms();
   s.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
-  s.clients = static_cast<std::uint32_t>(clients_.size());
+  s.clients = static_cast<std::uint32_t>(state_.clients().size());
   const auto now = Clock::now();
-  for (const auto& [id, w] : workers_) {
+  for (const auto& [id, w] : state_.workers()) {
     protocol::WorkerStatus ws;
     ws.id = id;
     ws.name = w.name;
@@ -93,28 +55,32 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
     s.workers.push_back(std::move(ws));
   }
   std::sort(s.workers.begin(), s.workers.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
-  for (const auto& [id, t] : graph_.tasks()) {
+  const TaskGraph& graph = state_.graph();
+  for (const auto& [id, t] : graph.tasks()) {
     if (t.scattered) continue;
-    const char* state = state_name(t.state);
+    const char* state = to_string(t.status);
     ++s.tasks[state];
-    ++s.functions[t.function][state];
+    ++s.functions[graph.function_name(t)][state];
   }
-  for (const auto& [fn, runs] : runs_by_function_) {
+  // Ready tasks that no connected worker can run, by reason (TaskState::no_worker).
+  for (const auto& [why, n] : state_.unrunnable()) s.no_worker[why] = n;
+  const auto& counters = state_.counters();
+  for (const auto& [fn, runs] : counters.runs_by_function) {
     s.functions[fn]["finished_total"] = runs.first;
     s.functions[fn]["failed_total"] = runs.second;
   }
-  s.finished_total = finished_total_;
-  s.failed_total = failed_total_;
+  s.finished_total = counters.finished_total;
+  s.failed_total = counters.failed_total;
   const std::int64_t second = s.now_ms / 1000;
   std::uint64_t recent = 0;
-  for (const auto& [sec, n] : finishes_per_second_) {
+  for (const auto& [sec, n] : counters.finishes_per_second) {
     if (sec > second - kThroughputWindow) recent += n;
   }
   s.throughput = static_cast<double>(recent) / std::clamp(s.uptime_s, 1.0, static_cast<double>(kThroughputWindow));
   for (const auto& p : pools_) {
     std::uint32_t connected = 0;
     std::map<std::string, std::string> by_job;
-    for (const auto& [id, w] : workers_) {
+    for (const auto& [id, w] : state_.workers()) {
       if (w.pool != p->name()) continue;
       ++connected;
       if (!w.job_id.empty()) by_job[w.job_id] = w.name;
@@ -145,8 +111,9 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
       s.jobs.push_back(std::move(j));
     }
   }
-  const std::size_t n = std::min<std::size_t>(max_events, events_.size());
-  s.events.assign(events_.end() - static_cast<std::ptrdiff_t>(n), events_.end());
+  const auto& events = counters.events;
+  const std::size_t n = std::min<std::size_t>(max_events, events.size());
+  s.events.assign(events.end() - static_cast<std::ptrdiff_t>(n), events.end());
   return s;
 }
 

@@ -2,18 +2,37 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <stdexcept>
+
+#include "common/logging.hpp"
 
 namespace herd::scheduler {
-namespace {
 
-constexpr auto u8(TaskState s) { return static_cast<std::uint8_t>(s); }
-
-bool unfinished(const Task& t) {
-  return t.state == u8(TaskState::waiting) || t.state == u8(TaskState::ready) ||
-         t.state == u8(TaskState::processing);
+const char* to_string(TaskStatus s) {
+  switch (s) {
+    case TaskStatus::waiting: return "waiting";
+    case TaskStatus::ready: return "ready";
+    case TaskStatus::processing: return "processing";
+    case TaskStatus::memory: return "memory";
+    case TaskStatus::erred: return "erred";
+    case TaskStatus::cancelled: return "cancelled";
+    case TaskStatus::released: return "released";
+  }
+  return "unknown";
 }
 
-}  // namespace
+protocol::TaskState wire_state(TaskStatus s) {
+  switch (s) {
+    case TaskStatus::waiting: return protocol::TaskState::waiting;
+    case TaskStatus::ready: return protocol::TaskState::ready;
+    case TaskStatus::processing: return protocol::TaskState::processing;
+    case TaskStatus::memory: return protocol::TaskState::memory;
+    case TaskStatus::erred: return protocol::TaskState::erred;
+    case TaskStatus::cancelled: return protocol::TaskState::cancelled;
+    case TaskStatus::released: return protocol::TaskState::waiting;
+  }
+  return protocol::TaskState::waiting;
+}
 
 std::string TaskGraph::display_key(const std::string& function, TaskId id) {
   char buf[24];
@@ -21,19 +40,53 @@ std::string TaskGraph::display_key(const std::string& function, TaskId id) {
   return function + buf;
 }
 
-std::size_t TaskGraph::count(TaskState s) const {
-  return static_cast<std::size_t>(std::count_if(
-      tasks_.begin(), tasks_.end(), [s](const auto& kv) { return kv.second.state == u8(s); }));
+std::string TaskGraph::key_of(const Task& t) const {
+  return t.key.empty() ? display_key(functions_[t.function], t.id) : t.key;
 }
 
-void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, Effects& fx) {
+std::uint32_t TaskGraph::intern_function(const std::string& name) {
+  auto [it, added] = function_index_.try_emplace(name, static_cast<std::uint32_t>(functions_.size()));
+  if (added) functions_.push_back(name);
+  return it->second;
+}
+
+void TaskGraph::set(Task& t, TaskStatus to) {
+  if (!kLegal[static_cast<int>(t.status)][static_cast<int>(to)]) {
+    ++illegal_;
+    const std::string what = "illegal task transition " + std::string(to_string(t.status)) + " -> " + to_string(to) +
+                             " for " + key_of(t);
+    if (strict_) throw std::logic_error(what);
+    HERD_LOG(error) << what << " (a scheduler bug; please report it)";
+  }
+  count_in(t, -1);
+  t.status = to;
+  count_in(t, +1);
+}
+
+void TaskGraph::count_in(const Task& t, int delta) {
+  counts_[static_cast<int>(t.status)] += static_cast<std::size_t>(delta);
+  if (t.status != TaskStatus::ready && t.status != TaskStatus::processing) return;
+  if (t.shape >= by_shape_.size()) by_shape_.resize(t.shape + 1u);
+  auto& c = t.status == TaskStatus::ready ? by_shape_[t.shape].ready : by_shape_[t.shape].processing;
+  c += static_cast<std::size_t>(delta);
+}
+
+void TaskGraph::erase(Task& t) {
+  if (t.deaths > 0) death_workers_.erase(t.id);
+  count_in(t, -1);
+  tasks_.erase(t.id);
+}
+
+void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::uint16_t shape, Effects& fx) {
   if (tasks_.count(spec.id) != 0) return;  // a resend; the first copy stands
   Task& t = tasks_[spec.id];
+  t.shape = shape;  // before the first count
+  count_in(t, +1);
   t.id = spec.id;
   t.client = client;
   t.wanted = spec.want_result;
-  t.function = spec.function;
-  t.key = spec.key.empty() ? display_key(spec.function, spec.id) : spec.key;
+  t.function = intern_function(spec.function);
+  t.key = spec.key;
   t.keyed = !spec.key.empty();
   t.args = spec.args;
   t.refs = spec.refs;
@@ -42,7 +95,6 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, Effect
   t.gang = spec.gang;
   t.gang_rank = spec.gang_rank;
   t.duration_s = spec.duration_s;
-  t.resources = spec.resources;
   t.seq = next_seq_++;
   for (const auto& r : spec.refs) {
     if (std::find(t.deps.begin(), t.deps.end(), r.id) == t.deps.end()) t.deps.push_back(r.id);
@@ -57,24 +109,23 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, Effect
                     "input task " + display_key("", d).substr(1) +
                         " is unknown to the scheduler (its future was released, or it was "
                         "submitted by another client)",
-                    t.key, ""},
-                TaskState::erred, fx);
+                    key_of(t), ""},
+                TaskStatus::erred, fx);
       return;
     }
   }
-  t.state = u8(TaskState::waiting);
   const protocol::ErrorInfo* upstream_error = nullptr;
   for (TaskId d : t.deps) {
     Task& dep = tasks_.at(d);
     dep.dependents.push_back(t.id);
     ++dep.waiters;
-    if (dep.error && (dep.st() == TaskState::erred || dep.st() == TaskState::cancelled)) {
+    if (dep.error && (dep.status == TaskStatus::erred || dep.status == TaskStatus::cancelled)) {
       upstream_error = dep.error.get();
     }
   }
   if (upstream_error != nullptr) {
     protocol::ErrorInfo e = *upstream_error;
-    fail_with(t, e, TaskState::erred, fx);
+    fail_with(t, e, TaskStatus::erred, fx);
     return;
   }
   for (TaskId d : t.deps) ensure_data(tasks_.at(d), fx);
@@ -84,14 +135,16 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, Effect
 void TaskGraph::add_scattered(TaskId id, std::string key, std::uint32_t client) {
   if (tasks_.count(id) != 0) return;
   Task& t = tasks_[id];
+  count_in(t, +1);
   t.id = id;
   t.client = client;
   t.wanted = true;
   t.scattered = true;
-  t.function = "scatter";
-  t.key = key.empty() ? display_key("scatter", id) : std::move(key);
+  t.function = intern_function("scatter");
+  t.key = std::move(key);
   t.seq = next_seq_++;
-  t.state = u8(TaskState::processing);
+  // waiting until it is sent to a worker (started()), then processing until the worker says
+  // it holds it (finished()).
 }
 
 void TaskGraph::make_runnable(Task& t, Effects& fx) {
@@ -102,11 +155,12 @@ void TaskGraph::make_runnable(Task& t, Effects& fx) {
   }
   t.waiting_on = missing;
   t.worker = kNoWorker;
+  t.stealing = false;
   if (missing == 0) {
-    t.state = u8(TaskState::ready);
+    set(t, TaskStatus::ready);
     fx.ready.push_back(t.id);
   } else {
-    t.state = u8(TaskState::waiting);
+    set(t, TaskStatus::waiting);
   }
 }
 
@@ -117,15 +171,15 @@ void TaskGraph::ensure_data(Task& t, Effects& fx) {
     Task* cur = find(stack.back());
     stack.pop_back();
     if (cur == nullptr) continue;
-    const bool lost = cur->st() == TaskState::memory && cur->who_has.empty();
-    if (!(cur->state == kReleased || lost)) continue;
+    const bool lost = cur->status == TaskStatus::memory && cur->who_has.empty();
+    if (!(cur->status == TaskStatus::released || lost)) continue;
     if (cur->scattered) {
-      cur->state = u8(TaskState::waiting);  // unfinished, so that it can fail
+      set(*cur, TaskStatus::waiting);  // unfinished, so that it can fail
       fail_with(*cur, {"herd::ScatteredDataLost",
-                       "the worker holding scattered data " + cur->key +
+                       "the worker holding scattered data " + key_of(*cur) +
                            " was lost; scattered data has no recipe to recompute it",
-                       cur->key, ""},
-                TaskState::erred, fx);
+                       key_of(*cur), ""},
+                TaskStatus::erred, fx);
       continue;
     }
     for (TaskId d : cur->deps) {
@@ -141,14 +195,15 @@ void TaskGraph::ensure_data(Task& t, Effects& fx) {
 
 void TaskGraph::started(TaskId id, std::uint32_t worker) {
   if (Task* t = find(id)) {
-    t->state = u8(TaskState::processing);
+    set(*t, TaskStatus::processing);
     t->worker = worker;
+    t->stealing = false;
   }
 }
 
 void TaskGraph::finished(TaskId id, std::uint32_t worker, std::uint64_t nbytes, Effects& fx) {
   Task* t = find(id);
-  if (t == nullptr || t->st() != TaskState::processing || t->worker != worker) {
+  if (t == nullptr || t->status != TaskStatus::processing || t->worker != worker) {
     // Late, duplicate or unknown: a task never yields two results. The copy is dropped.
     if (t != nullptr && t->in_memory() &&
         std::find(t->who_has.begin(), t->who_has.end(), worker) == t->who_has.end()) {
@@ -158,15 +213,15 @@ void TaskGraph::finished(TaskId id, std::uint32_t worker, std::uint64_t nbytes, 
     }
     return;
   }
+  t->worker = kNoWorker;
+  t->stealing = false;
   if (t->forget_when_done) {
     fx.free.emplace_back(worker, id);
-    t->state = kReleased;
-    t->worker = kNoWorker;
+    set(*t, TaskStatus::released);
     maybe_forget(*t, fx);
     return;
   }
-  t->state = u8(TaskState::memory);
-  t->worker = kNoWorker;
+  set(*t, TaskStatus::memory);
   t->who_has.assign(1, worker);
   t->nbytes = nbytes;
   became_memory(*t, fx);
@@ -176,9 +231,8 @@ void TaskGraph::became_memory(Task& t, Effects& fx) {
   if (t.wanted) fx.notify.push_back(t.id);
   for (TaskId d : t.dependents) {
     Task* dt = find(d);
-    if (dt != nullptr && dt->st() == TaskState::waiting && dt->waiting_on > 0 &&
-        --dt->waiting_on == 0) {
-      dt->state = u8(TaskState::ready);
+    if (dt != nullptr && dt->status == TaskStatus::waiting && dt->waiting_on > 0 && --dt->waiting_on == 0) {
+      set(*dt, TaskStatus::ready);
       fx.ready.push_back(d);
     }
   }
@@ -195,29 +249,26 @@ void TaskGraph::became_memory(Task& t, Effects& fx) {
 
 bool TaskGraph::failed(TaskId id, protocol::ErrorInfo error, Effects& fx) {
   Task* t = find(id);
-  if (t == nullptr || t->st() != TaskState::processing) return false;
+  if (t == nullptr || t->status != TaskStatus::processing) return false;
   if (t->retries_left > 0) {
     --t->retries_left;
     make_runnable(*t, fx);
     return true;
   }
-  fail_with(*t, error, TaskState::erred, fx);
+  fail_with(*t, error, TaskStatus::erred, fx);
   return false;
 }
 
-void TaskGraph::fail_with(Task& root, const protocol::ErrorInfo& error, TaskState state,
-                          Effects& fx) {
-  std::vector<std::pair<TaskId, TaskState>> work{{root.id, state}};
+void TaskGraph::fail_with(Task& root, const protocol::ErrorInfo& error, TaskStatus status, Effects& fx) {
+  std::vector<std::pair<TaskId, TaskStatus>> work{{root.id, status}};
   std::vector<TaskId> touched{root.id};
   while (!work.empty()) {
     auto [id, st] = work.back();
     work.pop_back();
     Task* t = find(id);
-    if (t == nullptr || !unfinished(*t)) continue;
-    if (t->st() == TaskState::processing && t->worker != kNoWorker) {
-      fx.cancel.emplace_back(t->worker, t->id);
-    }
-    t->state = u8(st);
+    if (t == nullptr || !t->unfinished()) continue;
+    if (t->status == TaskStatus::processing && t->worker != kNoWorker) fx.cancel.emplace_back(t->worker, t->id);
+    set(*t, st);
     t->worker = kNoWorker;
     t->error = std::make_unique<protocol::ErrorInfo>(error);
     if (t->wanted) fx.notify.push_back(t->id);
@@ -226,7 +277,7 @@ void TaskGraph::fail_with(Task& root, const protocol::ErrorInfo& error, TaskStat
       touched.push_back(d);
     }
     for (TaskId d : t->dependents) {
-      work.emplace_back(d, TaskState::erred);
+      work.emplace_back(d, TaskStatus::erred);
       touched.push_back(d);
     }
   }
@@ -238,31 +289,35 @@ void TaskGraph::fail_with(Task& root, const protocol::ErrorInfo& error, TaskStat
 
 void TaskGraph::input_missing(TaskId id, Effects& fx) {
   Task* t = find(id);
-  if (t == nullptr || t->st() != TaskState::processing) return;
+  if (t == nullptr || t->status != TaskStatus::processing) return;
   for (TaskId d : t->deps) {
     if (Task* dep = find(d)) ensure_data(*dep, fx);
   }
-  if (t->st() == TaskState::processing) make_runnable(*t, fx);
+  if (t->status == TaskStatus::processing) make_runnable(*t, fx);
 }
 
 void TaskGraph::fail(TaskId id, const protocol::ErrorInfo& error, Effects& fx) {
   Task* t = find(id);
-  if (t == nullptr || !unfinished(*t)) return;
-  fail_with(*t, error, TaskState::erred, fx);
+  if (t == nullptr || !t->unfinished()) return;
+  fail_with(*t, error, TaskStatus::erred, fx);
 }
 
 void TaskGraph::requeue(TaskId id, Effects& fx) {
   Task* t = find(id);
-  if (t == nullptr || t->st() != TaskState::processing) return;
+  if (t == nullptr || t->status != TaskStatus::processing) return;
   make_runnable(*t, fx);
 }
 
 void TaskGraph::add_holder(TaskId id, std::uint32_t worker) {
   Task* t = find(id);
   if (t == nullptr || !t->in_memory()) return;
-  if (std::find(t->who_has.begin(), t->who_has.end(), worker) == t->who_has.end()) {
-    t->who_has.push_back(worker);
-  }
+  if (std::find(t->who_has.begin(), t->who_has.end(), worker) == t->who_has.end()) t->who_has.push_back(worker);
+}
+
+void TaskGraph::remove_holder(TaskId id, std::uint32_t worker, Effects& fx) {
+  Task* t = find(id);
+  if (t == nullptr || !t->in_memory()) return;
+  worker_lost(worker, {}, {id}, 0, fx, false);
 }
 
 void TaskGraph::release(TaskId id, Effects& fx) {
@@ -274,14 +329,14 @@ void TaskGraph::release(TaskId id, Effects& fx) {
 
 void TaskGraph::cancel(TaskId id, Effects& fx) {
   Task* t = find(id);
-  if (t == nullptr || !unfinished(*t)) return;
-  fail_with(*t, {"herd::CancelledError", "task " + t->key + " was cancelled", t->key, ""},
-            TaskState::cancelled, fx);
+  if (t == nullptr || !t->unfinished()) return;
+  fail_with(*t, {"herd::CancelledError", "task " + key_of(*t) + " was cancelled", key_of(*t), ""},
+            TaskStatus::cancelled, fx);
 }
 
 void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& processing,
-                            const std::vector<TaskId>& held, std::uint32_t allowed_failures,
-                            Effects& fx, bool count_deaths, const std::string& worker_name) {
+                            const std::vector<TaskId>& held, std::uint32_t allowed_failures, Effects& fx,
+                            bool count_deaths, const std::string& worker_name) {
   const std::string who = worker_name.empty() ? std::to_string(worker) : worker_name;
   for (TaskId id : held) {
     Task* t = find(id);
@@ -293,34 +348,34 @@ void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& pro
       // Dependents that were ready must wait for the recomputed value.
       for (TaskId d : t->dependents) {
         Task* dt = find(d);
-        if (dt != nullptr && dt->st() == TaskState::ready) make_runnable(*dt, fx);
-        else if (dt != nullptr && dt->st() == TaskState::waiting) ++dt->waiting_on;
+        if (dt != nullptr && dt->status == TaskStatus::ready) make_runnable(*dt, fx);
+        else if (dt != nullptr && dt->status == TaskStatus::waiting) ++dt->waiting_on;
       }
       ensure_data(*t, fx);
     } else {
-      t->state = kReleased;
+      set(*t, TaskStatus::released);
       maybe_forget(*t, fx);
     }
   }
   for (TaskId id : processing) {
     Task* t = find(id);
-    if (t == nullptr || t->st() != TaskState::processing || t->worker != worker) continue;
+    if (t == nullptr || t->status != TaskStatus::processing || t->worker != worker) continue;
     if (t->scattered) {
-      fail_with(*t, {"herd::ScatteredDataLost",
-                     "the worker receiving scattered data " + t->key + " was lost", t->key, ""},
-                TaskState::erred, fx);
+      fail_with(*t, {"herd::ScatteredDataLost", "the worker receiving scattered data " + key_of(*t) + " was lost",
+                     key_of(*t), ""},
+                TaskStatus::erred, fx);
       continue;
     }
+    if (count_deaths) death_workers_[t->id] += (t->deaths > 0 ? ", " : "") + who;
     if (count_deaths && ++t->deaths > allowed_failures) {
       fail_with(*t, {"herd::KilledWorker",
-                     "task " + t->key + " was running on " + std::to_string(t->deaths) +
+                     "task " + key_of(*t) + " was running on " + std::to_string(t->deaths) +
                          " workers that died (allowed: " + std::to_string(allowed_failures) +
-                         "); giving up on it. Workers: " + t->death_workers + who,
-                     t->key, ""},
-                TaskState::erred, fx);
+                         "); giving up on it. Workers: " + death_workers_[t->id],
+                     key_of(*t), ""},
+                TaskStatus::erred, fx);
       continue;
     }
-    if (count_deaths) t->death_workers += who + ", ";
     for (TaskId d : t->deps) {
       if (Task* dep = find(d)) ensure_data(*dep, fx);
     }
@@ -331,7 +386,7 @@ void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& pro
 void TaskGraph::free_data(Task& t, Effects& fx) {
   for (std::uint32_t w : t.who_has) fx.free.emplace_back(w, t.id);
   t.who_has.clear();
-  t.state = kReleased;
+  set(t, TaskStatus::released);
 }
 
 void TaskGraph::maybe_forget(Task& start, Effects& fx) {
@@ -342,12 +397,12 @@ void TaskGraph::maybe_forget(Task& start, Effects& fx) {
     if (t == nullptr || t->wanted) continue;
     if (t->waiters == 0 && t->in_memory()) free_data(*t, fx);
     if (!t->dependents.empty()) continue;  // a dependent may need the recipe
-    if (t->st() == TaskState::processing) {
+    if (t->status == TaskStatus::processing) {
       t->forget_when_done = true;
       continue;
     }
     if (t->waiters > 0) continue;
-    const bool was_unfinished = unfinished(*t);
+    const bool was_unfinished = t->unfinished();
     for (TaskId d : t->deps) {
       Task* dep = find(d);
       if (dep == nullptr) continue;
@@ -357,8 +412,72 @@ void TaskGraph::maybe_forget(Task& start, Effects& fx) {
       work.push_back(d);
     }
     if (t->in_memory()) free_data(*t, fx);
-    tasks_.erase(t->id);
+    erase(*t);
   }
+}
+
+std::string TaskGraph::validate() const {
+  std::size_t counts[kTaskStatusCount] = {};
+  for (const auto& [id, t] : tasks_) {
+    const std::string k = key_of(t);
+    if (t.id != id) return "task " + k + " is filed under another id";
+    ++counts[static_cast<int>(t.status)];
+    if ((t.status == TaskStatus::processing) != (t.worker != kNoWorker)) {
+      return "task " + k + " is " + to_string(t.status) + " with worker " +
+             (t.worker == kNoWorker ? "none" : std::to_string(t.worker));
+    }
+    if (t.status == TaskStatus::memory && t.who_has.empty()) return "task " + k + " is in memory with no holder";
+    if (t.status != TaskStatus::memory && !t.who_has.empty()) {
+      return "task " + k + " is " + to_string(t.status) + " but has holders";
+    }
+    std::uint32_t not_in_memory = 0, unfinished_dependents = 0;
+    for (TaskId d : t.deps) {
+      const Task* dep = find(d);
+      if (dep == nullptr) return "task " + k + " depends on a task that is gone";
+      if (std::find(dep->dependents.begin(), dep->dependents.end(), t.id) == dep->dependents.end()) {
+        return "task " + k + " depends on " + key_of(*dep) + ", which does not list it as a dependent";
+      }
+      not_in_memory += !(dep->in_memory() && !dep->who_has.empty());
+    }
+    for (TaskId d : t.dependents) {
+      const Task* dt = find(d);
+      if (dt == nullptr) return "task " + k + " lists a dependent that is gone";
+      if (std::find(dt->deps.begin(), dt->deps.end(), t.id) == dt->deps.end()) {
+        return "task " + k + " lists " + key_of(*dt) + " as a dependent, but it does not depend on it";
+      }
+      unfinished_dependents += dt->unfinished();
+    }
+    if (t.status == TaskStatus::waiting && t.waiting_on != not_in_memory) {
+      return "task " + k + " waits on " + std::to_string(t.waiting_on) + " inputs, but " +
+             std::to_string(not_in_memory) + " are not in memory";
+    }
+    if (t.status == TaskStatus::waiting && not_in_memory == 0 && !t.scattered) {
+      return "task " + k + " waits with every input in memory";
+    }
+    if (t.status == TaskStatus::ready && not_in_memory != 0) return "task " + k + " is ready with an input missing";
+    if (t.waiters != unfinished_dependents) {
+      return "task " + k + " has " + std::to_string(t.waiters) + " waiters, but " +
+             std::to_string(unfinished_dependents) + " unfinished dependents";
+    }
+  }
+  std::vector<ShapeCounts> by_shape(by_shape_.size());
+  for (const auto& [id, t] : tasks_) {
+    if (t.status != TaskStatus::ready && t.status != TaskStatus::processing) continue;
+    if (t.shape >= by_shape.size()) return "task " + key_of(t) + " has a shape the counters never saw";
+    ++(t.status == TaskStatus::ready ? by_shape[t.shape].ready : by_shape[t.shape].processing);
+  }
+  for (std::size_t i = 0; i < by_shape.size(); ++i) {
+    if (by_shape[i].ready != by_shape_[i].ready || by_shape[i].processing != by_shape_[i].processing) {
+      return "the ready/processing counts of shape " + std::to_string(i) + " are off";
+    }
+  }
+  for (int s = 0; s < kTaskStatusCount; ++s) {
+    if (counts[s] != counts_[s]) {
+      return std::string("the count of ") + to_string(static_cast<TaskStatus>(s)) + " tasks is " +
+             std::to_string(counts_[s]) + ", but " + std::to_string(counts[s]) + " are";
+    }
+  }
+  return {};
 }
 
 }  // namespace herd::scheduler

@@ -1,8 +1,9 @@
-// The scheduler's task graph: task states and their transitions, with no sockets in sight.
-// Every transition reports what the outside world must hear in an Effects record, which the
-// scheduler turns into messages; unit tests read the same record.
+// The scheduler's task graph: task states and their transitions, with no sockets, no clock and
+// no workers' details in sight. Every transition reports what the rest of the scheduler state
+// must act on in an Effects record (tasks to place, clients to tell, results to free, tasks to
+// stop); unit tests read the same record.
 //
-// States (protocol::TaskState), as in Dask:
+// States (a closed enum; TaskGraph::set() checks every move against kLegal below), as in Dask:
 //   waiting    an input is not in memory              -> ready when all are
 //   ready      inputs in memory, no worker has it     -> processing when placed
 //   processing sent to a worker                       -> memory | erred | ready (worker lost)
@@ -10,7 +11,7 @@
 //                                                        waiting/ready (all holders lost: lineage)
 //   erred      failed (or an input failed)            -> forgotten when released
 //   cancelled  cancelled by the client
-//   released   (internal) data freed, recipe kept because a dependent may need it recomputed
+//   released   data freed, recipe kept because a dependent may need it recomputed
 //
 // Who needs a task: the client (it holds a future: `wanted`), unfinished dependents
 // (`waiters`, they need its data) and any dependent still in the graph (`dependents`, they may
@@ -29,42 +30,61 @@
 namespace herd::scheduler {
 
 using protocol::TaskId;
-using protocol::TaskState;
 inline constexpr std::uint32_t kNoWorker = 0xffffffffu;
-inline constexpr std::uint8_t kReleased = 100;  // internal state, see above
+
+enum class TaskStatus : std::uint8_t { waiting, ready, processing, memory, erred, cancelled, released };
+inline constexpr int kTaskStatusCount = 7;
+const char* to_string(TaskStatus s);
+/// The wire state a client sees (released is internal: it never reaches a client).
+protocol::TaskState wire_state(TaskStatus s);
+
+/// kLegal[from][to]: the moves the graph may make. Anything else is a bug in the scheduler.
+inline constexpr bool kLegal[kTaskStatusCount][kTaskStatusCount] = {
+    //            waiting ready  proc   memory erred  cancel released
+    /* waiting */ {true, true, true, false, true, true, false},  // proc: journaled result scattered
+    /* ready   */ {true, true, true, false, true, true, false},
+    /* proc    */ {true, true, false, true, true, true, true},   // released: nobody wanted it any more
+    /* memory  */ {true, true, false, false, false, false, true},  // waiting/ready: all holders lost
+    /* erred   */ {false, false, false, false, false, false, false},
+    /* cancel  */ {false, false, false, false, false, false, false},
+    /* released*/ {true, true, false, false, true, false, false},  // erred: scattered data lost
+};
 
 struct Task {
   TaskId id = 0;
-  std::uint8_t state = static_cast<std::uint8_t>(TaskState::waiting);
-  bool wanted = false;          // the client holds a future
-  bool scattered = false;       // data without a recipe
-  bool keyed = false;           // the client named it (TaskOptions::key): journaled
+  TaskStatus status = TaskStatus::waiting;
+  bool wanted = false;            // the client holds a future
+  bool scattered = false;         // data without a recipe
+  bool keyed = false;             // the client named it (TaskOptions::key): journaled
   bool forget_when_done = false;  // nobody needs it any more, but a worker is computing it
-  std::uint32_t client = 0;     // owning client index
+  bool no_worker_noted = false;   // its client was told no worker can run it (TaskState::no_worker)
+  bool stealing = false;          // asked back from its worker to run elsewhere (work stealing)
+  std::uint16_t shape = 0;        // resources it needs (SchedulerState's shape table; 0 = none)
+  std::uint32_t function = 0;     // index into TaskGraph's function names
+  std::uint32_t client = 0;       // owning client index
   std::uint32_t worker = kNoWorker;  // processing on
-  std::uint32_t waiting_on = 0;  // inputs not in memory
-  std::uint32_t waiters = 0;     // dependents not finished
+  std::uint32_t waiting_on = 0;   // inputs not in memory
+  std::uint32_t waiters = 0;      // dependents not finished
   std::uint32_t retries_left = 0;
-  std::uint32_t deaths = 0;      // workers lost while it was processing
-  std::string death_workers;     // their ids, for the error ("3, 5, ")
+  std::uint32_t deaths = 0;       // workers lost while it was processing
   std::int32_t priority = 0;
-  std::uint32_t duration_s = 0;  // declared run time (placement near walltime)
-  std::uint64_t seq = 0;         // submission order
-  TaskId gang = 0;               // gang id (0 = not a gang member); the gang keeps the retries
+  std::uint32_t duration_s = 0;   // declared run time (placement near walltime)
   std::uint32_t gang_rank = 0;
+  std::uint64_t seq = 0;          // submission order
+  TaskId gang = 0;                // gang id (0 = not a gang member); the gang keeps the retries
   std::uint64_t nbytes = 0;
-  std::string function;
-  std::string key;               // display key
+  std::string key;                // the user's key ("" = "<function>-<id in hex>", see key_of)
   std::vector<char> args;
   std::vector<protocol::ArgRef> refs;
   std::vector<TaskId> deps;        // distinct inputs
   std::vector<TaskId> dependents;  // tasks in the graph that take this one as input
   std::vector<std::uint32_t> who_has;
-  std::map<std::string, double> resources;
   std::unique_ptr<protocol::ErrorInfo> error;
 
-  TaskState st() const { return static_cast<TaskState>(state); }
-  bool in_memory() const { return state == static_cast<std::uint8_t>(TaskState::memory); }
+  bool in_memory() const { return status == TaskStatus::memory; }
+  bool unfinished() const {
+    return status == TaskStatus::waiting || status == TaskStatus::ready || status == TaskStatus::processing;
+  }
 };
 
 struct Effects {
@@ -78,14 +98,17 @@ struct Effects {
     free.clear();
     cancel.clear();
   }
+  bool empty() const { return ready.empty() && notify.empty() && free.empty() && cancel.empty(); }
 };
 
 class TaskGraph {
  public:
-  /// Adds a task. Unknown inputs fail it at once (the client released them, or never sent).
-  void add(const protocol::TaskSpec& spec, std::uint32_t client, Effects& fx);
-  /// A scattered value on its way to a worker: `processing` until the worker confirms it
-  /// holds it (finished()), so tasks submitted right after the scatter can depend on it.
+  /// Adds a task needing resource shape `shape`. Unknown inputs fail it at once (the client
+  /// released them, or never sent them).
+  void add(const protocol::TaskSpec& spec, std::uint32_t client, std::uint16_t shape, Effects& fx);
+  /// A scattered value: `waiting` until it is sent to a worker (started()), then `processing`
+  /// until the worker confirms it holds it (finished()), so tasks submitted right after the
+  /// scatter can depend on it.
   void add_scattered(TaskId id, std::string key, std::uint32_t client);
 
   void started(TaskId id, std::uint32_t worker);
@@ -97,6 +120,8 @@ class TaskGraph {
   void input_missing(TaskId id, Effects& fx);
   /// `worker` now also holds `id` (it fetched it for a task).
   void add_holder(TaskId id, std::uint32_t worker);
+  /// `worker` no longer holds `id` (it lost the copy, or it was freed there).
+  void remove_holder(TaskId id, std::uint32_t worker, Effects& fx);
   /// The client dropped its last future.
   void release(TaskId id, Effects& fx);
   void cancel(TaskId id, Effects& fx);
@@ -116,22 +141,56 @@ class TaskGraph {
     auto it = tasks_.find(id);
     return it == tasks_.end() ? nullptr : &it->second;
   }
+  const Task* find(TaskId id) const {
+    auto it = tasks_.find(id);
+    return it == tasks_.end() ? nullptr : &it->second;
+  }
   std::size_t size() const { return tasks_.size(); }
-  std::size_t count(TaskState s) const;
+  /// Tasks in state `s` (kept as counters, not counted).
+  std::size_t count(TaskStatus s) const { return counts_[static_cast<int>(s)]; }
+  /// Ready tasks of resource shape `shape`, and ready + processing ones (a pool's demand).
+  std::size_t ready_of_shape(std::uint16_t shape) const { return shape < by_shape_.size() ? by_shape_[shape].ready : 0; }
+  std::size_t active_of_shape(std::uint16_t shape) const {
+    return shape < by_shape_.size() ? by_shape_[shape].ready + by_shape_[shape].processing : 0;
+  }
   const std::unordered_map<TaskId, Task>& tasks() const { return tasks_; }
 
+  const std::string& function_name(const Task& t) const { return functions_[t.function]; }
+  /// The user's key, else "<function>-<id in hex>".
+  std::string key_of(const Task& t) const;
   static std::string display_key(const std::string& function, TaskId id);
 
+  /// Illegal transitions seen (each is also logged); with `strict` they throw std::logic_error.
+  std::uint64_t illegal_transitions() const { return illegal_; }
+  void set_strict(bool strict) { strict_ = strict; }
+  /// Checks the graph's own invariants (edges both ways, waiter and waiting counts, state
+  /// counters); returns the first broken one, "" when all hold. O(tasks + edges).
+  std::string validate() const;
+
  private:
-  void fail_with(Task& t, const protocol::ErrorInfo& error, TaskState state, Effects& fx);
+  void set(Task& t, TaskStatus to);
+  void fail_with(Task& t, const protocol::ErrorInfo& error, TaskStatus status, Effects& fx);
   void became_memory(Task& t, Effects& fx);
   void make_runnable(Task& t, Effects& fx);  // waiting or ready depending on inputs
   void ensure_data(Task& t, Effects& fx);    // lineage: bring a released/lost input back
   void maybe_forget(Task& t, Effects& fx);
   void free_data(Task& t, Effects& fx);
+  void erase(Task& t);
+  std::uint32_t intern_function(const std::string& name);
 
   std::unordered_map<TaskId, Task> tasks_;
   std::uint64_t next_seq_ = 0;
+  void count_in(const Task& t, int delta);
+  std::size_t counts_[kTaskStatusCount] = {};
+  struct ShapeCounts {
+    std::size_t ready = 0, processing = 0;
+  };
+  std::vector<ShapeCounts> by_shape_;
+  std::unordered_map<TaskId, std::string> death_workers_;  // workers lost under a task, for its error
+  std::vector<std::string> functions_;
+  std::unordered_map<std::string, std::uint32_t> function_index_;
+  std::uint64_t illegal_ = 0;
+  bool strict_ = false;
 };
 
 }  // namespace herd::scheduler

@@ -2,13 +2,7 @@
 
 namespace herd::worker {
 
-zmq::message_t zero_copy_message(const BytesPtr& bytes) {
-  auto* hold = new BytesPtr(bytes);
-  return zmq::message_t(const_cast<char*>(bytes->data()), bytes->size(),
-                        [](void*, void* hint) { delete static_cast<BytesPtr*>(hint); }, hold);
-}
-
-void DataStore::put(protocol::TaskId id, BytesPtr bytes) {
+void DataStore::put(protocol::TaskId id, data::PayloadPtr bytes) {
   std::lock_guard lock(mu_);
   auto& slot = data_[id];
   if (slot) total_ -= slot->size();
@@ -16,7 +10,7 @@ void DataStore::put(protocol::TaskId id, BytesPtr bytes) {
   slot = std::move(bytes);
 }
 
-BytesPtr DataStore::get(protocol::TaskId id) const {
+data::PayloadPtr DataStore::get(protocol::TaskId id) const {
   std::lock_guard lock(mu_);
   auto it = data_.find(id);
   return it == data_.end() ? nullptr : it->second;

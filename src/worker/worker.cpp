@@ -106,8 +106,6 @@ Worker::Worker(WorkerOptions options)
       gpus_.push_back({static_cast<int>(i), std::to_string(i), "", 0});
     }
   }
-  gpu_free_.assign(gpus_.size(), 1.0);
-  free_resources_ = options_.resources;
   for (const auto& lib : options_.load) {
     if (::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
       throw std::runtime_error("cannot load task library " + lib + ": " + ::dlerror());
@@ -134,6 +132,25 @@ Worker::Worker(WorkerOptions options)
   sched_.set(zmq::sockopt::linger, 1000);
   sched_.set(zmq::sockopt::sndhwm, 0);
   sched_.set(zmq::sockopt::rcvhwm, 0);
+  WorkerStateOptions so;
+  so.name = options_.name;
+  so.data_address = data_address_;
+  so.nthreads = options_.nthreads;
+  so.resources = options_.resources;
+  so.gpus = gpus_.size();
+  state_ = std::make_unique<WorkerState>(so);
+  fetcher_ = std::make_unique<data::DataClient>(context_, auth_, std::chrono::milliseconds(options_.config.timeout_ms));
+  // Fetched results go into the store first, then the state hears of them.
+  fetch_events_.found = [this](const std::string& address, TaskId id, data::PayloadPtr bytes) {
+    const std::uint64_t n = bytes->size();
+    store_.put(id, std::move(bytes));
+    state_->fetched(address, id, n);
+  };
+  fetch_events_.missing = [this](const std::string& address, TaskId id) { state_->not_there(address, id); };
+  fetch_events_.failed = [this](const std::string& address, const std::vector<TaskId>& ids, const std::string& why) {
+    HERD_LOG(warning) << "could not fetch " << ids.size() << " input(s) from " << address << ": " << why;
+    state_->fetch_failed(address, ids, why);
+  };
 }
 
 Worker::~Worker() {
@@ -208,26 +225,19 @@ bool Worker::connect() {
 int Worker::run() {
   if (!connect()) return 1;
   HERD_LOG(info) << "worker " << options_.name << " serving data at " << data_address_;
-  for (std::size_t i = 0; i < options_.nthreads; ++i) {
-    executors_.emplace_back([this, i] { executor_loop(i); });
-  }
+  for (std::size_t i = 0; i < options_.nthreads; ++i) executors_.emplace_back([this] { executor_loop(); });
   if (options_.memory_limit > 0) {
     monitor_ = std::thread([this] { memory_monitor(); });
     monitor_.detach();  // the process leaves with _exit; nothing to join
   }
   last_from_scheduler_ = Clock::now();
   std::vector<zmq::pollitem_t> items;
-  std::vector<std::string> item_peers;
   int exit_code = 0;
   while (!g_stop.load()) {
     items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0},
                   {static_cast<void*>(data_), 0, ZMQ_POLLIN, 0},
                   {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
-    item_peers.clear();
-    for (auto& [address, socket] : peers_) {
-      items.push_back({static_cast<void*>(socket), 0, ZMQ_POLLIN, 0});
-      item_peers.push_back(address);
-    }
+    const std::size_t first_peer = fetcher_->add_poll_items(items);
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(options_.config.heartbeat_ms));
     } catch (const zmq::error_t& e) {
@@ -245,105 +255,27 @@ int Worker::run() {
       break;
     }
     bool shutdown = false;
-    std::map<std::string, std::vector<TaskId>> wanted;
     // Not when only the eventfd woke us: an empty non-blocking receive costs libzmq a poll(2)
     // and a getpid(2), on the round trip's path (bench/README.md).
     for (int n = 0; n < 1000 && (items[0].revents & ZMQ_POLLIN) != 0; ++n) {
       auto msg = protocol::try_receive(sched_, false);
       if (!msg) break;
       last_from_scheduler_ = Clock::now();
-      std::string error;
-      auto type = msg->frames.size() >= 2 ? protocol::parse_header(msg->frames[0], error) : std::nullopt;
-      if (!type) {
-        HERD_LOG(error) << "malformed message from the scheduler: " << error;
-        continue;
-      }
-      switch (*type) {
-        case MessageType::execute_tasks: {
-          protocol::ExecuteTasksEvent ev;
-          if (protocol::decode(msg->frames[1], ev, error)) on_execute(ev);
-          break;
-        }
-        case MessageType::free_keys: {
-          protocol::KeysEvent ev;
-          if (protocol::decode(msg->frames[1], ev, error)) {
-            for (TaskId id : ev.ids) store_.erase(id);
-          }
-          break;
-        }
-        case MessageType::cancel_tasks: {
-          protocol::KeysEvent ev;
-          if (protocol::decode(msg->frames[1], ev, error)) on_cancel(ev);
-          break;
-        }
-        case MessageType::acquire_keys: {
-          protocol::AcquireKeysEvent ev;
-          if (protocol::decode(msg->frames[1], ev, error)) on_acquire(ev);
-          break;
-        }
-        case MessageType::put_data: {
-          protocol::PutDataEvent ev;
-          if (protocol::decode(msg->frames[1], ev, error) && msg->frames.size() == 3) {
-            auto bytes = std::make_shared<const Bytes>(std::move(msg->frames[2]));
-            protocol::TaskResult r;
-            r.id = ev.id;
-            r.ok = true;
-            r.nbytes = bytes->size();
-            store_.put(ev.id, std::move(bytes));
-            results_out_.push_back(std::move(r));
-          }
-          break;
-        }
-        case MessageType::shutdown: {
-          protocol::GoodbyeEvent bye;
-          (void)protocol::decode(msg->frames[1], bye, error);
-          HERD_LOG(info) << "scheduler asked this worker to stop: " << bye.reason;
-          shutdown = true;
-          break;
-        }
-        case MessageType::gang_ready:
-        case MessageType::gang_abort:
-          on_gang_message(*type, msg->frames[1]);
-          break;
-        case MessageType::logs_fetch:
-          on_logs_fetch(msg->frames[1]);  // src/worker/worker_logs.cpp
-          break;
-        case MessageType::heartbeat:
-        case MessageType::error:
-          break;
-        default:
-          HERD_LOG(warning) << "unexpected " << protocol::to_string(*type) << " from the scheduler";
-      }
-      if (!error.empty()) HERD_LOG(error) << "bad message from the scheduler: " << error;
+      on_scheduler_message(*msg, shutdown);
     }
     if (shutdown) break;
-    for (int n = 0; n < 1000; ++n) {
+    for (int n = 0; n < 1000 && (items[1].revents & ZMQ_POLLIN) != 0; ++n) {
       auto msg = protocol::try_receive(data_, true);
       if (!msg) break;
       on_data_request(*msg);
     }
-    for (std::size_t i = 0; i < item_peers.size(); ++i) {
-      if ((items[3 + i].revents & ZMQ_POLLIN) == 0) continue;
-      auto& socket = peers_.at(item_peers[i]);
-      while (auto msg = protocol::try_receive(socket, false)) on_data_reply(item_peers[i], *msg);
-    }
     const auto now = Clock::now();
-    // Inputs that did not come in time are asked of the next holder.
-    std::vector<std::uint64_t> expired;
-    for (const auto& [rid, f] : fetches_) {
-      if (now - f.sent > std::chrono::milliseconds(options_.config.timeout_ms)) expired.push_back(rid);
-    }
-    for (auto rid : expired) {
-      Fetch f = std::move(fetches_.at(rid));
-      fetches_.erase(rid);
-      HERD_LOG(warning) << "no answer from " << f.address << " for " << f.ids.size() << " inputs";
-      for (TaskId id : f.ids) fetch_from_next_holder(id, wanted);
-    }
-    request_inputs(wanted);
-    drain_completions();
+    fetcher_->receive(items, first_peer, fetch_events_, now);
+    fetcher_->expire(now, fetch_events_);
+    carry_out();
     if (now - last_from_scheduler_ > std::chrono::milliseconds(options_.config.timeout_ms)) {
-      HERD_LOG(error) << "scheduler at " << options_.scheduler << " silent for "
-                      << options_.config.timeout_ms << " ms; exiting";
+      HERD_LOG(error) << "scheduler at " << options_.scheduler << " silent for " << options_.config.timeout_ms
+                      << " ms; exiting";
       exit_code = 2;
       break;
     }
@@ -361,12 +293,11 @@ int Worker::run() {
       HERD_LOG(info) << "signal received: draining for at most " << grace.count() << " ms";
       if (!retire_asked_) {
         retire_asked_ = true;
-        protocol::send(sched_, "", MessageType::retire_request,
-                       protocol::encode(protocol::GoodbyeEvent{"drain on signal (preemption, scancel or walltime warning)"}));
+        protocol::send<MessageType::retire_request>(sched_, "", {"drain on signal (preemption, scancel or walltime warning)"});
       }
     }
     if (draining_ && now >= drain_deadline_) {
-      HERD_LOG(warning) << "drain deadline passed; leaving with " << executing_.load() << " tasks running";
+      HERD_LOG(warning) << "drain deadline passed; leaving with " << state_->executing() << " tasks running";
       goodbye("drain deadline passed");
       break;
     }
@@ -376,240 +307,133 @@ int Worker::run() {
       if (unix_now + retire_before_s_ >= end_time_) {
         retire_asked_ = true;
         HERD_LOG(info) << "walltime ends in " << (end_time_ - unix_now) << " s: asking to retire";
-        protocol::send(sched_, "", MessageType::retire_request,
-                       protocol::encode(protocol::GoodbyeEvent{"walltime ends in " + std::to_string(end_time_ - unix_now) + " s"}));
+        protocol::send<MessageType::retire_request>(sched_, "", {"walltime ends in " + std::to_string(end_time_ - unix_now) + " s"});
       }
     }
     if (now - last_heartbeat_ >= std::chrono::milliseconds(options_.config.heartbeat_ms)) {
       last_heartbeat_ = now;
       protocol::HeartbeatEvent hb;
       hb.memory_rss = rss_bytes();
-      hb.executing = executing_.load();
+      hb.executing = static_cast<std::uint32_t>(state_->executing());
       hb.stored = store_.size();
-      protocol::send(sched_, "", MessageType::heartbeat, protocol::encode(hb));
+      protocol::send<MessageType::heartbeat>(sched_, "", hb);
     }
   }
   if (g_stop.load()) goodbye("worker stopped by signal");
   return exit_code;
 }
 
-void Worker::on_execute(protocol::ExecuteTasksEvent& ev) {
-  std::map<std::string, std::vector<TaskId>> wanted;
-  for (auto& task : ev.tasks) {
-    if (task.gang != 0) {
-      std::lock_guard lock(gang_mu_);
-      gangs_[{task.gang, task.gang_attempt}] = std::make_shared<collective::GangSession>(
-          task.gang, task.gang_attempt, task.gang_rank, task.gang_size);
-      HERD_LOG(debug) << "gang member " << task.key << " (rank " << task.gang_rank << " of "
-                      << task.gang_size << ", attempt " << task.gang_attempt << ") arrived";
-    }
-    std::uint32_t missing = 0;
-    for (const auto& in : task.inputs) {
-      if (store_.contains(in.id)) continue;
-      ++missing;
-      auto& w = waiters_[in.id];
-      w.push_back(task.id);
-      if (w.size() == 1) {  // first task to need it: start fetching
-        holders_[in.id] = {in.holders, 0};
-        fetch_from_next_holder(in.id, wanted);
-      }
-    }
-    if (missing == 0) {
-      make_runnable(std::move(task));
-    } else {
-      const TaskId id = task.id;
-      pending_[id] = Pending{std::move(task), missing};
-    }
-  }
-  request_inputs(wanted);
-}
-
-void Worker::fetch_from_next_holder(TaskId dep, std::map<std::string, std::vector<TaskId>>& wanted) {
-  auto h = holders_.find(dep);
-  if (h == holders_.end()) return;
-  auto& [list, next] = h->second;
-  while (next < list.size() && list[next] == data_address_) ++next;
-  if (next >= list.size()) {
-    input_unavailable(dep);
+void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
+  std::string error;
+  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
+  if (!type) {
+    HERD_LOG(error) << "malformed message from the scheduler: " << error;
     return;
   }
-  wanted[list[next++]].push_back(dep);
+  switch (*type) {
+    case MessageType::execute_tasks: {
+      protocol::ExecuteTasksEvent ev;
+      if (protocol::decode<MessageType::execute_tasks>(msg, ev, error)) on_execute(ev);
+      break;
+    }
+    case MessageType::free_keys: {
+      protocol::KeysEvent ev;
+      if (protocol::decode<MessageType::free_keys>(msg, ev, error)) state_->free_keys(ev.ids);
+      break;
+    }
+    case MessageType::cancel_tasks: {
+      protocol::KeysEvent ev;
+      if (protocol::decode<MessageType::cancel_tasks>(msg, ev, error)) state_->cancel(ev.ids);
+      break;
+    }
+    case MessageType::acquire_keys: {
+      protocol::AcquireKeysEvent ev;
+      if (protocol::decode<MessageType::acquire_keys>(msg, ev, error)) state_->acquire(ev.keys);
+      break;
+    }
+    case MessageType::put_data: {
+      protocol::PutDataEvent ev;
+      if (protocol::decode<MessageType::put_data>(msg, ev, error) && msg.frames.size() == 3) {
+        auto bytes = std::make_shared<const data::MessagePayload>(std::move(msg.frames[2]));
+        const std::uint64_t n = bytes->size();
+        store_.put(ev.id, std::move(bytes));
+        state_->put(ev.id, n);
+      }
+      break;
+    }
+    case MessageType::shutdown: {
+      protocol::GoodbyeEvent bye;
+      (void)protocol::decode<MessageType::shutdown>(msg, bye, error);
+      HERD_LOG(info) << "scheduler asked this worker to stop: " << bye.reason;
+      shutdown = true;
+      return;
+    }
+    case MessageType::gang_ready:
+    case MessageType::gang_abort:
+      on_gang_message(*type, msg);
+      break;
+    case MessageType::logs_fetch: {
+      protocol::LogsRequest req;
+      if (protocol::decode<MessageType::logs_fetch>(msg, req, error)) on_logs_fetch(req);  // worker_logs.cpp
+      break;
+    }
+    case MessageType::heartbeat:
+    case MessageType::error:
+      break;
+    default:
+      HERD_LOG(warning) << "unexpected " << protocol::to_string(*type) << " from the scheduler";
+  }
+  if (!error.empty()) HERD_LOG(error) << "bad message from the scheduler: " << error;
 }
 
-void Worker::request_inputs(std::map<std::string, std::vector<TaskId>>& wanted) {
-  for (auto& [address, ids] : wanted) {
-    const std::uint64_t rid = next_request_++;
-    protocol::GetDataRequest req{rid, ids};
-    protocol::send(peer(address), "", MessageType::get_data_request, protocol::encode(req));
-    fetches_[rid] = Fetch{address, std::move(ids), Clock::now()};
+void Worker::on_execute(protocol::ExecuteTasksEvent& ev) {
+  for (const auto& task : ev.tasks) {
+    if (task.gang == 0) continue;
+    std::lock_guard lock(gang_mu_);
+    gangs_[{task.gang, task.gang_attempt}] =
+        std::make_shared<collective::GangSession>(task.gang, task.gang_attempt, task.gang_rank, task.gang_size);
+    HERD_LOG(debug) << "gang member " << task.key << " (rank " << task.gang_rank << " of " << task.gang_size
+                    << ", attempt " << task.gang_attempt << ") arrived";
   }
-  wanted.clear();
-}
-
-zmq::socket_t& Worker::peer(const std::string& address) {
-  auto it = peers_.find(address);
-  if (it == peers_.end()) {
-    zmq::socket_t s(context_, zmq::socket_type::dealer);
-    s.set(zmq::sockopt::linger, 0);
-    s.set(zmq::sockopt::rcvhwm, 0);
-    auth_.client(s);
-    s.connect(address);
-    it = peers_.emplace(address, std::move(s)).first;
-  }
-  return it->second;
+  state_->execute(std::move(ev.tasks));
 }
 
 void Worker::on_data_request(protocol::Received& msg) {
   std::string error;
   auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
   protocol::GetDataRequest req;
-  if (!type || *type != MessageType::get_data_request || !protocol::decode(msg.frames[1], req, error)) {
-    HERD_LOG(warning) << "ignoring a bad request on the data port: "
-                      << (error.empty() ? "not a get_data_request" : error);
+  if (!type || *type != MessageType::get_data_request || !protocol::decode<MessageType::get_data_request>(msg, req, error)) {
+    HERD_LOG(warning) << "ignoring a bad request on the data port: " << (error.empty() ? "not a get_data_request" : error);
     return;
   }
-  protocol::GetDataReply reply;
-  reply.request_id = req.request_id;
-  std::vector<zmq::message_t> payloads;
-  for (TaskId id : req.ids) {
-    if (auto bytes = store_.get(id)) {
-      reply.found.push_back(id);
-      payloads.push_back(zero_copy_message(bytes));
-    } else {
-      reply.missing.push_back(id);
-    }
-  }
-  protocol::send(data_, msg.identity, MessageType::get_data_reply, protocol::encode(reply),
-                 std::move(payloads));
+  data::serve_data(data_, msg.identity, req, [this](TaskId id) { return store_.get(id); }, options_.config.chunk_bytes);
 }
 
-void Worker::on_data_reply(const std::string& address, protocol::Received& msg) {
-  std::string error;
-  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
-  protocol::GetDataReply reply;
-  if (!type || *type != MessageType::get_data_reply || !protocol::decode(msg.frames[1], reply, error) ||
-      msg.frames.size() != 2 + reply.found.size()) {
-    HERD_LOG(warning) << "bad data reply from " << address << ": " << error;
-    return;
-  }
-  auto f = fetches_.find(reply.request_id);
-  if (f == fetches_.end()) return;  // answered after we gave up on it
-  fetches_.erase(f);
-  for (std::size_t i = 0; i < reply.found.size(); ++i) {
-    const TaskId id = reply.found[i];
-    store_.put(id, std::make_shared<const Bytes>(std::move(msg.frames[2 + i])));
-    acquired_out_.push_back(id);
-    input_arrived(id);
-  }
-  std::map<std::string, std::vector<TaskId>> wanted;
-  for (TaskId id : reply.missing) fetch_from_next_holder(id, wanted);
-  request_inputs(wanted);
-}
-
-void Worker::input_arrived(TaskId dep) {
-  holders_.erase(dep);
-  auto w = waiters_.find(dep);
-  if (w == waiters_.end()) return;
-  std::vector<TaskId> tasks = std::move(w->second);
-  waiters_.erase(w);
-  for (TaskId id : tasks) {
-    auto p = pending_.find(id);
-    if (p == pending_.end()) continue;
-    if (--p->second.missing == 0) {
-      protocol::ExecuteTask task = std::move(p->second.task);
-      pending_.erase(p);
-      make_runnable(std::move(task));
-    }
-  }
-}
-
-void Worker::input_unavailable(TaskId dep) {
-  holders_.erase(dep);
-  auto w = waiters_.find(dep);
-  if (w == waiters_.end()) return;
-  std::vector<TaskId> tasks = std::move(w->second);
-  waiters_.erase(w);
-  for (TaskId id : tasks) {
-    if (pending_.erase(id) == 0) continue;
-    protocol::TaskResult r;
-    r.id = id;
-    r.missing_input = true;
-    r.error = {"herd::MissingInput", "input could not be fetched from any holder", "", options_.name};
-    results_out_.push_back(std::move(r));
-  }
-}
-
-void Worker::on_cancel(const protocol::KeysEvent& ev) {
-  for (TaskId id : ev.ids) {
-    bool dropped = pending_.erase(id) > 0;
-    if (!dropped) {
+void Worker::carry_out() {
+  WorkerInstructions& out = state_->out();
+  if (out.empty()) return;
+  const auto now = Clock::now();
+  for (auto& [address, ids] : out.fetch) fetcher_->request(address, std::move(ids), now);
+  for (TaskId id : out.free) store_.erase(id);
+  if (!out.run.empty()) {
+    {
       std::lock_guard lock(run_mu_);
-      auto it = std::find_if(runnable_.begin(), runnable_.end(), [id](const auto& t) { return t.id == id; });
-      if (it != runnable_.end()) {
-        runnable_.erase(it);
-        dropped = true;
-      }
+      for (auto& r : out.run) handoff_.push_back(std::move(r));
     }
-    if (dropped) {
-      // Unstarted: given back. The scheduler knows whether it was cancelled or is moving it.
-      protocol::TaskResult r;
-      r.id = id;
-      r.handed_back = true;
-      r.error = {"herd::HandedBack", "given back before it started", "", options_.name};
-      results_out_.push_back(std::move(r));
-    }
+    run_cv_.notify_all();
   }
+  for (auto& r : out.results) results_out_.push_back(std::move(r));
+  acquired_out_.insert(acquired_out_.end(), out.acquired.begin(), out.acquired.end());
+  out.clear();
+  flush_results();
 }
 
-void Worker::on_acquire(const protocol::AcquireKeysEvent& ev) {
-  std::map<std::string, std::vector<TaskId>> wanted;
-  for (const auto& key : ev.keys) {
-    if (store_.contains(key.id) || holders_.count(key.id)) continue;
-    waiters_[key.id];  // no task waits; input_arrived reports it as acquired
-    holders_[key.id] = {key.holders, 0};
-    fetch_from_next_holder(key.id, wanted);
-  }
-  request_inputs(wanted);
-}
-
-void Worker::make_runnable(protocol::ExecuteTask task) {
-  {
-    std::lock_guard lock(run_mu_);
-    // A gang member goes first: the other ranks are waiting for it.
-    if (task.gang != 0) runnable_.push_front(std::move(task));
-    else runnable_.push_back(std::move(task));
-  }
-  run_cv_.notify_all();
-}
-
-std::vector<int> Worker::pick_gpus(double need) const {
-  std::vector<int> out;
-  if (need <= 0) return out;
-  if (need < 1) {
-    // One device with room, the fullest that fits (so whole devices stay whole).
-    int best = -1;
-    for (std::size_t i = 0; i < gpu_free_.size(); ++i) {
-      if (gpu_free_[i] + 1e-9 >= need && (best < 0 || gpu_free_[i] < gpu_free_[static_cast<std::size_t>(best)])) {
-        best = static_cast<int>(i);
-      }
-    }
-    if (best >= 0) out.push_back(best);
-    return out;
-  }
-  const auto n = static_cast<std::size_t>(std::ceil(need - 1e-9));
-  for (std::size_t i = 0; i < gpu_free_.size() && out.size() < n; ++i) {
-    if (gpu_free_[i] >= 1.0 - 1e-9) out.push_back(static_cast<int>(i));
-  }
-  if (out.size() < n) out.clear();
-  return out;
-}
-
-void Worker::on_gang_message(MessageType type, const zmq::message_t& body) {
+void Worker::on_gang_message(MessageType type, protocol::Received& msg) {
   std::string error;
   std::shared_ptr<collective::GangSession> session;
   if (type == MessageType::gang_ready) {
     protocol::GangReadyEvent ev;
-    if (!protocol::decode(body, ev, error)) {
+    if (!protocol::decode<MessageType::gang_ready>(msg, ev, error)) {
       HERD_LOG(error) << "bad gang_ready from the scheduler: " << error;
       return;
     }
@@ -621,7 +445,7 @@ void Worker::on_gang_message(MessageType type, const zmq::message_t& body) {
     return;
   }
   protocol::GangAbortEvent ev;
-  if (!protocol::decode(body, ev, error)) {
+  if (!protocol::decode<MessageType::gang_abort>(msg, ev, error)) {
     HERD_LOG(error) << "bad gang_abort from the scheduler: " << error;
     return;
   }
@@ -634,57 +458,21 @@ void Worker::on_gang_message(MessageType type, const zmq::message_t& body) {
   if (session) session->abort(ev.reason);
 }
 
-void Worker::executor_loop(std::size_t index) {
-  std::vector<int> devices;  // indexes into gpus_ held by the current task
+void Worker::executor_loop() {
   while (true) {
-    protocol::ExecuteTask task;
+    Run run;
     {
       std::unique_lock lock(run_mu_);
-      std::deque<protocol::ExecuteTask>::iterator chosen;
-      run_cv_.wait(lock, [&] {
-        if (stopping_) return true;
-        chosen = std::find_if(runnable_.begin(), runnable_.end(), [&](const auto& t) {
-          for (const auto& [r, amount] : t.resources) {
-            auto have = free_resources_.find(r);
-            if (have == free_resources_.end() || have->second + 1e-9 < amount) return false;
-            if (r == "gpu" && pick_gpus(amount).empty() && amount > 0) return false;
-          }
-          return true;
-        });
-        return chosen != runnable_.end();
-      });
+      run_cv_.wait(lock, [&] { return stopping_ || !handoff_.empty(); });
       if (stopping_) return;
-      task = std::move(*chosen);
-      runnable_.erase(chosen);
-      for (const auto& [r, amount] : task.resources) free_resources_[r] -= amount;
-      devices.clear();
-      if (auto g = task.resources.find("gpu"); g != task.resources.end() && g->second > 0) {
-        devices = pick_gpus(g->second);
-        for (int d : devices) gpu_free_[static_cast<std::size_t>(d)] -= std::min(1.0, g->second);
-      }
+      run = std::move(handoff_.front());
+      handoff_.pop_front();
       // Still under run_mu_, as on_logs_fetch looks: it finds the task queued or in the
       // LogBook, never between them (lock order: run_mu_, then the LogBook's).
-      running_[task.id] = task.key;
-      task::LogBook::instance().task_started(task.id, task.key);  // output capture (log_capture.hpp)
+      task::LogBook::instance().task_started(run.task.id, run.task.key);  // output capture
     }
-    ++executing_;
-    Completion c = execute(task, devices);
-    task::LogBook::instance().task_finished(task.id);
-    {
-      std::lock_guard lock(run_mu_);
-      running_.erase(task.id);
-    }
-    --executing_;
-    if (!task.resources.empty()) {
-      {
-        std::lock_guard lock(run_mu_);
-        for (const auto& [r, amount] : task.resources) free_resources_[r] += amount;
-        if (auto g = task.resources.find("gpu"); g != task.resources.end()) {
-          for (int d : devices) gpu_free_[static_cast<std::size_t>(d)] += std::min(1.0, g->second);
-        }
-      }
-      run_cv_.notify_all();
-    }
+    Completion c = execute(run.task, run.devices);
+    task::LogBook::instance().task_finished(run.task.id);
     bool was_empty;
     {
       std::lock_guard lock(done_mu_);
@@ -693,13 +481,11 @@ void Worker::executor_loop(std::size_t index) {
     }
     if (was_empty) wake_io();
   }
-  (void)index;
 }
 
-Worker::Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices) {
+Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices) {
   Completion c;
   c.id = task.id;
-  c.full_result = task.full_result;
   // What the task may know about itself: its GPUs (with a stream of its own) and its gang.
   TaskInfo info;
   info.key = task.key;
@@ -747,9 +533,9 @@ Worker::Completion Worker::execute(const protocol::ExecuteTask& task, const std:
     msgpack::object_handle args_handle = msgpack::unpack(task.args.data(), task.args.size());
     msgpack::object args = args_handle.get();
     std::vector<msgpack::object_handle> inputs;
-    std::vector<BytesPtr> keep;
+    std::vector<data::PayloadPtr> keep;
     for (const auto& ref : task.refs) {
-      BytesPtr bytes = store_.get(ref.id);
+      data::PayloadPtr bytes = store_.get(ref.id);
       if (!bytes) {
         c.missing_input = true;
         c.error = {"herd::MissingInput", "input was freed before the task ran", task.key, options_.name};
@@ -789,7 +575,7 @@ Worker::Completion Worker::execute(const protocol::ExecuteTask& task, const std:
     entry->invoke(args, out);
     detail::current_task() = TaskInfo{};
     const std::size_t size = out.size();
-    c.bytes = std::make_shared<const Bytes>(out.release(), size);
+    c.bytes = std::make_shared<const data::Buffer>(out.release(), size);
     c.ok = true;
   } catch (...) {
     detail::current_task() = TaskInfo{};
@@ -807,7 +593,7 @@ Worker::Completion Worker::execute(const protocol::ExecuteTask& task, const std:
   }
   c.duration_us = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-  if (c.ok) store_.put(c.id, c.bytes);
+  if (c.ok) store_.put(c.id, c.bytes);  // before the scheduler can hear of it
   return c;
 }
 
@@ -819,24 +605,9 @@ void Worker::drain_completions() {
     done.swap(done_);
     joins.swap(gang_joins_);
   }
-  for (const auto& join : joins) protocol::send(sched_, "", MessageType::gang_join, protocol::encode(join));
-  for (auto& c : done) {
-    protocol::TaskResult r;
-    r.id = c.id;
-    r.ok = c.ok;
-    r.duration_us = c.duration_us;
-    r.missing_input = c.missing_input;
-    if (c.ok) {
-      r.nbytes = c.bytes->size();
-      if (r.nbytes <= protocol::kInlineResultBytes || c.full_result) {
-        r.inline_data.assign(c.bytes->data(), c.bytes->data() + c.bytes->size());
-      }
-    } else {
-      r.error = std::move(c.error);
-    }
-    results_out_.push_back(std::move(r));
-  }
-  flush_results();
+  for (const auto& join : joins) protocol::send<MessageType::gang_join>(sched_, "", join);
+  for (auto& c : done) state_->finished(std::move(c));
+  carry_out();
 }
 
 void Worker::flush_results() {
@@ -844,7 +615,7 @@ void Worker::flush_results() {
   protocol::TaskResultsEvent ev;
   ev.results.swap(results_out_);
   ev.acquired.swap(acquired_out_);
-  protocol::send(sched_, "", MessageType::task_results, protocol::encode(ev));
+  protocol::send<MessageType::task_results>(sched_, "", ev);
 }
 
 void Worker::memory_monitor() {
@@ -865,40 +636,23 @@ void Worker::over_memory_limit(std::uint64_t rss) {
   // The running task(s) pushed us over: they fail with a clear error; tasks not started are
   // handed back; then the worker leaves (its threads cannot be stopped, its memory is gone)
   // and the pool replaces it.
-  std::map<TaskId, std::string> running;
-  std::vector<protocol::ExecuteTask> queued;
   {
     std::lock_guard lock(run_mu_);
-    running = running_;
-    queued.assign(std::make_move_iterator(runnable_.begin()), std::make_move_iterator(runnable_.end()));
-    runnable_.clear();
     stopping_ = true;
+    for (const auto& r : handoff_) state_->not_started(r.task.id);  // no executor took it yet
+    handoff_.clear();
   }
   const std::string figures = "worker " + options_.name + " reached " + std::to_string(rss >> 20) +
-                              " MiB resident, over its memory limit of " + std::to_string(options_.memory_limit >> 20) +
-                              " MiB";
-  HERD_LOG(error) << figures << "; failing " << running.size() << " running task(s) and leaving";
-  for (const auto& [id, key] : running) {
-    protocol::TaskResult r;
-    r.id = id;
-    r.error = {"herd::MemoryLimitExceeded", "task " + key + " was running when " + figures, key, options_.name};
-    results_out_.push_back(std::move(r));
-  }
-  auto hand_back = [&](TaskId id) {
-    protocol::TaskResult r;
-    r.id = id;
-    r.handed_back = true;
-    results_out_.push_back(std::move(r));
-  };
-  for (const auto& t : queued) hand_back(t.id);
-  for (const auto& [id, p] : pending_) hand_back(id);
-  flush_results();
+                              " MiB resident, over its memory limit of " + std::to_string(options_.memory_limit >> 20) + " MiB";
+  HERD_LOG(error) << figures << "; failing " << state_->executing() << " running task(s) and leaving";
+  state_->over_memory(figures);
+  carry_out();
   goodbye(figures);
 }
 
 void Worker::goodbye(const std::string& reason) {
   flush_results();
-  protocol::send(sched_, "", MessageType::goodbye, protocol::encode(protocol::GoodbyeEvent{reason}));
+  protocol::send<MessageType::goodbye>(sched_, "", {reason});
   zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
   const auto deadline = Clock::now() + std::chrono::milliseconds(2000);
   while (Clock::now() < deadline) {

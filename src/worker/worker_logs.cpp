@@ -7,22 +7,14 @@
 namespace herd::worker {
 
 bool Worker::queued_locked(protocol::TaskId id, const std::string& key) {
-  for (const auto& [pid, p] : pending_) {
-    if (pid == id || (id == 0 && p.task.key == key)) return true;
-  }
-  for (const auto& t : runnable_) {
-    if (t.id == id || (id == 0 && t.key == key)) return true;
+  if (state_->queued(id, key)) return true;  // waiting for inputs or a thread
+  for (const auto& r : handoff_) {           // started by the state, not yet by an executor
+    if (r.task.id == id || (id == 0 && r.task.key == key)) return true;
   }
   return false;
 }
 
-void Worker::on_logs_fetch(const zmq::message_t& body) {
-  protocol::LogsRequest req;
-  std::string error;
-  if (!protocol::decode(body, req, error)) {
-    HERD_LOG(warning) << "bad logs request from the scheduler: " << error;
-    return;
-  }
+void Worker::on_logs_fetch(const protocol::LogsRequest& req) {
   protocol::LogsReply reply;
   reply.request_id = req.request_id;
   const std::size_t lines = req.lines == 0 ? 100 : req.lines;
@@ -46,7 +38,7 @@ void Worker::on_logs_fetch(const zmq::message_t& body) {
     reply.ok = true;
     reply.sources.push_back(book.worker_log(options_.name, lines));
   }
-  protocol::send(sched_, "", protocol::MessageType::worker_logs_reply, protocol::encode(reply));
+  protocol::send<protocol::MessageType::worker_logs_reply>(sched_, "", reply);
 }
 
 }  // namespace herd::worker

@@ -157,6 +157,41 @@ TEST_CASE("Processes.Data.MovesBetweenWorkers" * doctest::timeout(60)) {
   std::filesystem::remove(log + "-b.log");
 }
 
+int plus_one(int x) { return x + 1; }
+HERD_TASK(plus_one);
+int nap_ms(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return ms;
+}
+HERD_TASK(nap_ms);
+TEST_CASE("Processes.Placement.CpuTasksDoNotWaitBehindBusyGpuTasks" * doctest::timeout(60)) {
+  // One worker offers a GPU, one offers nothing; four 3-second GPU tasks, then 20 instant CPU
+  // tasks: the CPU tasks all finish while the first GPU task still runs (no head-of-line
+  // blocking behind tasks that must wait for the GPU, and nothing queued behind a busy GPU).
+  herd::LocalCluster cluster{0};
+  const std::string address = cluster.start();
+  const std::string log = "/tmp/herd-hol-" + std::to_string(::getpid());
+  const pid_t g = spawn_worker(address, "with-gpu", "gpu=1", log + "-g.log");
+  const pid_t c = spawn_worker(address, "cpu-only", "x=1", log + "-c.log");
+  {
+    herd::Client client{address};
+    client.wait_for_workers(2, 20s);
+    std::vector<herd::Future<int>> gpu, cpu;
+    for (int i = 0; i < 4; ++i) gpu.push_back(client.submit(herd::TaskOptions{}.gpus(1), nap_ms, 3000));
+    for (int i = 0; i < 20; ++i) cpu.push_back(client.submit(plus_one, i));
+    const auto values = client.gather(cpu);
+    CHECK_FALSE(gpu[0].done());  // the first 3-second GPU task is still running
+    for (int i = 0; i < 20; ++i) CHECK(values[static_cast<std::size_t>(i)] == i + 1);
+    CHECK(gpu[0].result() == 3000);
+    cluster.close();
+  }
+  int status = 0;
+  CHECK(::waitpid(g, &status, 0) == g);
+  CHECK(::waitpid(c, &status, 0) == c);
+  std::filesystem::remove(log + "-g.log");
+  std::filesystem::remove(log + "-c.log");
+}
+
 TEST_CASE("Processes.SchedulerKilled.WorkerExitsOnItsOwn" * doctest::timeout(60)) {
   herd::LocalCluster cluster{0};
   cluster.env("HERD_TIMEOUT_MS", "1500").env("HERD_HEARTBEAT_MS", "100");
@@ -191,8 +226,6 @@ int pid_after(int ms) {
   return static_cast<int>(::getpid());
 }
 HERD_TASK(pid_after);
-int plus_one(int x) { return x + 1; }
-HERD_TASK(plus_one);
 }  // namespace
 
 TEST_CASE("Processes.Drain.SigtermHandsWorkOverCleanly" * doctest::timeout(90)) {

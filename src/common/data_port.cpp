@@ -1,0 +1,245 @@
+#include "common/data_port.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/logging.hpp"
+
+namespace herd::data {
+
+using protocol::MessageType;
+
+namespace {
+// A connection nobody used for this long is closed: workers come and go for days, and each
+// connection holds a descriptor and ZeroMQ's buffers.
+constexpr auto kIdleConnection = std::chrono::minutes(2);
+}  // namespace
+
+std::unique_ptr<Buffer> Buffer::allocate(std::size_t size) {
+  char* p = static_cast<char*>(std::malloc(std::max<std::size_t>(size, 1)));
+  if (p == nullptr) throw std::bad_alloc();
+  return std::make_unique<Buffer>(p, size);
+}
+
+zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset, std::size_t size) {
+  size = std::min(size, payload->size() - offset);
+  auto* hold = new PayloadPtr(payload);
+  return zmq::message_t(const_cast<char*>(payload->data() + offset), size,
+                        [](void*, void* hint) { delete static_cast<PayloadPtr*>(hint); }, hold);
+}
+
+void serve_data(zmq::socket_t& router, const std::string& identity, const protocol::GetDataRequest& request,
+                const std::function<PayloadPtr(TaskId)>& lookup, std::size_t chunk_bytes) {
+  chunk_bytes = std::max<std::size_t>(chunk_bytes, 4096);
+  protocol::GetDataReply reply;
+  reply.request_id = request.request_id;
+  std::vector<zmq::message_t> inline_frames;
+  std::vector<std::pair<TaskId, PayloadPtr>> streams;
+  for (TaskId id : request.ids) {
+    PayloadPtr bytes = lookup(id);
+    if (!bytes) {
+      reply.missing.push_back(id);
+    } else if (bytes->size() <= chunk_bytes) {
+      reply.found.push_back(id);
+      inline_frames.push_back(zero_copy(bytes));
+    } else {
+      reply.streamed.push_back({id, bytes->size()});
+      streams.emplace_back(id, std::move(bytes));
+    }
+  }
+  protocol::send<MessageType::get_data_reply>(router, identity, reply, std::move(inline_frames));
+  // The chunks reference the stored bytes: queueing them all costs no copy, and ZeroMQ
+  // encrypts and sends one after the other while the receiver decrypts the previous ones.
+  for (const auto& [id, bytes] : streams) {
+    for (std::size_t offset = 0; offset < bytes->size(); offset += chunk_bytes) {
+      std::vector<zmq::message_t> frame;
+      frame.push_back(zero_copy(bytes, offset, chunk_bytes));
+      protocol::send<MessageType::data_chunk>(router, identity, {request.request_id, id, offset}, std::move(frame));
+    }
+  }
+}
+
+DataClient::DataClient(zmq::context_t& context, const security::Auth& auth, std::chrono::milliseconds progress_timeout)
+    : context_(context), auth_(auth), timeout_(progress_timeout) {}
+
+zmq::socket_t& DataClient::connect(const std::string& address, Clock::time_point now) {
+  auto it = peers_.find(address);
+  if (it == peers_.end()) {
+    zmq::socket_t s(context_, zmq::socket_type::dealer);
+    s.set(zmq::sockopt::linger, 0);
+    s.set(zmq::sockopt::rcvhwm, 0);
+    auth_.client(s);
+    s.connect(address);
+    it = peers_.emplace(address, Peer{std::move(s), now}).first;
+  }
+  it->second.last_used = now;
+  return it->second.socket;
+}
+
+void DataClient::drop_peer(const std::string& address) { peers_.erase(address); }
+
+void DataClient::request(const std::string& address, std::vector<TaskId> ids, Clock::time_point now) {
+  if (ids.empty()) return;
+  const std::uint64_t rid = next_request_++;
+  zmq::socket_t& s = connect(address, now);
+  protocol::send<MessageType::get_data_request>(s, "", {rid, ids});
+  Request r;
+  r.address = address;
+  r.waiting = std::move(ids);
+  r.sent = now;
+  requests_.emplace(rid, std::move(r));
+}
+
+std::size_t DataClient::add_poll_items(std::vector<zmq::pollitem_t>& items) {
+  const std::size_t first = items.size();
+  polled_.clear();
+  for (auto& [address, peer] : peers_) {
+    items.push_back({static_cast<void*>(peer.socket), 0, ZMQ_POLLIN, 0});
+    polled_.push_back(address);
+  }
+  return first;
+}
+
+void DataClient::receive(const std::vector<zmq::pollitem_t>& items, std::size_t first, const DataEvents& events,
+                         Clock::time_point now) {
+  for (std::size_t i = 0; i < polled_.size() && first + i < items.size(); ++i) {
+    if ((items[first + i].revents & ZMQ_POLLIN) == 0) continue;
+    const std::string address = polled_[i];
+    // Bounded, so one fast peer cannot keep the caller from its other sockets.
+    for (int n = 0; n < 256; ++n) {
+      auto peer = peers_.find(address);
+      if (peer == peers_.end()) break;  // dropped while reading
+      auto msg = protocol::try_receive(peer->second.socket, false);
+      if (!msg) break;
+      peer->second.last_used = now;
+      peer->second.last_heard = now;  // progress for every request on this connection
+      on_message(address, *msg, events, now);
+    }
+  }
+}
+
+void DataClient::on_message(const std::string& address, protocol::Received& msg, const DataEvents& events,
+                            Clock::time_point now) {
+  std::string error;
+  const MessageType type = msg.frames.empty() ? MessageType::error
+                          : protocol::parse_header(msg.frames[0], error).value_or(MessageType::error);
+  if (type == MessageType::get_data_reply) {
+    protocol::GetDataReply reply;
+    if (!protocol::decode<MessageType::get_data_reply>(msg, reply, error)) {
+      HERD_LOG(warning) << "bad data reply from " << address << ": " << error;
+      return;
+    }
+    auto it = requests_.find(reply.request_id);
+    if (it == requests_.end() || it->second.address != address) return;  // answered after we gave up on it
+    Request& r = it->second;
+    if (msg.frames.size() != 2 + reply.found.size()) {
+      fail(reply.request_id, "a data reply with " + std::to_string(msg.frames.size() - 2) + " payloads for " +
+                                 std::to_string(reply.found.size()) + " results",
+           events);
+      return;
+    }
+    r.replied = true;
+    r.waiting.clear();
+    for (std::size_t i = 0; i < reply.found.size(); ++i) {
+      events.found(address, reply.found[i], std::make_shared<MessagePayload>(std::move(msg.frames[2 + i])));
+    }
+    for (TaskId id : reply.missing) events.missing(address, id);
+    for (const auto& s : reply.streamed) {
+      try {
+        r.streams[s.id].buffer = Buffer::allocate(s.nbytes);
+      } catch (const std::bad_alloc&) {
+        r.streams.erase(s.id);
+        events.failed(address, {s.id}, "cannot allocate " + std::to_string(s.nbytes) + " bytes for it");
+      }
+    }
+    if (r.streams.empty()) requests_.erase(it);
+    return;
+  }
+  if (type == MessageType::data_chunk) {
+    protocol::DataChunkEvent chunk;
+    if (!protocol::decode<MessageType::data_chunk>(msg, chunk, error) || msg.frames.size() != 3) {
+      HERD_LOG(warning) << "bad data chunk from " << address << ": " << (error.empty() ? "no payload" : error);
+      return;
+    }
+    auto it = requests_.find(chunk.request_id);
+    if (it == requests_.end() || it->second.address != address) return;
+    Request& r = it->second;
+    auto s = r.streams.find(chunk.id);
+    const zmq::message_t& frame = msg.frames[2];
+    if (s == r.streams.end() || chunk.offset != s->second.received ||
+        chunk.offset + frame.size() > s->second.buffer->size()) {
+      fail(chunk.request_id, "a chunk out of order or out of bounds for " + std::to_string(chunk.id), events);
+      return;
+    }
+    std::memcpy(s->second.buffer->mutable_data() + chunk.offset, frame.data(), frame.size());
+    s->second.received += frame.size();
+    if (s->second.received == s->second.buffer->size()) {
+      PayloadPtr done(std::move(s->second.buffer));
+      r.streams.erase(s);
+      events.found(address, chunk.id, std::move(done));
+      if (r.streams.empty()) requests_.erase(it);
+    }
+    return;
+  }
+  HERD_LOG(warning) << "ignoring a message from data port " << address << ": "
+                    << (error.empty() ? "unexpected " + protocol::to_string(type) : error);
+}
+
+void DataClient::fail(std::uint64_t request_id, const std::string& why, const DataEvents& events) {
+  auto it = requests_.find(request_id);
+  if (it != requests_.end()) fail_address(it->second.address, why, events);
+}
+
+void DataClient::fail_address(const std::string& address, const std::string& why, const DataEvents& events) {
+  // Everything in flight on this connection goes with it: the next request starts afresh.
+  std::vector<std::pair<std::vector<TaskId>, std::string>> failed;
+  for (auto it = requests_.begin(); it != requests_.end();) {
+    if (it->second.address != address) {
+      ++it;
+      continue;
+    }
+    const Request& r = it->second;
+    std::vector<TaskId> ids = r.waiting;
+    std::string detail = why;
+    for (const auto& [id, s] : r.streams) {
+      ids.push_back(id);
+      detail += " (" + std::to_string(s.received) + " of " + std::to_string(s.buffer->size()) + " bytes of a result received)";
+    }
+    failed.emplace_back(std::move(ids), std::move(detail));
+    it = requests_.erase(it);
+  }
+  drop_peer(address);
+  for (const auto& [ids, detail] : failed) events.failed(address, ids, detail);
+}
+
+void DataClient::expire(Clock::time_point now, const DataEvents& events) {
+  // A request fails when its connection has been silent for the whole timeout since it was
+  // sent: a transfer that keeps moving (or a queue of replies ahead of it) is progress.
+  std::vector<std::string> silent;
+  for (const auto& [rid, r] : requests_) {
+    auto peer = peers_.find(r.address);
+    const Clock::time_point last = peer == peers_.end() ? r.sent : std::max(r.sent, peer->second.last_heard);
+    if (now - last > timeout_ && std::find(silent.begin(), silent.end(), r.address) == silent.end()) {
+      silent.push_back(r.address);
+    }
+  }
+  for (const auto& address : silent) {
+    fail_address(address, "no data from " + address + " for " + std::to_string(timeout_.count()) + " ms", events);
+  }
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    bool busy = false;
+    for (const auto& [rid, r] : requests_) busy = busy || r.address == it->first;
+    if (!busy && now - it->second.last_used > kIdleConnection) it = peers_.erase(it);
+    else ++it;
+  }
+}
+
+std::uint64_t DataClient::streaming_bytes() const {
+  std::uint64_t n = 0;
+  for (const auto& [rid, r] : requests_) {
+    for (const auto& [id, s] : r.streams) n += s.received;
+  }
+  return n;
+}
+
+}  // namespace herd::data

@@ -1,0 +1,135 @@
+// Moving results between processes, one implementation for everyone: a worker's data port
+// serves them (serve_data), and workers (inputs, copies) and clients (gather) fetch them
+// (DataClient).
+//
+// A request names results; the holder answers once (GetDataReply): small results ride in that
+// reply as one frame each, results bigger than the chunk size follow as a stream of
+// data_chunk messages, in order, each referencing the holder's bytes without a copy. The
+// fetcher writes each chunk straight into the result's final buffer. A request fails only when
+// nothing arrived for it for the progress timeout, whatever its size: a 256 MiB input over a
+// slow link arrives, a holder that went silent is given up on.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "common/security.hpp"
+#include "herd/detail/client_core.hpp"
+#include "protocol/codec.hpp"
+
+namespace herd::data {
+
+using protocol::TaskId;
+using PayloadPtr = std::shared_ptr<const detail::Payload>;
+
+/// Bytes in one malloc'ed buffer (msgpack's sbuffer, or a buffer a stream was written into).
+class Buffer : public detail::Payload {
+ public:
+  Buffer(char* data, std::size_t size) : data_(data), size_(size) {}
+  /// A buffer of `size` bytes, uninitialised; throws std::bad_alloc.
+  static std::unique_ptr<Buffer> allocate(std::size_t size);
+  ~Buffer() override { std::free(data_); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  const char* data() const override { return data_; }
+  std::size_t size() const override { return size_; }
+  char* mutable_data() { return data_; }
+
+ private:
+  char* data_;
+  std::size_t size_;
+};
+
+/// Bytes that arrived as one ZeroMQ frame.
+class MessagePayload : public detail::Payload {
+ public:
+  explicit MessagePayload(zmq::message_t m) : m_(std::move(m)) {}
+  const char* data() const override { return static_cast<const char*>(m_.data()); }
+  std::size_t size() const override { return m_.size(); }
+
+ private:
+  zmq::message_t m_;
+};
+
+/// A frame referencing bytes [offset, offset + size) of `payload`, without a copy; the payload
+/// lives until ZeroMQ has sent the frame.
+zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset = 0, std::size_t size = SIZE_MAX);
+
+/// Answers one GetDataRequest on a ROUTER socket: found results up to `chunk_bytes` inline,
+/// bigger ones as data_chunk streams.
+void serve_data(zmq::socket_t& router, const std::string& identity, const protocol::GetDataRequest& request,
+                const std::function<PayloadPtr(TaskId)>& lookup, std::size_t chunk_bytes);
+
+/// What a DataClient reports. Every id asked for ends in exactly one of these.
+struct DataEvents {
+  std::function<void(const std::string& address, TaskId id, PayloadPtr bytes)> found;
+  std::function<void(const std::string& address, TaskId id)> missing;  // the holder no longer has it
+  /// Nothing (more) came from the holder for the progress timeout, or it answered nonsense.
+  std::function<void(const std::string& address, const std::vector<TaskId>& ids, const std::string& why)> failed;
+};
+
+class DataClient {
+ public:
+  using Clock = std::chrono::steady_clock;
+  DataClient(zmq::context_t& context, const security::Auth& auth, std::chrono::milliseconds progress_timeout);
+  DataClient(const DataClient&) = delete;
+  DataClient& operator=(const DataClient&) = delete;
+
+  /// Asks the data port at `address` for `ids` (one request, answered by events).
+  void request(const std::string& address, std::vector<TaskId> ids, Clock::time_point now);
+  /// Appends one poll item per open connection; returns the index of the first.
+  std::size_t add_poll_items(std::vector<zmq::pollitem_t>& items);
+  /// After zmq::poll: reads whatever arrived on the connections polled from index `first`.
+  void receive(const std::vector<zmq::pollitem_t>& items, std::size_t first, const DataEvents& events,
+               Clock::time_point now);
+  /// Fails requests that made no progress for the timeout (and drops their connection, so a
+  /// later request starts afresh); closes connections idle for a long while.
+  void expire(Clock::time_point now, const DataEvents& events);
+  /// Requests not yet answered in full.
+  std::size_t in_flight() const { return requests_.size(); }
+  /// Open connections (for tests of descriptor growth).
+  std::size_t connections() const { return peers_.size(); }
+  /// Bytes received into streams in progress (progress for tests and status).
+  std::uint64_t streaming_bytes() const;
+
+ private:
+  struct Stream {
+    std::unique_ptr<Buffer> buffer;
+    std::uint64_t received = 0;
+  };
+  struct Request {
+    std::string address;
+    std::vector<TaskId> waiting;               // not answered yet (the reply names them)
+    std::map<TaskId, Stream> streams;          // announced in the reply, chunks coming
+    bool replied = false;
+    Clock::time_point sent;
+  };
+  struct Peer {
+    zmq::socket_t socket;
+    Clock::time_point last_used;
+    Clock::time_point last_heard{};  // the last message from it: progress for its requests
+  };
+  zmq::socket_t& connect(const std::string& address, Clock::time_point now);
+  void on_message(const std::string& address, protocol::Received& msg, const DataEvents& events, Clock::time_point now);
+  void fail(std::uint64_t request_id, const std::string& why, const DataEvents& events);
+  void fail_address(const std::string& address, const std::string& why, const DataEvents& events);
+  void drop_peer(const std::string& address);
+
+  zmq::context_t& context_;
+  const security::Auth& auth_;
+  std::chrono::milliseconds timeout_;
+  std::map<std::string, Peer> peers_;
+  std::vector<std::string> polled_;  // address of each poll item from add_poll_items
+  std::unordered_map<std::uint64_t, Request> requests_;
+  std::uint64_t next_request_ = 1;
+};
+
+}  // namespace herd::data

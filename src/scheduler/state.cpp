@@ -1,0 +1,1049 @@
+// SchedulerState: registries, placement, stealing, retirement, liveness (see state.hpp).
+// Gangs are in state_gangs.cpp.
+#include "scheduler/state.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+#include <stdexcept>
+
+#include "common/logging.hpp"
+
+namespace herd::scheduler {
+
+namespace {
+constexpr std::size_t kMaxEvents = 1000;        // task runs kept for the task stream
+constexpr std::int64_t kThroughputWindow = 10;  // seconds
+constexpr double kEps = 1e-9;
+
+std::string describe(const std::map<std::string, double>& r) {
+  if (r.empty()) return "nothing";
+  std::ostringstream s;
+  s << '{';
+  bool first = true;
+  for (const auto& [name, amount] : r) {
+    s << (first ? "" : ", ") << name << ": " << amount;
+    first = false;
+  }
+  s << '}';
+  return s.str();
+}
+}  // namespace
+
+void Outbox::clear() {
+  workers.clear();
+  clients.clear();
+  journal.clear();
+  departed.clear();
+  clients_departed.clear();
+  cluster_changed = false;
+}
+
+SchedulerState::SchedulerState(StateOptions options) : options_(options) {
+  graph_.set_strict(options_.validate);
+  shape_of({});  // shape 0: no resources
+}
+
+void SchedulerState::check() const {
+  if (!options_.validate) return;
+  // Every event while the state is small; on a big one, one event in size/16, so the checks
+  // cost a bounded multiple of the events themselves (a full check is O(tasks + workers x
+  // shapes)) and a scheduler under test still answers heartbeats.
+  const std::size_t every = std::max<std::size_t>(1, (graph_.size() + workers_.size()) / 16);
+  if (++checks_ % every != 0) return;
+  const std::string broken = validate();
+  if (!broken.empty()) throw std::logic_error("scheduler state is inconsistent: " + broken);
+}
+
+WorkerRec* SchedulerState::find_worker(WorkerId id) {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+const WorkerRec* SchedulerState::worker(WorkerId id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second;
+}
+
+ClientRec* SchedulerState::find_client(ClientId id) {
+  auto it = clients_.find(id);
+  return it == clients_.end() ? nullptr : &it->second;
+}
+
+const std::map<std::string, double>& SchedulerState::resources_of(const Task& t) const { return shapes_[t.shape].need; }
+
+std::size_t SchedulerState::shape_count() const { return shapes_.size(); }
+
+std::size_t SchedulerState::ready_count() const { return graph_.count(TaskStatus::ready); }
+
+// ---- shapes and the free lists ------------------------------------------------------------
+
+std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& resources) {
+  std::map<std::string, double> need;
+  for (const auto& [name, amount] : resources) {
+    if (amount > 0) need[name] = amount;  // asking for none of a resource is asking for nothing
+  }
+  if (auto it = shape_index_.find(need); it != shape_index_.end()) return it->second;
+  if (shapes_.size() >= 0xffff) throw std::runtime_error("too many distinct resource requests (65535)");
+  Shape s;
+  s.id = static_cast<std::uint16_t>(shapes_.size());
+  s.need = need;
+  for (const auto& [name, amount] : need) {
+    auto [it, added] = resource_index_.try_emplace(name, static_cast<std::uint16_t>(resource_index_.size()));
+    if (added) {
+      // No task needed it before, so what a worker offers of it is all free.
+      for (auto& [id, w] : workers_) {
+        auto have = w.resources.find(name);
+        const double amount = have == w.resources.end() ? 0.0 : have->second;
+        w.offered.push_back(amount);
+        w.free.push_back(amount);
+      }
+    }
+    s.need_ids.emplace_back(it->second, amount);
+  }
+  shape_index_.emplace(need, s.id);
+  shapes_.push_back(std::move(s));
+  Shape& added = shapes_.back();
+  for (auto& [id, w] : workers_) {
+    w.free_pos.push_back(-1);
+    w.open_pos.push_back(-1);
+    if (offers(w, added)) {
+      w.shapes.push_back(added.id);
+      if (!w.retiring) ++added.offered_by;
+      refresh(w);
+    }
+  }
+  return added.id;
+}
+
+bool SchedulerState::offers(const WorkerRec& w, const Shape& s) const {
+  for (const auto& [r, amount] : s.need_ids) {
+    if (r >= w.offered.size() || w.offered[r] + kEps < amount) return false;
+  }
+  return true;
+}
+
+bool SchedulerState::available(const WorkerRec& w) const {
+  if (w.retiring || w.suspect != 0 || w.reserved_for != 0 || w.reserved_gang != 0) return false;
+  // Near its memory limit a worker takes nothing new until it is back under.
+  return !(w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9);
+}
+
+std::size_t SchedulerState::capacity(const WorkerRec& w) const { return w.nthreads * (1 + extra_per_slot_); }
+
+bool SchedulerState::can_take(const WorkerRec& w, const Shape& s) const {
+  if (!available(w) || w.processing.size() >= capacity(w)) return false;
+  for (const auto& [r, amount] : s.need_ids) {
+    if (w.free[r] + kEps < amount) return false;
+  }
+  return true;
+}
+
+namespace {
+void list_set(std::vector<WorkerId>& list, std::vector<std::int32_t>& pos, std::uint16_t shape, WorkerId id,
+              bool want, std::unordered_map<WorkerId, WorkerRec>& workers,
+              std::vector<std::int32_t> WorkerRec::*member) {
+  std::int32_t& p = pos[shape];
+  if (want && p < 0) {
+    p = static_cast<std::int32_t>(list.size());
+    list.push_back(id);
+  } else if (!want && p >= 0) {
+    const WorkerId last = list.back();
+    list[static_cast<std::size_t>(p)] = last;
+    if (last != id) (workers.at(last).*member)[shape] = p;
+    list.pop_back();
+    p = -1;
+  }
+}
+}  // namespace
+
+void SchedulerState::refresh(WorkerRec& w) {
+  const bool idle_thread = w.processing.size() < w.nthreads;
+  for (std::uint16_t sid : w.shapes) {
+    Shape& s = shapes_[sid];
+    const bool take = can_take(w, s);
+    list_set(s.free, w.free_pos, sid, w.id, take, workers_, &WorkerRec::free_pos);
+    list_set(s.open, w.open_pos, sid, w.id, take && idle_thread, workers_, &WorkerRec::open_pos);
+  }
+  if (w.processing.size() > w.nthreads) overloaded_.insert(w.id);
+  else overloaded_.erase(w.id);
+}
+
+void SchedulerState::refresh_all() {
+  for (auto& [id, w] : workers_) refresh(w);
+}
+
+void SchedulerState::push_ready(const Task& t) {
+  Shape& s = shapes_[t.shape];
+  s.ready.push_back({t.priority, t.seq, t.id});
+  std::push_heap(s.ready.begin(), s.ready.end());
+  if (s.offered_by == 0) s.unrunnable_dirty = true;
+}
+
+// ---- peers --------------------------------------------------------------------------------
+
+WorkerId SchedulerState::add_worker(const protocol::HelloRequest& hello, const Now& now) {
+  const WorkerId id = next_worker_id_++;
+  WorkerRec& w = workers_[id];
+  w.id = id;
+  w.name = hello.name;
+  w.host = hello.host;
+  w.address = hello.data_address;
+  w.job_id = hello.job_id;
+  w.pool = hello.pool;
+  w.nthreads = std::max<std::uint32_t>(1, hello.nthreads);
+  w.end_time = hello.end_time;
+  w.gpus = hello.gpus;
+  w.memory_limit = hello.memory_limit;
+  w.last_seen = now.mono;
+  w.idle_since = now.mono;
+  for (const auto& [name, amount] : hello.resources) {
+    if (amount > 0) w.resources[name] = amount;
+  }
+  w.offered.assign(resource_index_.size(), 0.0);
+  for (const auto& [name, amount] : w.resources) {
+    if (auto it = resource_index_.find(name); it != resource_index_.end()) w.offered[it->second] = amount;
+  }
+  w.free = w.offered;
+  w.free_pos.assign(shapes_.size(), -1);
+  w.open_pos.assign(shapes_.size(), -1);
+  for (auto& s : shapes_) {
+    if (!offers(w, s)) continue;
+    w.shapes.push_back(s.id);
+    ++s.offered_by;
+  }
+  refresh(w);
+  out_.cluster_changed = true;
+  HERD_LOG(info) << "worker " << w.name << " (" << w.address << ", " << w.nthreads << " threads) registered as #" << id;
+  // Scatters that waited for a first worker.
+  auto backlog = std::move(scatter_backlog_);
+  scatter_backlog_.clear();
+  for (auto& [tid, payload] : backlog) dispatch_scatter(tid, std::move(payload));
+  // Tasks whose walltime fit no worker may fit this one; gangs that could not fit may now.
+  for (TaskId tid : too_long_) {
+    if (const Task* t = graph_.find(tid); t != nullptr && t->status == TaskStatus::ready) push_ready(*t);
+  }
+  too_long_.clear();
+  for (auto& [gid, g] : gangs_) g.never.clear();
+  check();
+  return id;
+}
+
+ClientId SchedulerState::add_client(const protocol::HelloRequest& hello, const Now& now) {
+  const ClientId id = next_client_index_++;
+  ClientRec& c = clients_[id];
+  c.index = id;
+  c.name = hello.name;
+  c.last_seen = now.mono;
+  out_.cluster_changed = true;
+  HERD_LOG(info) << "client " << c.name << " connected as #" << id;
+  return id;
+}
+
+void SchedulerState::heard_from_worker(WorkerId id, const Now& now) {
+  if (WorkerRec* w = find_worker(id)) w->last_seen = now.mono;
+}
+
+void SchedulerState::heard_from_client(ClientId id, const Now& now) {
+  if (ClientRec* c = find_client(id)) c->last_seen = now.mono;
+}
+
+void SchedulerState::worker_lost(WorkerId id, const std::string& why, bool count_deaths) {
+  remove_worker(id, why, count_deaths);
+  check();
+}
+
+void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool count_deaths) {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return;
+  WorkerRec& w = it->second;
+  if (count_deaths) {
+    HERD_LOG(warning) << "worker " << w.name << " lost (" << why << "); " << w.processing.size() << " tasks running, "
+                      << w.has.size() << " results held";
+  } else {
+    HERD_LOG(info) << "worker " << w.name << " left (" << why << ")";
+  }
+  // Out of every index first.
+  for (std::uint16_t sid : w.shapes) {
+    Shape& s = shapes_[sid];
+    list_set(s.free, w.free_pos, sid, w.id, false, workers_, &WorkerRec::free_pos);
+    list_set(s.open, w.open_pos, sid, w.id, false, workers_, &WorkerRec::open_pos);
+    if (!w.retiring) {
+      --s.offered_by;
+      if (s.offered_by == 0 && graph_.ready_of_shape(sid) > 0) s.unrunnable_dirty = true;
+    }
+  }
+  overloaded_.erase(id);
+  // The job goes too when the pool let the worker go or the worker died in it. A worker that
+  // left on its own (drain signal, walltime, requeue) leaves its job alone: a requeued job's
+  // next incarnation must not be cancelled for its predecessor.
+  out_.departed.push_back({id, w.name, w.pool, w.job_id, why, w.retired_by_pool || !w.retiring});
+  std::vector<TaskId> processing;
+  processing.reserve(w.processing.size());
+  for (const auto& [tid, shape] : w.processing) processing.push_back(tid);
+  std::vector<TaskId> held(w.has.begin(), w.has.end());
+  const std::string name = w.name;
+  const WorkerRec gone = std::move(w);
+  workers_.erase(it);
+  gang_worker_lost(gone, processing);
+  graph_.worker_lost(id, processing, held, options_.allowed_failures, fx_, count_deaths, name);
+  out_.workers.erase(id);  // nothing more to send it (a shutdown already queued is kept below)
+  if (gone.reserved_gang != 0) release_gang_reservations(gone.reserved_gang);
+  out_.cluster_changed = true;
+  apply(fx_);
+}
+
+void SchedulerState::client_lost(ClientId id, const std::string& why) {
+  auto it = clients_.find(id);
+  if (it == clients_.end()) return;
+  HERD_LOG(info) << "client #" << id << " gone (" << why << "); releasing its tasks";
+  clients_.erase(it);
+  out_.clients.erase(id);
+  out_.clients_departed.push_back(id);
+  std::vector<TaskId> owned;
+  for (const auto& [tid, t] : graph_.tasks()) {
+    if (t.client == id && t.wanted) owned.push_back(tid);
+  }
+  for (TaskId tid : owned) graph_.release(tid, fx_);
+  out_.cluster_changed = true;
+  apply(fx_);
+  check();
+}
+
+// ---- messages from workers ----------------------------------------------------------------
+
+void SchedulerState::heartbeat(WorkerId id, const protocol::HeartbeatEvent& hb, const Now& now) {
+  WorkerRec* w = find_worker(id);
+  if (w == nullptr) return;
+  w->last_seen = now.mono;
+  w->memory_rss = hb.memory_rss;
+  w->executing = hb.executing;
+  refresh(*w);  // a worker near its memory limit stops taking work, and comes back under it
+  check();
+}
+
+void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, const Now& now) {
+  WorkerRec* wp = find_worker(id);
+  if (wp == nullptr) return;
+  WorkerRec& w = *wp;
+  w.last_seen = now.mono;
+  for (auto& r : ev.results) {
+    if (auto p = w.processing.find(r.id); p != w.processing.end()) {
+      for (const auto& [res, amount] : shapes_[p->second].need_ids) w.free[res] += amount;
+      w.processing.erase(p);
+    }
+    if (w.suspect == r.id) w.suspect = 0;
+    if (gang_result(w, r, now)) continue;
+    Task* t = graph_.find(r.id);
+    if (!r.handed_back && !r.missing_input) record_run(t, w, r, now);
+    if (r.ok) {
+      if (t != nullptr && !t->scattered) {
+        const double us = static_cast<double>(r.duration_us);
+        avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
+      }
+      if (options_.full_results && t != nullptr && t->keyed && !t->scattered && t->status == TaskStatus::processing &&
+          t->worker == w.id && r.nbytes == r.inline_data.size()) {
+        out_.journal.emplace_back(t->key, r.inline_data);
+      }
+      graph_.finished(r.id, w.id, r.nbytes, fx_);
+      if (t = graph_.find(r.id); t != nullptr && t->in_memory() &&
+                                 std::find(t->who_has.begin(), t->who_has.end(), w.id) != t->who_has.end()) {
+        w.has.insert(r.id);
+        if (!r.inline_data.empty() && t->wanted) inline_results_[r.id] = std::move(r.inline_data);
+      }
+    } else if (r.handed_back) {
+      graph_.requeue(r.id, fx_);  // unstarted task given back (retiring, stolen, cancelled)
+    } else if (r.missing_input) {
+      graph_.input_missing(r.id, fx_);
+    } else {
+      r.error.worker = w.name;
+      graph_.failed(r.id, std::move(r.error), fx_);
+    }
+  }
+  if (w.processing.empty()) w.idle_since = now.mono;
+  for (TaskId tid : ev.acquired) {
+    graph_.add_holder(tid, w.id);
+    if (const Task* t = graph_.find(tid); t != nullptr && t->in_memory()) w.has.insert(tid);
+    else out(w.id).free.push_back(tid);
+  }
+  refresh(w);
+  apply(fx_);
+  check();
+}
+
+void SchedulerState::goodbye(WorkerId id, const std::string& reason) {
+  WorkerRec* w = find_worker(id);
+  if (w == nullptr) return;
+  const bool count_deaths = !w->retiring;  // a draining worker leaves on purpose
+  remove_worker(id, "said goodbye: " + reason, count_deaths);
+  // Acknowledged, so the worker knows everything it sent before arrived (it leaves with
+  // _exit, which flushes nothing).
+  out(id).shutdown = "goodbye received";
+  check();
+}
+
+void SchedulerState::retire_request(WorkerId id, const std::string& reason, const Now& now) {
+  retire(id, reason, false, now);
+}
+
+void SchedulerState::retire(WorkerId id, const std::string& why, bool by_pool, const Now& now) {
+  WorkerRec* w = find_worker(id);
+  if (w == nullptr) return;
+  if (!w->retiring) {
+    HERD_LOG(info) << "retiring worker " << w->name << ": " << why;
+    w->retiring = true;
+    w->retire_since = now.mono;
+    // Tasks it has not started come back; running ones finish.
+    for (const auto& [tid, shape] : w->processing) out(id).cancel.push_back(tid);
+    for (std::uint16_t sid : w->shapes) {
+      Shape& s = shapes_[sid];
+      --s.offered_by;
+      if (s.offered_by == 0 && graph_.ready_of_shape(sid) > 0) s.unrunnable_dirty = true;
+    }
+    if (w->reserved_gang != 0) {
+      const TaskId g = w->reserved_gang;
+      w->reserved_gang = 0;
+      release_gang_reservations(g);
+    }
+    refresh(*w);
+    out_.cluster_changed = true;
+  }
+  if (by_pool) w->retired_by_pool = true;
+  check();
+}
+
+void SchedulerState::job_ended(const std::string& pool, const std::string& job_id, const std::string& how) {
+  for (const auto& [id, w] : workers_) {
+    if (w.pool == pool && w.job_id == job_id) {
+      const bool deaths = !w.retiring;
+      remove_worker(id, "its job " + job_id + " ended: " + how, deaths);
+      break;
+    }
+  }
+  check();
+}
+
+// ---- messages from clients ----------------------------------------------------------------
+
+bool SchedulerState::submit(ClientId id, const protocol::TaskSpec& spec, const std::vector<char>* journaled,
+                            std::string& error) {
+  if ((spec.id >> 40) != id) {
+    error = "task id " + std::to_string(spec.id) + " does not belong to this client";
+    return false;
+  }
+  const std::uint16_t shape = shape_of(spec.resources);
+  graph_.add(spec, id, shape, fx_);
+  if (spec.gang != 0) gang_member_added(spec);
+  // Finished before a restart: put the journaled result on a worker instead of running the
+  // task again (its recipe stays, for lineage).
+  if (journaled != nullptr) {
+    const Task* t = graph_.find(spec.id);
+    if (t != nullptr && (t->status == TaskStatus::ready || t->status == TaskStatus::waiting)) {
+      dispatch_scatter(spec.id, zmq::message_t(journaled->data(), journaled->size()));
+    }
+  }
+  apply(fx_);
+  check();
+  return true;
+}
+
+void SchedulerState::release(ClientId id, const std::vector<TaskId>& ids) {
+  for (TaskId tid : ids) {
+    const Task* t = graph_.find(tid);
+    if (t != nullptr && t->client == id) graph_.release(tid, fx_);
+  }
+  apply(fx_);
+  check();
+}
+
+void SchedulerState::cancel(ClientId id, const std::vector<TaskId>& ids) {
+  for (TaskId tid : ids) {
+    const Task* t = graph_.find(tid);
+    if (t == nullptr || t->client != id) continue;
+    if (t->gang != 0) cancel_gang(t->gang, "gang member " + graph_.key_of(*t) + " was cancelled");
+    else graph_.cancel(tid, fx_);
+  }
+  apply(fx_);
+  check();
+}
+
+bool SchedulerState::scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload,
+                             std::string& error) {
+  if ((req.id >> 40) != id) {
+    error = "scatter id does not belong to this client";
+    return false;
+  }
+  if (graph_.find(req.id) != nullptr) return true;  // a resend
+  graph_.add_scattered(req.id, req.key, id);
+  dispatch_scatter(req.id, std::move(payload));
+  check();
+  return true;
+}
+
+void SchedulerState::dispatch_scatter(TaskId id, zmq::message_t payload) {
+  Task* t = graph_.find(id);
+  if (t == nullptr || !(t->status == TaskStatus::waiting || t->status == TaskStatus::ready)) return;
+  WorkerRec* best = nullptr;
+  for (auto& [wid, w] : workers_) {
+    if (w.retiring) continue;
+    if (best == nullptr || w.has.size() < best->has.size()) best = &w;
+  }
+  if (best == nullptr) {
+    scatter_backlog_.emplace_back(id, std::move(payload));
+    return;
+  }
+  graph_.started(id, best->id);
+  best->processing.emplace(id, 0);  // so that losing the worker fails the scatter, not hangs it
+  out(best->id).put.emplace_back(id, std::move(payload));
+  refresh(*best);
+}
+
+// ---- effects ------------------------------------------------------------------------------
+
+void SchedulerState::apply(Effects& fx) {
+  for (TaskId id : fx.ready) {
+    const Task* t = graph_.find(id);
+    if (t == nullptr || t->status != TaskStatus::ready) continue;
+    if (t->deaths > 0 && t->gang == 0) suspects_.push_back(id);
+    else push_ready(*t);
+  }
+  for (TaskId id : fx.notify) {
+    const Task* t = graph_.find(id);
+    if (t == nullptr || clients_.count(t->client) == 0) continue;
+    ClientOut& c = out_.clients[t->client];
+    protocol::TaskUpdate u;
+    u.id = id;
+    u.state = static_cast<std::uint8_t>(wire_state(t->status));
+    u.nbytes = t->nbytes;
+    if (t->in_memory() && !t->who_has.empty()) {
+      const WorkerId holder = t->who_has.front();
+      auto found = c.address_index.find(holder);
+      if (found == c.address_index.end()) {
+        const WorkerRec* hw = worker(holder);
+        found = c.address_index.emplace(holder, static_cast<std::int32_t>(c.updates.addresses.size())).first;
+        c.updates.addresses.push_back(hw != nullptr ? hw->address : std::string());
+      }
+      u.location = found->second;
+      if (auto in = inline_results_.find(id); in != inline_results_.end()) u.inline_data = std::move(in->second);
+    }
+    if (t->error) u.error = *t->error;
+    c.updates.updates.push_back(std::move(u));
+  }
+  for (auto [wid, id] : fx.free) {
+    if (WorkerRec* w = find_worker(wid)) {
+      w->has.erase(id);
+      out(wid).free.push_back(id);
+    }
+  }
+  for (auto [wid, id] : fx.cancel) {
+    if (workers_.count(wid)) out(wid).cancel.push_back(id);
+  }
+  inline_results_.clear();
+  fx.clear();
+}
+
+// ---- placement ----------------------------------------------------------------------------
+
+void SchedulerState::schedule(const Now& now) {
+  if (!suspects_.empty()) place_suspects(now);
+  if (!gangs_waiting_.empty()) place_gangs(now);
+  while (true) {
+    Shape* best = nullptr;
+    for (auto& s : shapes_) {
+      // Drop stale heads: tasks cancelled, placed, or pushed twice since.
+      while (!s.ready.empty()) {
+        const Task* t = graph_.find(s.ready.front().id);
+        if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id) break;
+        std::pop_heap(s.ready.begin(), s.ready.end());
+        s.ready.pop_back();
+      }
+      if (s.ready.empty()) continue;
+      if (s.unrunnable_dirty) note_unrunnable(s);
+      if (s.free.empty()) continue;
+      if (best == nullptr || best->ready.front() < s.ready.front()) best = &s;
+    }
+    if (best == nullptr) break;
+    std::pop_heap(best->ready.begin(), best->ready.end());
+    const TaskId id = best->ready.back().id;
+    best->ready.pop_back();
+    Task& t = *graph_.find(id);
+    if (t.gang != 0) {
+      // Once its last member is ready, the gang starts or reserves its workers before any
+      // task that came after it can take them.
+      gang_member_ready(t);
+      if (!gangs_waiting_.empty()) place_gangs(now);
+      continue;
+    }
+    WorkerRec* w = pick_worker(*best, t, now);
+    if (w == nullptr) {
+      too_long_.push_back(id);  // its duration fits no free worker's remaining walltime
+      continue;
+    }
+    dispatch(t, *w);
+  }
+  if (!gangs_waiting_.empty()) place_gangs(now);  // members popped just now
+  if (!overloaded_.empty()) steal(now);
+  check();
+}
+
+WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now) {
+  auto fits_time = [&](const WorkerRec& w) {
+    return t.duration_s == 0 || w.end_time == 0 || now.unix_s() + static_cast<std::int64_t>(t.duration_s) <= w.end_time;
+  };
+  // Locality: the free worker that holds most of its input bytes.
+  if (!t.deps.empty()) {
+    WorkerRec* best = nullptr;
+    std::uint64_t best_bytes = 0;
+    for (TaskId d : t.deps) {
+      const Task* dep = graph_.find(d);
+      if (dep == nullptr) continue;
+      for (WorkerId h : dep->who_has) {
+        WorkerRec* w = find_worker(h);
+        if (w == nullptr || w->free_pos[s.id] < 0 || !fits_time(*w)) continue;
+        std::uint64_t bytes = 0;
+        for (TaskId d2 : t.deps) {
+          if (const Task* x = graph_.find(d2); x != nullptr && w->has.count(d2)) bytes += x->nbytes + 1;
+        }
+        if (best == nullptr || bytes > best_bytes) {
+          best = w;
+          best_bytes = bytes;
+        }
+      }
+    }
+    if (best != nullptr) return best;
+  }
+  // A worker with an idle thread first, else one with room in its queue: round robin.
+  for (std::vector<WorkerId>* list : {&s.open, &s.free}) {
+    std::size_t& cursor = list == &s.open ? s.open_cursor : s.cursor;
+    for (std::size_t n = 0; n < list->size(); ++n) {
+      if (cursor >= list->size()) cursor = 0;
+      WorkerRec& w = workers_.at((*list)[cursor++]);
+      if (fits_time(w)) return &w;
+    }
+  }
+  return nullptr;
+}
+
+void SchedulerState::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
+  graph_.started(t.id, w.id);
+  w.processing.emplace(t.id, t.shape);
+  w.order.push_back(t.id);
+  if (w.order.size() > 4 * capacity(w) + 64) {
+    // Forget answered ids, so the order stays about as long as the queue.
+    std::deque<TaskId> kept;
+    for (TaskId id : w.order) {
+      if (w.processing.count(id)) kept.push_back(id);
+    }
+    w.order.swap(kept);
+  }
+  for (const auto& [r, amount] : shapes_[t.shape].need_ids) w.free[r] -= amount;
+  w.idle_since = Clock::time_point::max();
+  e.id = t.id;
+  e.function = graph_.function_name(t);
+  e.args = t.args;
+  e.refs = t.refs;
+  e.key = graph_.key_of(t);
+  e.resources = shapes_[t.shape].need;
+  e.full_result = options_.full_results && t.keyed;
+  e.inputs.reserve(t.deps.size());
+  for (TaskId d : t.deps) {
+    protocol::DepLocation loc;
+    loc.id = d;
+    if (const Task* dep = graph_.find(d)) {
+      for (WorkerId h : dep->who_has) {
+        if (const WorkerRec* hw = worker(h)) loc.holders.push_back(hw->address);
+      }
+    }
+    e.inputs.push_back(std::move(loc));
+  }
+  out(w.id).execute.push_back(std::move(e));
+  refresh(w);
+  if (t.no_worker_noted) {
+    // It was reported as waiting for a worker: it is running now.
+    t.no_worker_noted = false;
+    if (clients_.count(t.client)) {
+      protocol::TaskUpdate u;
+      u.id = t.id;
+      u.state = static_cast<std::uint8_t>(protocol::TaskState::processing);
+      out_.clients[t.client].updates.updates.push_back(std::move(u));
+    }
+  }
+}
+
+void SchedulerState::place_suspects(const Now& now) {
+  std::vector<TaskId> still;
+  for (TaskId id : suspects_) {
+    Task* t = graph_.find(id);
+    if (t == nullptr || t->status != TaskStatus::ready) continue;
+    const Shape& s = shapes_[t->shape];
+    WorkerRec* reserved = nullptr;
+    for (auto& [wid, w] : workers_) {
+      if (w.reserved_for == id) reserved = &w;
+    }
+    if (reserved != nullptr && reserved->processing.empty() && !reserved->retiring) {
+      // It drained: run the suspect alone.
+      reserved->reserved_for = 0;
+      reserved->suspect = id;
+      dispatch(*t, *reserved);
+      continue;
+    }
+    if (reserved == nullptr) {
+      WorkerRec* idle = nullptr;
+      WorkerRec* least = nullptr;
+      for (auto& [wid, w] : workers_) {
+        if (!available(w) || !offers(w, s)) continue;
+        if (t->duration_s > 0 && w.end_time > 0 && now.unix_s() + t->duration_s > w.end_time) continue;
+        if (w.processing.empty()) idle = &w;
+        if (least == nullptr || w.processing.size() < least->processing.size()) least = &w;
+      }
+      if (idle != nullptr) {
+        idle->suspect = id;
+        dispatch(*t, *idle);
+        continue;
+      }
+      if (least != nullptr) {
+        // A suspect runs alone: this worker finishes what it has, takes nothing new, then runs it.
+        least->reserved_for = id;
+        refresh(*least);
+      }
+    }
+    still.push_back(id);
+  }
+  suspects_.swap(still);
+}
+
+void SchedulerState::note_unrunnable(Shape& s) {
+  s.unrunnable_dirty = false;
+  if (s.offered_by > 0) return;
+  const std::string why = "no connected worker offers " + describe(s.need);
+  for (const ReadyItem& item : s.ready) {
+    Task* t = graph_.find(item.id);
+    if (t == nullptr || t->status != TaskStatus::ready || t->no_worker_noted) continue;
+    t->no_worker_noted = true;
+    if (clients_.count(t->client) == 0) continue;
+    protocol::TaskUpdate u;
+    u.id = t->id;
+    u.state = static_cast<std::uint8_t>(protocol::TaskState::no_worker);
+    u.error = {"herd::NoWorker", why, graph_.key_of(*t), ""};
+    out_.clients[t->client].updates.updates.push_back(std::move(u));
+  }
+}
+
+std::string SchedulerState::why_no_worker(const Task& t) const {
+  if (t.status != TaskStatus::ready) return {};
+  const Shape& s = shapes_[t.shape];
+  if (t.gang != 0) {
+    if (auto g = gangs_.find(t.gang); g != gangs_.end() && !g->second.never.empty()) return g->second.never;
+  }
+  if (s.offered_by == 0) {
+    std::string offered;
+    std::size_t retiring = 0;
+    for (const auto& [id, w] : workers_) {
+      if (offers(w, s)) ++retiring;
+    }
+    std::string why = "no connected worker offers " + describe(s.need);
+    if (retiring > 0) why += " (" + std::to_string(retiring) + " that did are retiring)";
+    return why;
+  }
+  if (std::find(too_long_.begin(), too_long_.end(), t.id) != too_long_.end()) {
+    return "it needs " + std::to_string(t.duration_s) + " s (TaskOptions::duration) and no worker that offers " +
+           describe(s.need) + " has that much walltime left";
+  }
+  return {};
+}
+
+std::map<std::string, std::uint64_t> SchedulerState::unrunnable() const {
+  std::map<std::string, std::uint64_t> out;
+  for (const auto& s : shapes_) {
+    const std::size_t n = graph_.ready_of_shape(s.id);
+    if (n > 0 && s.offered_by == 0) out["no connected worker offers " + describe(s.need)] += n;
+  }
+  for (TaskId id : too_long_) {
+    const Task* t = graph_.find(id);
+    if (t != nullptr && t->status == TaskStatus::ready) ++out[why_no_worker(*t)];
+  }
+  for (const auto& [gid, g] : gangs_) {
+    if (!g.never.empty()) out[g.never] += g.size;
+  }
+  return out;
+}
+
+void SchedulerState::steal(const Now& now) {
+  (void)now;
+  // Idle threads whose shapes have nothing ready, while other workers queue tasks beyond their
+  // threads: take queued (unstarted) tasks back from them, so they run on the idle threads.
+  // The victim hands back only what it has not started; a task that started meanwhile just
+  // finishes where it is.
+  std::vector<WorkerRec*> thieves;
+  for (auto& s : shapes_) {
+    if (s.open.empty()) continue;
+    bool nothing_ready = true;
+    for (const ReadyItem& item : s.ready) {
+      const Task* t = graph_.find(item.id);
+      if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id) {
+        nothing_ready = false;
+        break;
+      }
+    }
+    if (!nothing_ready) continue;
+    for (WorkerId id : s.open) {
+      WorkerRec& w = workers_.at(id);
+      if (std::find(thieves.begin(), thieves.end(), &w) == thieves.end()) thieves.push_back(&w);
+    }
+  }
+  if (thieves.empty()) return;
+  for (WorkerRec* thief : thieves) {
+    std::size_t want = thief->nthreads - std::min<std::size_t>(thief->nthreads, thief->processing.size());
+    for (WorkerId vid : overloaded_) {
+      if (want == 0) break;
+      WorkerRec& victim = workers_.at(vid);
+      if (&victim == thief || victim.suspect != 0) continue;
+      std::size_t excess = victim.processing.size() - victim.nthreads;
+      for (auto it = victim.order.rbegin(); it != victim.order.rend() && excess > 0 && want > 0; ++it) {
+        auto p = victim.processing.find(*it);
+        if (p == victim.processing.end()) continue;
+        Task* t = graph_.find(*it);
+        if (t == nullptr || t->status != TaskStatus::processing || t->worker != vid || t->stealing || t->gang != 0 ||
+            t->scattered) {
+          continue;
+        }
+        if (thief->free_pos[t->shape] < 0) continue;  // the thief cannot run it
+        t->stealing = true;
+        out(vid).cancel.push_back(t->id);
+        --excess;
+        --want;
+      }
+    }
+  }
+}
+
+void SchedulerState::record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r, const Now& now) {
+  if (t == nullptr || t->scattered) return;
+  auto& c = counters_;
+  (r.ok ? c.finished_total : c.failed_total) += 1;
+  auto& runs = c.runs_by_function[graph_.function_name(*t)];
+  (r.ok ? runs.first : runs.second) += 1;
+  if (r.ok) {
+    const std::int64_t second = now.unix_s();
+    if (c.finishes_per_second.empty() || c.finishes_per_second.back().first != second) {
+      c.finishes_per_second.emplace_back(second, 0);
+      while (c.finishes_per_second.front().first <= second - kThroughputWindow) c.finishes_per_second.pop_front();
+    }
+    ++c.finishes_per_second.back().second;
+  }
+  protocol::TaskEvent e;
+  e.key = graph_.key_of(*t);
+  e.function = graph_.function_name(*t);
+  e.worker = w.name;
+  e.end_ms = now.unix_ms;
+  e.start_ms = now.unix_ms - static_cast<std::int64_t>(r.duration_us / 1000);
+  e.ok = r.ok;
+  c.events.push_back(std::move(e));
+  if (c.events.size() > kMaxEvents) c.events.pop_front();
+}
+
+// ---- pools --------------------------------------------------------------------------------
+
+std::size_t SchedulerState::backlog(const std::map<std::string, double>& offers_map) const {
+  std::size_t n = 0;
+  for (const auto& s : shapes_) {
+    bool fits = true;
+    for (const auto& [r, amount] : s.need) {
+      auto have = offers_map.find(r);
+      if (have == offers_map.end() || have->second + kEps < amount) fits = false;
+    }
+    if (fits) n += graph_.active_of_shape(s.id);
+  }
+  return n;
+}
+
+std::vector<PoolWorkerView> SchedulerState::pool_workers(const std::string& pool, std::uint32_t replace_lead_s,
+                                                         const Now& now) const {
+  std::vector<PoolWorkerView> view;
+  for (const auto& [id, w] : workers_) {
+    if (w.pool != pool) continue;
+    PoolWorkerView pw;
+    pw.id = id;
+    pw.job_id = w.job_id;
+    pw.idle = w.processing.empty();
+    pw.idle_since = w.idle_since;
+    // Replace a worker ahead of its walltime: near its end it no longer counts as capacity.
+    pw.leaving = w.retiring || (w.end_time > 0 && now.unix_s() + replace_lead_s >= w.end_time);
+    view.push_back(pw);
+  }
+  return view;
+}
+
+// ---- time ---------------------------------------------------------------------------------
+
+void SchedulerState::tick(const Now& now) {
+  if (now.mono - last_heartbeat_ >= std::chrono::milliseconds(options_.heartbeat_ms)) {
+    last_heartbeat_ = now.mono;
+    const auto timeout = std::chrono::milliseconds(options_.timeout_ms);
+    std::vector<WorkerId> silent_workers;
+    std::vector<ClientId> silent_clients;
+    for (auto& [id, w] : workers_) {
+      if (now.mono - w.last_seen > timeout) silent_workers.push_back(id);
+      else out(id).heartbeat = true;
+    }
+    for (auto& [id, c] : clients_) {
+      if (now.mono - c.last_seen > timeout) silent_clients.push_back(id);
+      else out_.clients[id].heartbeat = true;
+    }
+    const std::string why = "no heartbeat for " + std::to_string(options_.timeout_ms) + " ms";
+    for (WorkerId id : silent_workers) remove_worker(id, why, true);
+    for (ClientId id : silent_clients) client_lost(id, why);
+  }
+  // Keep about queue_horizon_us of expected work queued beyond the free slots, so a worker never
+  // idles between batches, yet a slow worker does not hoard what others could run.
+  std::size_t extra = 1;
+  if (avg_task_us_ >= 0) {
+    const double n = options_.queue_horizon_us / std::max(avg_task_us_, 1.0);
+    extra = static_cast<std::size_t>(std::clamp(n, 1.0, static_cast<double>(options_.max_queue_per_slot)));
+  }
+  if (extra != extra_per_slot_) {
+    extra_per_slot_ = extra;
+    refresh_all();
+  }
+  progress_retirements(now);
+  check();
+}
+
+void SchedulerState::progress_retirements(const Now& now) {
+  std::vector<WorkerId> done;
+  for (auto& [id, w] : workers_) {
+    if (!w.retiring) continue;
+    // Running tasks may finish; past the grace they are handed back (not counted as failures).
+    // The grace never runs past a few seconds before the job's own end.
+    const bool grace_over = now.mono - w.retire_since > std::chrono::seconds(options_.retire_grace_s) ||
+                            (w.end_time > 0 && now.unix_s() + 5 >= w.end_time);
+    if (!w.processing.empty() && !grace_over) continue;
+    // Results only this worker holds, that someone still needs, go to another worker first.
+    std::map<WorkerId, std::vector<protocol::DepLocation>> copies;
+    std::size_t unique = 0;
+    for (TaskId key : w.has) {
+      const Task* t = graph_.find(key);
+      if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
+      ++unique;
+      if (w.acquire_sent) continue;
+      WorkerRec* target = nullptr;
+      for (auto& [oid, other] : workers_) {
+        if (oid == id || other.retiring) continue;
+        if (target == nullptr || other.has.size() < target->has.size()) target = &other;
+      }
+      if (target != nullptr) copies[target->id].push_back({key, {w.address}});
+    }
+    if (!w.acquire_sent) {
+      w.acquire_sent = true;
+      if (!copies.empty()) {
+        for (auto& [target, keys] : copies) {
+          auto& acquire = out(target).acquire;
+          acquire.insert(acquire.end(), keys.begin(), keys.end());
+        }
+        continue;  // leave once the copies are confirmed (or the grace is over)
+      }
+      // Nowhere to copy to: what it holds is recomputed from lineage if needed again.
+    } else if (unique > 0 && !grace_over) {
+      continue;
+    }
+    done.push_back(id);
+  }
+  for (WorkerId id : done) {
+    remove_worker(id, "retired", /*count_deaths=*/false);
+    out(id).shutdown = "retired";
+  }
+}
+
+// ---- invariants ---------------------------------------------------------------------------
+
+std::string SchedulerState::validate() const {
+  if (std::string broken = graph_.validate(); !broken.empty()) return broken;
+  // Tasks processing on a worker are in its processing map, and the other way round for tasks
+  // that are still processing.
+  for (const auto& [id, t] : graph_.tasks()) {
+    if (t.status == TaskStatus::processing) {
+      if (t.gang != 0) {
+        // A gang member that reported stays processing until the whole gang has.
+        auto g = gangs_.find(t.gang);
+        if (g != gangs_.end() && g->second.running && t.gang_rank < g->second.size && g->second.reported[t.gang_rank]) continue;
+      }
+      const WorkerRec* w = worker(t.worker);
+      if (w == nullptr) return "task " + graph_.key_of(t) + " is processing on worker " + std::to_string(t.worker) + ", which is gone";
+      auto p = w->processing.find(id);
+      if (p == w->processing.end()) return "task " + graph_.key_of(t) + " is processing on " + w->name + ", which does not list it";
+      if (p->second != t.shape && !t.scattered) return "task " + graph_.key_of(t) + " is held on " + w->name + " under another shape";
+    }
+    if (t.in_memory()) {
+      for (WorkerId h : t.who_has) {
+        const WorkerRec* w = worker(h);
+        if (w == nullptr) return "task " + graph_.key_of(t) + " is held by worker " + std::to_string(h) + ", which is gone";
+        if (!w->has.count(id)) return "task " + graph_.key_of(t) + " is held by " + w->name + ", which does not list it";
+      }
+    }
+  }
+  std::unordered_set<TaskId> queued;
+  for (const auto& s : shapes_) {
+    for (const auto& item : s.ready) queued.insert(item.id);
+  }
+  for (TaskId id : suspects_) queued.insert(id);
+  for (TaskId id : too_long_) queued.insert(id);
+  for (const auto& [id, t] : graph_.tasks()) {
+    if (t.status != TaskStatus::ready || t.gang != 0 || queued.count(id)) continue;
+    return "ready task " + graph_.key_of(t) + " is in no queue";
+  }
+  std::vector<std::uint32_t> offered_by(shapes_.size(), 0);
+  for (const auto& [id, w] : workers_) {
+    for (TaskId h : w.has) {
+      const Task* t = graph_.find(h);
+      if (t == nullptr || !t->in_memory() || std::find(t->who_has.begin(), t->who_has.end(), id) == t->who_has.end()) {
+        return "worker " + w.name + " lists a result it does not hold";
+      }
+    }
+    std::vector<double> expect = w.offered;
+    for (const auto& [tid, shape] : w.processing) {
+      for (const auto& [r, amount] : shapes_[shape].need_ids) expect[r] -= amount;
+    }
+    for (std::size_t r = 0; r < expect.size(); ++r) {
+      if (std::abs(expect[r] - w.free[r]) > 1e-6) return "worker " + w.name + "'s free resources are off";
+    }
+    if (w.free_pos.size() != shapes_.size() || w.open_pos.size() != shapes_.size()) {
+      return "worker " + w.name + " does not know every shape";
+    }
+    for (const auto& s : shapes_) {
+      const bool does = offers(w, s);
+      const bool listed = std::find(w.shapes.begin(), w.shapes.end(), s.id) != w.shapes.end();
+      if (does != listed) return "worker " + w.name + "'s offered shapes are off";
+      if (does && !w.retiring) ++offered_by[s.id];
+      const bool take = does && can_take(w, s);
+      const bool open = take && w.processing.size() < w.nthreads;
+      const std::int32_t fp = w.free_pos[s.id], op = w.open_pos[s.id];
+      if (take != (fp >= 0) || open != (op >= 0)) {
+        return "worker " + w.name + " is misfiled in the free lists of shape " + std::to_string(s.id);
+      }
+      if (fp >= 0 && (static_cast<std::size_t>(fp) >= s.free.size() || s.free[static_cast<std::size_t>(fp)] != id)) {
+        return "worker " + w.name + "'s position in a free list is wrong";
+      }
+      if (op >= 0 && (static_cast<std::size_t>(op) >= s.open.size() || s.open[static_cast<std::size_t>(op)] != id)) {
+        return "worker " + w.name + "'s position in an open list is wrong";
+      }
+    }
+    if ((w.processing.size() > w.nthreads) != (overloaded_.count(id) > 0)) return "worker " + w.name + " is misfiled as overloaded";
+  }
+  for (const auto& s : shapes_) {
+    if (s.offered_by != offered_by[s.id]) return "shape " + std::to_string(s.id) + " is offered by a wrong count";
+    for (WorkerId id : s.free) {
+      if (!workers_.count(id)) return "a free list holds a worker that is gone";
+    }
+  }
+  for (const auto& [gid, g] : gangs_) {
+    if (!g.running) continue;
+    for (std::uint32_t r = 0; r < g.size; ++r) {
+      if (g.reported[r]) continue;
+      const WorkerRec* w = worker(g.worker[r]);
+      if (w == nullptr || !w->processing.count(g.members[r])) return "a running gang member is not on its worker";
+    }
+  }
+  return {};
+}
+
+}  // namespace herd::scheduler

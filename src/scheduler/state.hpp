@@ -1,0 +1,351 @@
+// SchedulerState: everything the scheduler knows and decides, with no socket, no clock and no
+// environment inside. The server (scheduler.hpp) decodes a message or notices time passing,
+// calls the matching event here with the time it read (`Now`), and sends what the state put
+// in its Outbox. Unit tests do the same with no process at all, and `bench/sim` drives it with
+// thousands of virtual workers (as HyperQueue benchmarks its core with a null comm).
+//
+// What lives here: the task graph (task_graph.hpp), the worker and client registries, placement
+// (resource shapes, per-shape ready queues and free-worker lists), gangs (state_gangs.cpp),
+// suspects that run alone, work stealing, retirement, liveness (heartbeats and silent peers),
+// what each pool could run (its backlog), and the counters behind `herd status`.
+//
+// Placement, in one paragraph: a task's resource needs are interned as a *shape* (shape 0 = no
+// resources). Each shape has a priority queue of its ready tasks and a list of the workers that
+// can take one more task of that shape *now* (free slot within the queue horizon, free
+// resources, not retiring, draining or paused). schedule() repeatedly takes, among the shapes
+// that have both, the ready task of highest priority and gives it to a holder of its inputs if
+// one is free, else to the next free worker in round-robin order: O(shapes) per task, whatever
+// the number of workers. A task that must wait (its shape's workers are busy, a gang, a suspect
+// running alone, a walltime that is too short) waits alone: it never holds back another
+// shape's tasks. A shape no connected worker offers is reported, with the reason, to the
+// client (TaskState::no_worker) and in status.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include <zmq.hpp>
+
+#include "protocol/messages.hpp"
+#include "scheduler/task_graph.hpp"
+
+namespace herd::scheduler {
+
+using WorkerId = std::uint32_t;
+using ClientId = std::uint32_t;
+using Clock = std::chrono::steady_clock;
+
+/// The time, as the server read it for this event. The state never reads a clock.
+struct Now {
+  Clock::time_point mono{};
+  std::int64_t unix_ms = 0;
+  std::int64_t unix_s() const { return unix_ms / 1000; }
+};
+
+struct StateOptions {
+  std::uint32_t heartbeat_ms = 500;       // how often peers hear from us
+  std::uint32_t timeout_ms = 10000;       // silence after which a peer is lost
+  std::uint32_t allowed_failures = 3;     // worker deaths a task may be present at
+  std::uint32_t queue_horizon_us = 20000; // expected work queued on a worker beyond its slots
+  std::uint32_t max_queue_per_slot = 2000;
+  std::uint32_t retire_grace_s = 30;      // a retiring worker's running tasks may take this long
+  bool full_results = false;              // journal on: keyed tasks send their whole result
+  bool validate = false;                  // run validate() after every event (tests, debug builds;
+                                          //   sampled when the state is big, see check())
+};
+
+/// The scheduler's view of one worker of a pool, for the pool's decisions.
+struct PoolWorkerView {
+  WorkerId id = 0;
+  std::string job_id;
+  bool idle = false;                          // nothing processing
+  Clock::time_point idle_since;
+  bool leaving = false;                       // retiring or about to expire: not capacity
+};
+
+/// What to send to one worker at the end of the turn, in this order.
+struct WorkerOut {
+  std::vector<TaskId> free;                               // free_keys: drop these results
+  std::vector<std::pair<TaskId, zmq::message_t>> put;     // put_data: store this payload
+  std::vector<protocol::DepLocation> acquire;             // acquire_keys: copy from holders
+  std::vector<protocol::ExecuteTask> execute;             // execute_tasks
+  std::vector<TaskId> cancel;                             // cancel_tasks: hand back if not started
+  std::vector<protocol::GangReadyEvent> gang_ready;
+  std::vector<protocol::GangAbortEvent> gang_abort;
+  bool heartbeat = false;
+  std::optional<std::string> shutdown;                    // last: leave now, with this reason
+};
+
+struct ClientOut {
+  protocol::TaskUpdatesEvent updates;
+  std::unordered_map<WorkerId, std::int32_t> address_index;  // worker -> updates.addresses
+  bool heartbeat = false;
+  std::optional<std::string> shutdown;
+};
+
+/// A worker that left the state this turn (lost, retired, said goodbye).
+struct Departure {
+  WorkerId id = 0;
+  std::string name, pool, job_id, why;
+  bool release_job = false;  // its pool should make sure its job is gone too
+};
+
+struct Outbox {
+  std::unordered_map<WorkerId, WorkerOut> workers;
+  std::unordered_map<ClientId, ClientOut> clients;
+  std::vector<std::pair<std::string, std::vector<char>>> journal;  // (key, result) to record
+  std::vector<Departure> departed;        // workers gone: forget their identities after sending
+  std::vector<ClientId> clients_departed;
+  bool cluster_changed = false;           // worker/slot counts changed: tell clients
+  void clear();
+};
+
+/// One connected worker.
+struct WorkerRec {
+  WorkerId id = 0;
+  std::string name, host, address, job_id, pool;
+  std::uint32_t nthreads = 1;
+  std::map<std::string, double> resources;  // what it offers
+  std::vector<double> offered;              // the same, by resource index
+  std::vector<double> free;                 // by resource index: offered minus its processing tasks' needs
+  std::unordered_map<TaskId, std::uint16_t> processing;  // sent to it and not answered yet -> shape
+  std::unordered_set<TaskId> has;           // results it holds
+  std::deque<TaskId> order;                 // dispatch order, for stealing (may hold answered ids)
+  Clock::time_point last_seen, idle_since, retire_since;
+  std::uint64_t memory_rss = 0;
+  std::uint64_t memory_limit = 0;           // 0 = none
+  std::uint32_t executing = 0;              // running now, as its last heartbeat said
+  std::int64_t end_time = 0;                // unix seconds when its job ends (0 = never)
+  std::vector<protocol::GpuInfo> gpus;
+  bool retiring = false;                    // takes nothing new; leaves once drained and copied
+  bool retired_by_pool = false;             // the pool shrinks (vs. walltime, drain signal)
+  bool acquire_sent = false;                // its unique results were sent to other workers
+  // Suspects (tasks that were on a worker when it died) run alone, so a poison task cannot take
+  // innocent neighbours down with it and make them KilledWorker too.
+  TaskId suspect = 0;                       // the suspect it runs (alone)
+  TaskId reserved_for = 0;                  // draining to run this suspect: takes nothing new
+  TaskId reserved_gang = 0;                 // draining for this gang: takes nothing new
+  std::vector<std::uint16_t> shapes;        // the shapes it offers
+  std::vector<std::int32_t> free_pos;       // by shape: index in its free list, -1 = absent
+  std::vector<std::int32_t> open_pos;       // by shape: index in its open list, -1 = absent
+};
+
+struct ClientRec {
+  ClientId index = 0;
+  std::string name;
+  Clock::time_point last_seen;
+};
+
+struct ReadyItem {
+  std::int32_t priority;
+  std::uint64_t seq;
+  TaskId id;
+  bool operator<(const ReadyItem& o) const {
+    return priority != o.priority ? priority < o.priority : seq > o.seq;
+  }
+};
+
+/// A resource shape: what a task needs on one worker (shape 0: nothing).
+struct Shape {
+  std::uint16_t id = 0;
+  std::map<std::string, double> need;
+  std::vector<std::pair<std::uint16_t, double>> need_ids;  // by resource index
+  std::vector<ReadyItem> ready;     // a heap of its ready tasks (stale entries skipped lazily)
+  std::vector<WorkerId> free;       // workers that can take one more task of it now
+  std::vector<WorkerId> open;       // those of them with an idle thread (filled first)
+  std::size_t cursor = 0;           // round-robin position in `free`
+  std::size_t open_cursor = 0;      // and in `open`
+  std::uint32_t offered_by = 0;     // connected, non-retiring workers that offer it
+  bool unrunnable_dirty = false;    // ready tasks may need a no_worker note
+};
+
+/// A gang: N tasks placed together on N distinct workers, their results held back until every
+/// rank succeeded, failed and retried as a whole (state_gangs.cpp).
+struct Gang {
+  TaskId id = 0;                      // = rank 0's task id
+  std::uint32_t size = 0;
+  std::vector<TaskId> members;        // by rank (0 = not submitted yet)
+  std::uint32_t registered = 0;       // members submitted
+  std::uint32_t ready = 0;            // members ready (counted when all are: `waiting`)
+  std::uint32_t retries_left = 0;
+  std::uint32_t attempt = 0;          // the current (or last) run; a retry is a new attempt
+  std::uint32_t next_attempt = 0;
+  bool waiting = false;               // every member ready; in gangs_waiting_
+  bool running = false;               // placed; results of this attempt not all in
+  bool failing = false;               // a rank failed: waiting for the others to stop
+  bool requeue_free = false;          // the failure does not use up a retry (handed back)
+  std::string never;                  // why no set of connected workers could ever hold it
+  std::uint32_t outstanding = 0;      // members of this attempt not reported yet
+  std::vector<std::uint32_t> worker;  // by rank: worker it runs on (this attempt)
+  std::vector<bool> reported;         // by rank: its result of this attempt came in
+  std::vector<std::unique_ptr<protocol::TaskResult>> done;  // by rank: held-back success
+  std::unique_ptr<protocol::ErrorInfo> error;                // first failure of the attempt
+  std::vector<protocol::GangJoinRequest> joins;              // by rank, this attempt
+  std::uint32_t joined = 0;
+};
+
+class SchedulerState {
+ public:
+  explicit SchedulerState(StateOptions options);
+  ~SchedulerState() = default;
+  SchedulerState(const SchedulerState&) = delete;
+  SchedulerState& operator=(const SchedulerState&) = delete;
+
+  // ---- peers -------------------------------------------------------------------------------
+  /// A worker's hello (already checked for version). Returns its id.
+  WorkerId add_worker(const protocol::HelloRequest& hello, const Now& now);
+  ClientId add_client(const protocol::HelloRequest& hello, const Now& now);
+  /// The worker is gone (silent, dropped for a bad message, its job ended, said goodbye).
+  /// `count_deaths`: false when it left on purpose, so its running tasks are not suspects.
+  void worker_lost(WorkerId id, const std::string& why, bool count_deaths = true);
+  void client_lost(ClientId id, const std::string& why);
+
+  // ---- messages from workers ---------------------------------------------------------------
+  /// Any message from the worker: it is alive.
+  void heard_from_worker(WorkerId id, const Now& now);
+  void heartbeat(WorkerId id, const protocol::HeartbeatEvent& hb, const Now& now);
+  void task_results(WorkerId id, protocol::TaskResultsEvent& ev, const Now& now);
+  /// The worker leaves on purpose: acknowledged with a shutdown, then it is gone.
+  void goodbye(WorkerId id, const std::string& reason);
+  /// The worker asks to be retired (walltime, drain signal).
+  void retire_request(WorkerId id, const std::string& reason, const Now& now);
+  void gang_join(WorkerId id, const protocol::GangJoinRequest& req);
+
+  // ---- messages from clients ---------------------------------------------------------------
+  void heard_from_client(ClientId id, const Now& now);
+  /// One task of a submission. `journaled`: its result from the journal of an earlier run
+  /// (it is put on a worker instead of being computed). False with `error` set when the spec
+  /// is not this client's to send.
+  bool submit(ClientId id, const protocol::TaskSpec& spec, const std::vector<char>* journaled, std::string& error);
+  void release(ClientId id, const std::vector<TaskId>& ids);
+  void cancel(ClientId id, const std::vector<TaskId>& ids);
+  bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
+
+  // ---- pools -------------------------------------------------------------------------------
+  /// Ready and processing tasks that a worker offering `offers` could run (an adaptive pool's
+  /// demand), counted per shape, so O(shapes).
+  std::size_t backlog(const std::map<std::string, double>& offers) const;
+  /// The workers of pool `pool`, for its decisions. A worker whose job ends within
+  /// `replace_lead_s` counts as leaving, so its successor is queued while it still works.
+  std::vector<PoolWorkerView> pool_workers(const std::string& pool, std::uint32_t replace_lead_s, const Now& now) const;
+  /// Stop giving `id` work; it leaves once its running tasks are done (or the grace is over)
+  /// and the results only it holds are copied elsewhere. `by_pool`: the pool shrinks (its job
+  /// is to be cancelled), rather than the worker asked.
+  void retire(WorkerId id, const std::string& why, bool by_pool, const Now& now);
+  /// A pool saw job `job_id` end: its worker is gone, whatever its last heartbeat said.
+  void job_ended(const std::string& pool, const std::string& job_id, const std::string& how);
+
+  // ---- time --------------------------------------------------------------------------------
+  /// Heartbeats due, silent peers, retirements, work stealing, the queue horizon.
+  void tick(const Now& now);
+  /// Places what can run now. The server calls it once per turn, after the messages.
+  void schedule(const Now& now);
+
+  // ---- output ------------------------------------------------------------------------------
+  Outbox& outbox() { return out_; }
+
+  // ---- read access (status, logs, tests) ---------------------------------------------------
+  const TaskGraph& graph() const { return graph_; }
+  const std::unordered_map<WorkerId, WorkerRec>& workers() const { return workers_; }
+  const WorkerRec* worker(WorkerId id) const;
+  const std::unordered_map<ClientId, ClientRec>& clients() const { return clients_; }
+  const std::unordered_map<TaskId, Gang>& gangs() const { return gangs_; }
+  /// The resources a task of `t`'s shape needs.
+  const std::map<std::string, double>& resources_of(const Task& t) const;
+  /// Why `t` cannot run anywhere now ("" = it can, or it is not ready).
+  std::string why_no_worker(const Task& t) const;
+  /// Ready tasks no connected worker can run, by reason (for status).
+  std::map<std::string, std::uint64_t> unrunnable() const;
+  double avg_task_us() const { return avg_task_us_; }
+  const StateOptions& options() const { return options_; }
+  /// Checks every invariant (graph, registries, placement indexes, gangs); returns the first
+  /// broken one, "" when all hold. O(tasks + workers x shapes).
+  std::string validate() const;
+
+  // Observability: totals, finishes per second, the newest task runs.
+  struct Counters {
+    std::uint64_t finished_total = 0, failed_total = 0;
+    std::deque<std::pair<std::int64_t, std::uint64_t>> finishes_per_second;  // (unix s, count)
+    std::deque<protocol::TaskEvent> events;                                  // newest last
+    std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> runs_by_function;  // (ok, raised)
+  };
+  const Counters& counters() const { return counters_; }
+
+  /// Placement internals, for tests and the simulator.
+  std::size_t shape_count() const;
+  std::size_t ready_count() const;
+
+ private:
+  // Events end with this: apply the graph's effects, validate in test builds.
+  void apply(Effects& fx);
+  void check() const;
+  WorkerRec* find_worker(WorkerId id);
+  ClientRec* find_client(ClientId id);
+  WorkerOut& out(WorkerId id) { return out_.workers[id]; }
+
+  // Shapes and placement (state.cpp).
+  std::uint16_t shape_of(const std::map<std::string, double>& resources);
+  bool offers(const WorkerRec& w, const Shape& s) const;       // total resources fit
+  bool can_take(const WorkerRec& w, const Shape& s) const;     // one more task now
+  void refresh(WorkerRec& w);                                  // free-list membership
+  void refresh_all();
+  void push_ready(const Task& t);
+  std::size_t capacity(const WorkerRec& w) const;
+  bool available(const WorkerRec& w) const;                    // takes new work at all
+  WorkerRec* pick_worker(Shape& s, const Task& t, const Now& now);
+  void dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e = {});
+  void dispatch_scatter(TaskId id, zmq::message_t payload);
+  void place_suspects(const Now& now);
+  void note_unrunnable(Shape& s);
+  void steal(const Now& now);
+  void record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r, const Now& now);
+  void progress_retirements(const Now& now);
+  void remove_worker(WorkerId id, const std::string& why, bool count_deaths);
+
+  // Gangs (state_gangs.cpp).
+  enum class GangPlacement { placed, wait, never };
+  void gang_member_added(const protocol::TaskSpec& spec);
+  void gang_member_ready(const Task& member);
+  void place_gangs(const Now& now);
+  GangPlacement place_gang(Gang& g, const Now& now, bool may_reserve);
+  bool gang_result(WorkerRec& w, protocol::TaskResult& r, const Now& now);
+  void gang_failed(Gang& g, std::uint32_t rank, protocol::ErrorInfo error, bool uses_retry);
+  void gang_settle(Gang& g);
+  void gang_worker_lost(const WorkerRec& w, std::vector<TaskId>& processing);
+  void cancel_gang(TaskId gang, const std::string& why);
+  void release_gang_reservations(TaskId gang);
+
+  StateOptions options_;
+  TaskGraph graph_;
+  Effects fx_;
+  Outbox out_;
+  std::unordered_map<WorkerId, WorkerRec> workers_;
+  std::unordered_map<ClientId, ClientRec> clients_;
+  std::unordered_map<TaskId, Gang> gangs_;
+  std::deque<TaskId> gangs_waiting_;         // gangs whose members are all ready, oldest first
+  std::vector<Shape> shapes_;
+  std::map<std::map<std::string, double>, std::uint16_t> shape_index_;
+  std::map<std::string, std::uint16_t> resource_index_;
+  std::unordered_set<WorkerId> overloaded_;  // workers queueing tasks beyond their threads
+  std::vector<TaskId> suspects_;             // ready tasks that must run alone
+  std::vector<TaskId> too_long_;             // ready tasks whose duration fits no worker now
+  std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
+  std::unordered_map<TaskId, std::vector<char>> inline_results_;    // this event's small results
+  WorkerId next_worker_id_ = 1;
+  ClientId next_client_index_ = 1;
+  double avg_task_us_ = -1;                  // moving average of run time; < 0 until one finishes
+  std::size_t extra_per_slot_ = 1;           // queue horizon: tasks queued per slot beyond it
+  Clock::time_point last_heartbeat_{};
+  Counters counters_;
+  mutable std::uint64_t checks_ = 0;          // events seen by check() (validate mode)
+};
+
+}  // namespace herd::scheduler

@@ -1,0 +1,396 @@
+#include "worker/worker_state.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace herd::worker {
+
+namespace {
+constexpr double kEps = 1e-9;
+
+std::string hex(TaskId id) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(id));
+  return buf;
+}
+}  // namespace
+
+WorkerState::WorkerState(WorkerStateOptions options) : options_(std::move(options)) {
+  options_.nthreads = std::max<std::uint32_t>(1, options_.nthreads);
+  free_resources_ = options_.resources;
+  gpu_free_.assign(options_.gpus, 1.0);
+}
+
+// ---- from the scheduler --------------------------------------------------------------------
+
+void WorkerState::execute(std::vector<protocol::ExecuteTask>&& tasks) {
+  for (auto& task : tasks) {
+    const TaskId id = task.id;
+    if (pending_.count(id) || running_.count(id)) continue;  // a resend
+    std::uint32_t missing = 0;
+    for (const auto& in : task.inputs) missing += stored_.count(in.id) == 0;
+    if (missing == 0) {
+      make_ready(std::move(task));
+      continue;
+    }
+    Pending& p = pending_[id];
+    p.task = std::move(task);
+    p.missing = missing;
+    std::vector<TaskId> to_fetch;
+    for (const auto& in : p.task.inputs) {
+      if (stored_.count(in.id)) continue;
+      auto [it, added] = wanted_.try_emplace(in.id);
+      it->second.tasks.push_back(id);
+      if (added) {
+        it->second.holders = in.holders;
+        to_fetch.push_back(in.id);
+      }
+    }
+    // An input with no holder to ask gives the task back at once (p may be gone after this).
+    for (TaskId dep : to_fetch) fetch_next(dep);
+  }
+  start_ready();
+  check();
+}
+
+void WorkerState::cancel(const std::vector<TaskId>& ids) {
+  for (TaskId id : ids) {
+    if (pending_.erase(id) > 0) {
+      hand_back(id);
+      continue;
+    }
+    auto it = std::find_if(ready_.begin(), ready_.end(), [id](const auto& t) { return t.id == id; });
+    if (it != ready_.end()) {
+      ready_.erase(it);
+      hand_back(id);
+    }
+    // Running: it finishes (the scheduler knows whether it still wants the result).
+  }
+  check();
+}
+
+void WorkerState::hand_back(TaskId id) {
+  // Unstarted: given back. The scheduler knows whether it was cancelled or is moving it.
+  protocol::TaskResult r;
+  r.id = id;
+  r.handed_back = true;
+  r.error = {"herd::HandedBack", "given back before it started", "", options_.name};
+  out_.results.push_back(std::move(r));
+}
+
+void WorkerState::free_keys(const std::vector<TaskId>& ids) {
+  for (TaskId id : ids) {
+    auto it = stored_.find(id);
+    if (it == stored_.end()) continue;
+    stored_bytes_ -= it->second;
+    stored_.erase(it);
+    out_.free.push_back(id);
+  }
+  check();
+}
+
+void WorkerState::acquire(const std::vector<protocol::DepLocation>& keys) {
+  for (const auto& key : keys) {
+    if (stored_.count(key.id)) {
+      out_.acquired.push_back(key.id);  // already here: say so, so the scheduler counts the copy
+      continue;
+    }
+    auto [it, added] = wanted_.try_emplace(key.id);
+    it->second.acquire = true;
+    if (added) {
+      it->second.holders = key.holders;
+      fetch_next(key.id);
+    }
+  }
+  check();
+}
+
+void WorkerState::put(TaskId id, std::uint64_t nbytes) {
+  if (!stored_.count(id)) {
+    stored_[id] = nbytes;
+    stored_bytes_ += nbytes;
+  }
+  protocol::TaskResult r;
+  r.id = id;
+  r.ok = true;
+  r.nbytes = nbytes;
+  out_.results.push_back(std::move(r));
+  input_arrived(id);  // a task may have been waiting for exactly this
+  check();
+}
+
+// ---- inputs --------------------------------------------------------------------------------
+
+void WorkerState::fetch_next(TaskId dep) {
+  auto it = wanted_.find(dep);
+  if (it == wanted_.end()) return;
+  Wanted& w = it->second;
+  while (w.next < w.holders.size() && w.holders[w.next] == options_.data_address) ++w.next;
+  if (w.next >= w.holders.size()) {
+    input_unavailable(dep);
+    return;
+  }
+  out_.fetch[w.holders[w.next++]].push_back(dep);
+}
+
+void WorkerState::fetched(const std::string& address, TaskId id, std::uint64_t nbytes) {
+  (void)address;
+  if (!stored_.count(id)) {
+    stored_[id] = nbytes;
+    stored_bytes_ += nbytes;
+  }
+  // Every copy fetched is reported: the scheduler counts it as a holder (and frees it when
+  // nobody needs it), whether a task or an acquire asked for it.
+  out_.acquired.push_back(id);
+  input_arrived(id);
+  check();
+}
+
+void WorkerState::not_there(const std::string& address, TaskId id) {
+  auto it = wanted_.find(id);
+  if (it == wanted_.end()) return;
+  it->second.not_held.push_back(address);
+  fetch_next(id);
+  check();
+}
+
+void WorkerState::fetch_failed(const std::string& address, const std::vector<TaskId>& ids, const std::string& why) {
+  for (TaskId id : ids) {
+    auto it = wanted_.find(id);
+    if (it == wanted_.end()) continue;
+    it->second.unreachable.push_back(address + " (" + why + ")");
+    fetch_next(id);
+  }
+  check();
+}
+
+void WorkerState::input_arrived(TaskId dep) {
+  auto w = wanted_.find(dep);
+  if (w == wanted_.end()) return;
+  const std::vector<TaskId> tasks = std::move(w->second.tasks);
+  wanted_.erase(w);
+  for (TaskId id : tasks) {
+    auto p = pending_.find(id);
+    if (p == pending_.end()) continue;
+    if (--p->second.missing == 0) {
+      protocol::ExecuteTask task = std::move(p->second.task);
+      pending_.erase(p);
+      make_ready(std::move(task));
+    }
+  }
+  start_ready();
+}
+
+void WorkerState::input_unavailable(TaskId dep) {
+  auto w = wanted_.find(dep);
+  if (w == wanted_.end()) return;
+  Wanted gone = std::move(w->second);
+  wanted_.erase(w);
+  // Which holders did what, for the scheduler (it places the task elsewhere, or recomputes the
+  // input) and for the error the user sees if nothing works.
+  std::vector<std::string> unreachable_ports, not_held_ports;
+  std::string detail;
+  for (const auto& u : gone.unreachable) {
+    unreachable_ports.push_back(u.substr(0, u.find(' ')));
+    detail += (detail.empty() ? "" : "; ") + std::string("could not reach ") + u;
+  }
+  for (const auto& a : gone.not_held) {
+    not_held_ports.push_back(a);
+    detail += (detail.empty() ? "" : "; ") + a + " no longer holds it";
+  }
+  if (gone.holders.empty()) detail = "the scheduler named no holder";
+  for (TaskId id : gone.tasks) {
+    auto p = pending_.find(id);
+    if (p == pending_.end()) continue;
+    const std::string key = p->second.task.key;
+    pending_.erase(p);
+    protocol::TaskResult r;
+    r.id = id;
+    r.missing_input = true;
+    r.error = {"herd::MissingInput", "input " + hex(dep) + " could not be fetched: " + detail, key, options_.name};
+    if (!unreachable_ports.empty()) r.unreachable.push_back({dep, unreachable_ports});
+    if (!not_held_ports.empty()) r.not_held.push_back({dep, not_held_ports});
+    out_.results.push_back(std::move(r));
+  }
+}
+
+// ---- running -------------------------------------------------------------------------------
+
+void WorkerState::make_ready(protocol::ExecuteTask&& task) {
+  // A gang member goes first: the other ranks are waiting for it.
+  if (task.gang != 0) ready_.push_front(std::move(task));
+  else ready_.push_back(std::move(task));
+}
+
+std::vector<int> WorkerState::pick_gpus(double need) const {
+  std::vector<int> out;
+  if (need <= 0) return out;
+  if (need < 1) {
+    // One device with room, the fullest that fits (so whole devices stay whole).
+    int best = -1;
+    for (std::size_t i = 0; i < gpu_free_.size(); ++i) {
+      if (gpu_free_[i] + kEps >= need && (best < 0 || gpu_free_[i] < gpu_free_[static_cast<std::size_t>(best)])) {
+        best = static_cast<int>(i);
+      }
+    }
+    if (best >= 0) out.push_back(best);
+    return out;
+  }
+  const auto n = static_cast<std::size_t>(std::ceil(need - kEps));
+  for (std::size_t i = 0; i < gpu_free_.size() && out.size() < n; ++i) {
+    if (gpu_free_[i] >= 1.0 - kEps) out.push_back(static_cast<int>(i));
+  }
+  if (out.size() < n) out.clear();
+  return out;
+}
+
+void WorkerState::start_ready() {
+  while (running_.size() < options_.nthreads && !ready_.empty()) {
+    auto fits = [&](const protocol::ExecuteTask& t) {
+      for (const auto& [r, amount] : t.resources) {
+        auto have = free_resources_.find(r);
+        if (have == free_resources_.end() || have->second + kEps < amount) return false;
+        if (r == "gpu" && amount > 0 && !gpu_free_.empty() && pick_gpus(amount).empty()) return false;
+      }
+      return true;
+    };
+    auto it = std::find_if(ready_.begin(), ready_.end(), fits);
+    if (it == ready_.end()) return;  // what is ready waits for resources a running task holds
+    Run run;
+    run.task = std::move(*it);
+    ready_.erase(it);
+    Running held;
+    held.key = run.task.key;
+    held.resources = run.task.resources;
+    held.full_result = run.task.full_result;
+    for (const auto& [r, amount] : run.task.resources) free_resources_[r] -= amount;
+    if (auto g = run.task.resources.find("gpu"); g != run.task.resources.end() && g->second > 0 && !gpu_free_.empty()) {
+      run.devices = pick_gpus(g->second);
+      held.devices = run.devices;
+      held.gpu_share = std::min(1.0, g->second);
+      for (int d : run.devices) gpu_free_[static_cast<std::size_t>(d)] -= held.gpu_share;
+    }
+    running_.emplace(run.task.id, std::move(held));
+    out_.run.push_back(std::move(run));
+  }
+}
+
+void WorkerState::finished(Completion c) {
+  auto it = running_.find(c.id);
+  bool full_result = false;
+  if (it != running_.end()) {
+    for (const auto& [r, amount] : it->second.resources) free_resources_[r] += amount;
+    for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
+    full_result = it->second.full_result;
+    running_.erase(it);
+  }
+  protocol::TaskResult r;
+  r.id = c.id;
+  r.ok = c.ok;
+  r.duration_us = c.duration_us;
+  r.missing_input = c.missing_input;
+  if (c.ok && c.bytes) {
+    r.nbytes = c.bytes->size();
+    if (!stored_.count(c.id)) {
+      stored_[c.id] = r.nbytes;
+      stored_bytes_ += r.nbytes;
+    }
+    // Small results travel with the notice, so the client's gather needs no extra round trip.
+    if (r.nbytes <= protocol::kInlineResultBytes || full_result) {
+      r.inline_data.assign(c.bytes->data(), c.bytes->data() + c.bytes->size());
+    }
+  } else {
+    r.error = std::move(c.error);
+  }
+  out_.results.push_back(std::move(r));
+  start_ready();
+  check();
+}
+
+void WorkerState::not_started(TaskId id) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return;
+  for (const auto& [r, amount] : it->second.resources) free_resources_[r] += amount;
+  for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
+  running_.erase(it);
+  hand_back(id);
+}
+
+void WorkerState::over_memory(const std::string& why) {
+  for (const auto& [id, held] : running_) {
+    protocol::TaskResult r;
+    r.id = id;
+    r.error = {"herd::MemoryLimitExceeded", "task " + held.key + " was running when " + why, held.key, options_.name};
+    out_.results.push_back(std::move(r));
+  }
+  running_.clear();
+  for (const auto& t : ready_) hand_back(t.id);
+  ready_.clear();
+  for (const auto& [id, p] : pending_) hand_back(id);
+  pending_.clear();
+  wanted_.clear();
+}
+
+// ---- read access ---------------------------------------------------------------------------
+
+bool WorkerState::queued(TaskId id, const std::string& key) const {
+  for (const auto& [pid, p] : pending_) {
+    if (pid == id || (id == 0 && p.task.key == key)) return true;
+  }
+  for (const auto& t : ready_) {
+    if (t.id == id || (id == 0 && t.key == key)) return true;
+  }
+  return false;
+}
+
+void WorkerState::check() const {
+#ifndef NDEBUG
+  if (const std::string broken = validate(); !broken.empty()) {
+    std::fprintf(stderr, "herd worker state is inconsistent: %s\n", broken.c_str());
+    std::abort();
+  }
+#endif
+}
+
+std::string WorkerState::validate() const {
+  if (running_.size() > options_.nthreads) return "more tasks running than threads";
+  for (const auto& [id, p] : pending_) {
+    std::uint32_t missing = 0;
+    for (const auto& in : p.task.inputs) {
+      if (stored_.count(in.id)) continue;
+      auto w = wanted_.find(in.id);
+      if (w == wanted_.end()) return "task " + p.task.key + " waits for an input nobody fetches";
+      if (std::find(w->second.tasks.begin(), w->second.tasks.end(), id) == w->second.tasks.end()) {
+        return "task " + p.task.key + " is not among the waiters of its input";
+      }
+      ++missing;
+    }
+    if (missing != p.missing) return "task " + p.task.key + " counts its missing inputs wrong";
+    if (missing == 0) return "task " + p.task.key + " waits with every input here";
+  }
+  for (const auto& t : ready_) {
+    if (pending_.count(t.id) || running_.count(t.id)) return "task " + t.key + " is ready and elsewhere too";
+  }
+  std::map<std::string, double> expect = options_.resources;
+  std::vector<double> gpus(options_.gpus, 1.0);
+  for (const auto& [id, held] : running_) {
+    for (const auto& [r, amount] : held.resources) expect[r] -= amount;
+    for (int d : held.devices) gpus[static_cast<std::size_t>(d)] -= held.gpu_share;
+  }
+  for (const auto& [r, amount] : expect) {
+    auto have = free_resources_.find(r);
+    if (std::abs((have == free_resources_.end() ? 0.0 : have->second) - amount) > 1e-6) {
+      return "free resource " + r + " is off";
+    }
+  }
+  for (std::size_t d = 0; d < gpus.size(); ++d) {
+    if (std::abs(gpus[d] - gpu_free_[d]) > 1e-6 || gpu_free_[d] < -1e-6) return "GPU " + std::to_string(d) + " accounting is off";
+  }
+  std::uint64_t bytes = 0;
+  for (const auto& [id, n] : stored_) bytes += n;
+  if (bytes != stored_bytes_) return "stored bytes are off";
+  return {};
+}
+
+}  // namespace herd::worker

@@ -1,0 +1,157 @@
+// WorkerState: what a worker knows and decides, with no socket, no thread and no clock inside
+// (as Dask's WorkerState beside its Worker). The worker process (worker.hpp) turns each
+// message from the scheduler, each answer from a peer's data port and each finished task into
+// an event here, then carries out the instructions the state leaves: fetch these inputs from
+// these holders, start these tasks on executors, drop these results, report these to the
+// scheduler.
+//
+// A task arrives (execute) with where each input lives. Inputs not held here are fetched, one
+// request per holder for all the inputs wanted from it; a holder that does not answer, or no
+// longer has it, is given up on for the next one; when none is left the task goes back to the
+// scheduler as missing_input, naming the holders it could not reach. A task whose inputs are
+// here is ready; ready tasks start when a thread and their resources (GPU devices included)
+// are free, gang members first. Results stay in the store until the scheduler frees them.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "herd/detail/client_core.hpp"
+#include "protocol/messages.hpp"
+
+namespace herd::worker {
+
+using protocol::TaskId;
+using PayloadPtr = std::shared_ptr<const detail::Payload>;
+
+/// Start this task now, on these GPU devices (indexes into the worker's device list).
+struct Run {
+  protocol::ExecuteTask task;
+  std::vector<int> devices;
+};
+
+/// What the worker process must do after an event; cleared by the process once done.
+struct WorkerInstructions {
+  std::map<std::string, std::vector<TaskId>> fetch;  // holder's data port -> results to ask it for
+  std::vector<Run> run;                              // start these on executors
+  std::vector<TaskId> free;                          // drop these results from the store
+  std::vector<protocol::TaskResult> results;         // report these to the scheduler
+  std::vector<TaskId> acquired;                      // copies fetched, to report
+  bool empty() const { return fetch.empty() && run.empty() && free.empty() && results.empty() && acquired.empty(); }
+  void clear() {
+    fetch.clear();
+    run.clear();
+    free.clear();
+    results.clear();
+    acquired.clear();
+  }
+};
+
+/// A task an executor finished (or could not run).
+struct Completion {
+  TaskId id = 0;
+  bool ok = false;
+  PayloadPtr bytes;              // the result, when ok (already in the store)
+  protocol::ErrorInfo error;
+  std::uint64_t duration_us = 0;
+  bool missing_input = false;    // an input vanished before it ran
+};
+
+struct WorkerStateOptions {
+  std::string name;                         // for errors
+  std::string data_address;                 // its own data port (never fetched from)
+  std::uint32_t nthreads = 1;
+  std::map<std::string, double> resources;  // offered (the "gpu" count included)
+  std::size_t gpus = 0;                     // GPU devices it may hand out
+};
+
+class WorkerState {
+ public:
+  explicit WorkerState(WorkerStateOptions options);
+
+  // ---- from the scheduler ------------------------------------------------------------------
+  void execute(std::vector<protocol::ExecuteTask>&& tasks);
+  /// Hand back these tasks if they have not started (cancel, steal, retire).
+  void cancel(const std::vector<TaskId>& ids);
+  void free_keys(const std::vector<TaskId>& ids);
+  /// Fetch copies of these results (a retiring worker's, a replica).
+  void acquire(const std::vector<protocol::DepLocation>& keys);
+  /// Scattered data the scheduler sent is in the store.
+  void put(TaskId id, std::uint64_t nbytes);
+
+  // ---- from peers' data ports ---------------------------------------------------------------
+  /// `id` fetched from `address` is in the store.
+  void fetched(const std::string& address, TaskId id, std::uint64_t nbytes);
+  /// `address` says it does not hold `id`.
+  void not_there(const std::string& address, TaskId id);
+  /// Nothing came from `address` for these (timeout, connection, bad answer).
+  void fetch_failed(const std::string& address, const std::vector<TaskId>& ids, const std::string& why);
+
+  // ---- from the executors ------------------------------------------------------------------
+  void finished(Completion c);
+  /// A task the state started never reached an executor: it goes back to the scheduler.
+  void not_started(TaskId id);
+  /// The worker went over its memory limit: running tasks fail with `why`, the rest go back.
+  void over_memory(const std::string& why);
+
+  // ---- read access -------------------------------------------------------------------------
+  bool holds(TaskId id) const { return stored_.count(id) != 0; }
+  /// Received and not started (waiting for inputs or a thread): for `herd logs`.
+  bool queued(TaskId id, const std::string& key) const;
+  std::size_t executing() const { return running_.size(); }
+  std::size_t stored() const { return stored_.size(); }
+  std::uint64_t stored_bytes() const { return stored_bytes_; }
+  std::size_t waiting_for_inputs() const { return pending_.size(); }
+  std::size_t ready() const { return ready_.size(); }
+  WorkerInstructions& out() { return out_; }
+  /// Checks the state's invariants; "" when all hold.
+  std::string validate() const;
+
+ private:
+  struct Pending {
+    protocol::ExecuteTask task;
+    std::uint32_t missing = 0;  // inputs not here yet
+  };
+  struct Wanted {  // an input being fetched
+    std::vector<std::string> holders;  // where it is, in the order to try
+    std::size_t next = 0;              // the holder asked now is holders[next - 1]
+    std::vector<TaskId> tasks;         // tasks waiting for it (none for an acquire)
+    bool acquire = false;              // a copy the scheduler asked for: report it
+    std::vector<std::string> unreachable, not_held;  // what the holders tried said
+  };
+  struct Running {
+    std::string key;
+    std::map<std::string, double> resources;
+    std::vector<int> devices;
+    double gpu_share = 0;       // taken from each of its devices
+    bool full_result = false;   // the scheduler keeps the whole result (journal)
+  };
+
+  void fetch_next(TaskId dep);
+  void input_arrived(TaskId dep);
+  void input_unavailable(TaskId dep);
+  void make_ready(protocol::ExecuteTask&& task);
+  void start_ready();
+  std::vector<int> pick_gpus(double need) const;
+  void hand_back(TaskId id);
+  void check() const;
+
+  WorkerStateOptions options_;
+  std::unordered_map<TaskId, Pending> pending_;   // waiting for inputs
+  std::unordered_map<TaskId, Wanted> wanted_;     // inputs being fetched
+  std::deque<protocol::ExecuteTask> ready_;       // inputs here, waiting for a thread/resources
+  std::unordered_map<TaskId, Running> running_;   // on an executor
+  std::unordered_map<TaskId, std::uint64_t> stored_;  // results in the store -> size
+  std::uint64_t stored_bytes_ = 0;
+  std::map<std::string, double> free_resources_;
+  std::vector<double> gpu_free_;                  // by device: 1 = free, 0 = taken
+  WorkerInstructions out_;
+};
+
+}  // namespace herd::worker

@@ -1,0 +1,439 @@
+// The scheduler's state machine with no process, no socket and no clock: events in, the outbox
+// read back (as Dask's scheduler-state tests and HyperQueue's tako tests do). Every event is
+// followed by validate() (StateOptions::validate), so each test also checks the invariants.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <deque>
+#include <map>
+#include <set>
+
+#include "scheduler/state.hpp"
+
+using namespace herd::scheduler;
+using herd::protocol::ArgRef;
+using herd::protocol::TaskSpec;
+using namespace std::chrono_literals;
+
+namespace {
+
+/// A scheduler state and virtual workers that do what the outbox says: each runs its queue in
+/// order, `nthreads` at a time; `finish()` completes running tasks, a cancel hands back what
+/// has not started.
+struct Harness {
+  SchedulerState state;
+  Now now{Clock::time_point{} + 1h, 1'700'000'000'000};
+  ClientId client = 0;
+  std::uint64_t next = 1;
+  struct VWorker {
+    WorkerId id = 0;
+    std::uint32_t nthreads = 1;
+    std::deque<TaskId> queue;      // received, not started
+    std::vector<TaskId> running;
+    std::set<TaskId> has;
+  };
+  std::map<WorkerId, VWorker> workers;
+  std::vector<herd::protocol::TaskUpdate> updates;  // everything the client heard
+  std::vector<std::string> shutdowns;
+
+  explicit Harness(StateOptions o = {}) : state([&] {
+    o.validate = true;
+    return o;
+  }()) {
+    herd::protocol::HelloRequest hello;
+    hello.name = "client";
+    client = state.add_client(hello, now);
+  }
+
+  WorkerId add_worker(const std::string& name, std::uint32_t nthreads = 1, std::map<std::string, double> resources = {},
+                      std::int64_t end_time = 0) {
+    herd::protocol::HelloRequest hello;
+    hello.name = name;
+    hello.nthreads = nthreads;
+    hello.data_address = "tcp://" + name + ":1";
+    hello.resources = std::move(resources);
+    hello.end_time = end_time;
+    const WorkerId id = state.add_worker(hello, now);
+    workers[id] = VWorker{id, nthreads, {}, {}, {}};
+    return id;
+  }
+
+  TaskId submit(const std::string& fn, std::map<std::string, double> resources = {}, std::vector<TaskId> deps = {},
+                std::int32_t priority = 0, std::uint32_t duration_s = 0) {
+    TaskSpec s;
+    s.id = (static_cast<TaskId>(client) << 40) | next++;
+    s.function = fn;
+    s.resources = std::move(resources);
+    s.priority = priority;
+    s.duration_s = duration_s;
+    for (std::uint32_t i = 0; i < deps.size(); ++i) s.refs.push_back(ArgRef{deps[i], i, -1});
+    std::string error;
+    REQUIRE(state.submit(client, s, nullptr, error));
+    return s.id;
+  }
+
+  /// schedule(), then deliver the outbox to the virtual workers and the client.
+  void turn() {
+    state.heard_from_client(client, now);  // the client stays connected
+    state.tick(now);
+    state.schedule(now);
+    deliver();
+  }
+
+  void deliver() {
+    Outbox& out = state.outbox();
+    for (auto& [id, w] : out.workers) {
+      auto it = workers.find(id);
+      if (w.shutdown) shutdowns.push_back(*w.shutdown);
+      if (it == workers.end()) continue;
+      VWorker& vw = it->second;
+      for (TaskId f : w.free) vw.has.erase(f);
+      for (auto& e : w.execute) vw.queue.push_back(e.id);
+      start(vw);
+      herd::protocol::TaskResultsEvent handed;
+      for (TaskId c : w.cancel) {
+        auto q = std::find(vw.queue.begin(), vw.queue.end(), c);
+        if (q == vw.queue.end()) continue;  // running or done: ignored, as a real worker does
+        vw.queue.erase(q);
+        herd::protocol::TaskResult r;
+        r.id = c;
+        r.handed_back = true;
+        handed.results.push_back(r);
+      }
+      if (!handed.results.empty()) pending_results.emplace_back(id, std::move(handed));
+    }
+    for (auto& [id, c] : out.clients) {
+      for (auto& u : c.updates.updates) updates.push_back(u);
+    }
+    for (const auto& d : out.departed) workers.erase(d.id);
+    out.clear();
+    auto results = std::move(pending_results);
+    pending_results.clear();
+    for (auto& [id, ev] : results) {
+      if (workers.count(id)) state.task_results(id, ev, now);
+    }
+    if (!results.empty()) {
+      state.schedule(now);  // what was handed back is placed again, as the server's next turn does
+      deliver();
+    }
+  }
+
+  void start(VWorker& w) {
+    while (w.running.size() < w.nthreads && !w.queue.empty()) {
+      w.running.push_back(w.queue.front());
+      w.queue.pop_front();
+    }
+  }
+
+  /// The running tasks of `id` finish (results of `nbytes`); then a turn.
+  std::vector<TaskId> finish(WorkerId id, std::uint64_t nbytes = 8) {
+    VWorker& w = workers.at(id);
+    herd::protocol::TaskResultsEvent ev;
+    std::vector<TaskId> done = w.running;
+    for (TaskId t : w.running) {
+      herd::protocol::TaskResult r;
+      r.id = t;
+      r.ok = true;
+      r.nbytes = nbytes;
+      r.duration_us = 1000;
+      ev.results.push_back(r);
+      w.has.insert(t);
+    }
+    w.running.clear();
+    state.task_results(id, ev, now);
+    start(w);
+    turn();
+    return done;
+  }
+
+  const Task* task(TaskId id) const { return state.graph().find(id); }
+  TaskStatus status(TaskId id) const { return task(id)->status; }
+  WorkerId where(TaskId id) const { return task(id)->worker; }
+  std::size_t placed_on(WorkerId w) const {
+    const auto& vw = workers.at(w);
+    return vw.queue.size() + vw.running.size();
+  }
+  std::vector<std::pair<WorkerId, TaskId>> pending_results_for_test;
+  std::vector<std::pair<WorkerId, herd::protocol::TaskResultsEvent>> pending_results;
+};
+
+}  // namespace
+
+TEST_CASE("SchedulerState.Placement.NoHeadOfLineBlockingBehindBusyResources") {
+  // One worker offers a GPU, one offers nothing; four long GPU tasks, then 20 instant CPU tasks:
+  // the CPU tasks all run while the GPU worker is still busy with its first GPU task.
+  Harness h;
+  const WorkerId gpu = h.add_worker("gpu-worker", 1, {{"gpu", 1}});
+  const WorkerId cpu = h.add_worker("cpu-worker", 1);
+  std::vector<TaskId> gpu_tasks, cpu_tasks;
+  for (int i = 0; i < 4; ++i) gpu_tasks.push_back(h.submit("train", {{"gpu", 1}}));
+  for (int i = 0; i < 20; ++i) cpu_tasks.push_back(h.submit("inc"));
+  h.turn();
+  CHECK(h.where(gpu_tasks[0]) == gpu);
+  for (int i = 1; i < 4; ++i) CHECK(h.status(gpu_tasks[static_cast<std::size_t>(i)]) == TaskStatus::ready);  // the GPU is taken
+  // The CPU worker runs CPU tasks one after the other; the GPU worker never finishes anything.
+  for (int round = 0; round < 40 && h.workers.at(cpu).running.size() + h.workers.at(cpu).queue.size() > 0; ++round) {
+    h.finish(cpu);
+  }
+  for (TaskId t : cpu_tasks) CHECK(h.status(t) == TaskStatus::memory);
+  CHECK(h.status(gpu_tasks[0]) == TaskStatus::processing);  // still running: nothing waited for it
+}
+
+TEST_CASE("SchedulerState.Placement.PriorityHoldsWithinWhatCanRun") {
+  Harness h;
+  const WorkerId w = h.add_worker("w", 1);
+  std::vector<TaskId> low, high;
+  for (int i = 0; i < 5; ++i) low.push_back(h.submit("low", {}, {}, 0));
+  for (int i = 0; i < 5; ++i) high.push_back(h.submit("high", {}, {}, 10));
+  h.turn();
+  // The worker takes 2 (one slot + one queued): both high.
+  for (TaskId t : h.workers.at(w).running) CHECK(std::count(high.begin(), high.end(), t) == 1);
+  for (TaskId t : h.workers.at(w).queue) CHECK(std::count(high.begin(), high.end(), t) == 1);
+  std::vector<TaskId> order;
+  while (!h.workers.at(w).running.empty()) {
+    auto done = h.finish(w);
+    order.insert(order.end(), done.begin(), done.end());
+  }
+  REQUIRE(order.size() == 10);
+  for (int i = 0; i < 5; ++i) CHECK(std::count(high.begin(), high.end(), order[static_cast<std::size_t>(i)]) == 1);
+}
+
+TEST_CASE("SchedulerState.Placement.InputsStayWhereTheyAre") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const WorkerId b = h.add_worker("b", 1);
+  const TaskId big = h.submit("load");
+  h.turn();
+  const WorkerId holder = h.where(big);
+  h.finish(holder, 1 << 20);  // 1 MiB result held by one worker
+  const TaskId use = h.submit("reduce", {}, {big});
+  h.turn();
+  CHECK(h.where(use) == holder);
+  (void)a;
+  (void)b;
+}
+
+TEST_CASE("SchedulerState.Placement.WorkersWithIdleThreadsFirst") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 2);
+  const WorkerId b = h.add_worker("b", 2);
+  for (int i = 0; i < 4; ++i) h.submit("f");
+  h.turn();
+  CHECK(h.workers.at(a).running.size() == 2);  // every idle thread got a task before any queued
+  CHECK(h.workers.at(b).running.size() == 2);
+  CHECK(h.workers.at(a).queue.empty());
+  CHECK(h.workers.at(b).queue.empty());
+}
+
+TEST_CASE("SchedulerState.Stealing.LateWorkerGetsWorkAtOnce") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  for (int i = 0; i < 2; ++i) h.submit("slow");
+  h.turn();
+  CHECK(h.placed_on(a) == 2);  // one running, one queued
+  const WorkerId b = h.add_worker("b", 1);
+  h.turn();  // b is idle, a queues one beyond its thread: a hands it back, b runs it
+  CHECK(h.workers.at(b).running.size() == 1);
+  CHECK(h.workers.at(a).running.size() == 1);
+  CHECK(h.workers.at(a).queue.empty());
+}
+
+TEST_CASE("SchedulerState.NoWorker.ReportedWithReasonThenPlaced") {
+  Harness h;
+  h.add_worker("cpu", 1);
+  const TaskId t = h.submit("train", {{"tpu", 1}});
+  h.turn();
+  CHECK(h.status(t) == TaskStatus::ready);
+  REQUIRE(!h.updates.empty());
+  CHECK(h.updates.back().id == t);
+  CHECK(h.updates.back().state == static_cast<std::uint8_t>(herd::protocol::TaskState::no_worker));
+  CHECK(h.updates.back().error.message == "no connected worker offers {tpu: 1}");
+  CHECK(h.state.why_no_worker(*h.task(t)) == "no connected worker offers {tpu: 1}");
+  CHECK(h.state.unrunnable().at("no connected worker offers {tpu: 1}") == 1);
+  // Other tasks are not held back by it.
+  const TaskId other = h.submit("inc");
+  h.turn();
+  CHECK(h.status(other) == TaskStatus::processing);
+  // A worker that offers it comes: it runs, and the client hears it is processing again.
+  const WorkerId tpu = h.add_worker("tpu", 1, {{"tpu", 2}});
+  h.turn();
+  CHECK(h.where(t) == tpu);
+  CHECK(h.updates.back().id == t);
+  CHECK(h.updates.back().state == static_cast<std::uint8_t>(herd::protocol::TaskState::processing));
+  CHECK(h.state.unrunnable().empty());
+}
+
+TEST_CASE("SchedulerState.Walltime.TooLongTaskWaitsAloneAndSaysWhy") {
+  Harness h;
+  const std::int64_t now_s = h.now.unix_s();
+  const WorkerId shortw = h.add_worker("short", 1, {}, now_s + 600);
+  const TaskId long_task = h.submit("train", {}, {}, 0, 3600);
+  const TaskId quick = h.submit("inc");
+  h.turn();
+  CHECK(h.status(long_task) == TaskStatus::ready);
+  CHECK(h.where(quick) == shortw);
+  CHECK(h.state.why_no_worker(*h.task(long_task)).find("needs 3600 s") != std::string::npos);
+  const WorkerId longw = h.add_worker("long", 1, {}, now_s + 7200);
+  h.turn();
+  CHECK(h.where(long_task) == longw);
+}
+
+TEST_CASE("SchedulerState.Gang.DistinctWorkersReservationAndNever") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const WorkerId b = h.add_worker("b", 1);
+  const TaskId busy = h.submit("busy");
+  h.turn();
+  const WorkerId busy_on = h.where(busy);
+  // A gang of 2: one worker is busy, so it waits and reserves both; a later task does not
+  // overtake it.
+  std::vector<TaskSpec> members(2);
+  const TaskId gang = (static_cast<TaskId>(h.client) << 40) | h.next;
+  h.next += 2;
+  std::string error;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    members[r].id = gang + r;
+    members[r].function = "step";
+    members[r].gang = gang;
+    members[r].gang_rank = r;
+    members[r].gang_size = 2;
+    REQUIRE(h.state.submit(h.client, members[r], nullptr, error));
+  }
+  const TaskId later = h.submit("later");
+  h.turn();
+  CHECK(h.status(gang) == TaskStatus::ready);
+  CHECK(h.status(later) == TaskStatus::ready);  // the idle worker is reserved for the gang
+  h.finish(busy_on);
+  CHECK(h.status(gang) == TaskStatus::processing);
+  CHECK(h.status(gang + 1) == TaskStatus::processing);
+  CHECK(h.where(gang) != h.where(gang + 1));
+  CHECK(h.status(later) != TaskStatus::memory);
+  // A gang of 3 on 2 workers can never start: said so, and nothing else is held back.
+  const TaskId g3 = (static_cast<TaskId>(h.client) << 40) | h.next;
+  h.next += 3;
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    TaskSpec s;
+    s.id = g3 + r;
+    s.function = "step";
+    s.gang = g3;
+    s.gang_rank = r;
+    s.gang_size = 3;
+    REQUIRE(h.state.submit(h.client, s, nullptr, error));
+  }
+  h.finish(a);
+  h.finish(b);
+  h.turn();
+  CHECK(h.status(g3) == TaskStatus::ready);
+  CHECK(h.state.why_no_worker(*h.task(g3)).find("needs 3 workers") != std::string::npos);
+  const TaskId free_task = h.submit("inc");
+  h.turn();
+  CHECK(h.status(free_task) == TaskStatus::processing);
+}
+
+TEST_CASE("SchedulerState.Suspect.RunsAloneAfterItsWorkerDied") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 2);
+  const TaskId poison = h.submit("poison");
+  h.turn();
+  REQUIRE(h.where(poison) == a);
+  h.state.worker_lost(a, "killed");
+  h.workers.erase(a);
+  const WorkerId b = h.add_worker("b", 2);
+  for (int i = 0; i < 3; ++i) h.submit("innocent");
+  h.turn();
+  // b runs the suspect alone: nothing else shares the worker with it.
+  CHECK(h.where(poison) == b);
+  CHECK(h.placed_on(b) == 1);
+  h.finish(b);
+  CHECK(h.status(poison) == TaskStatus::memory);
+  CHECK(h.placed_on(b) > 0);  // innocents run once it is done
+}
+
+TEST_CASE("SchedulerState.Liveness.SilentWorkerIsLostAndItsTasksRunElsewhere") {
+  StateOptions o;
+  o.timeout_ms = 1000;
+  o.heartbeat_ms = 100;
+  Harness h(o);
+  const WorkerId a = h.add_worker("a", 1);
+  const TaskId t = h.submit("f");
+  h.turn();
+  REQUIRE(h.where(t) == a);
+  const WorkerId b = h.add_worker("b", 1);
+  h.now.mono += 600ms;
+  h.state.heard_from_worker(b, h.now);
+  h.turn();
+  CHECK(h.state.worker(a) != nullptr);  // not silent for long enough yet
+  h.now.mono += 600ms;
+  h.state.heard_from_worker(b, h.now);
+  h.turn();
+  CHECK(h.state.worker(a) == nullptr);
+  CHECK(h.where(t) == b);  // a suspect now, alone on b
+}
+
+TEST_CASE("SchedulerState.Retire.UniqueResultsCopiedBeforeLeaving") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const WorkerId b = h.add_worker("b", 1);
+  const TaskId t = h.submit("f");
+  h.turn();
+  const WorkerId holder = h.where(t);
+  const WorkerId other = holder == a ? b : a;
+  h.finish(holder);
+  h.state.retire(holder, "pool shrinks", true, h.now);
+  h.state.tick(h.now);
+  Outbox& out = h.state.outbox();
+  REQUIRE(out.workers.count(other));
+  REQUIRE(out.workers.at(other).acquire.size() == 1);
+  CHECK(out.workers.at(other).acquire[0].id == t);
+  out.clear();
+  // The copy arrives: the retiring worker leaves, with its job released to the pool.
+  herd::protocol::TaskResultsEvent ev;
+  ev.acquired.push_back(t);
+  h.state.task_results(other, ev, h.now);
+  h.state.tick(h.now);
+  CHECK(h.state.worker(holder) == nullptr);
+  REQUIRE(out.departed.size() == 1);
+  CHECK(out.departed[0].release_job);
+  CHECK(out.workers.at(holder).shutdown == std::string("retired"));
+  CHECK(h.task(t)->who_has == std::vector<std::uint32_t>{other});
+}
+
+TEST_CASE("SchedulerState.Backlog.CountsWhatAPoolCouldRun") {
+  Harness h;
+  h.submit("cpu1");
+  h.submit("cpu2");
+  h.submit("gpu", {{"gpu", 1}});
+  h.turn();
+  CHECK(h.state.backlog({}) == 2);
+  CHECK(h.state.backlog({{"gpu", 1}}) == 3);
+}
+
+TEST_CASE("SchedulerState.Validate.CatchesACorruptIndex") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const TaskId t = h.submit("f");
+  h.turn();
+  CHECK(h.state.validate().empty());
+  // Corrupt one field through the back door: validate must see it.
+  auto& w = const_cast<WorkerRec&>(*h.state.worker(a));
+  w.processing.erase(t);
+  CHECK(h.state.validate().find("does not list it") != std::string::npos);
+  w.processing.emplace(t, 0);
+  CHECK(h.state.validate().empty());
+}
+
+TEST_CASE("TaskGraph.Transitions.IllegalMoveThrowsInStrictMode") {
+  TaskGraph g;
+  g.set_strict(true);
+  Effects fx;
+  TaskSpec s;
+  s.id = 1;
+  s.function = "f";
+  g.add(s, 1, 0, fx);
+  g.started(1, 3);
+  fx.clear();
+  g.finished(1, 3, 8, fx);
+  CHECK(g.find(1)->status == TaskStatus::memory);
+  CHECK_THROWS_AS(g.started(1, 3), std::logic_error);  // memory -> processing is not a move
+  CHECK(g.illegal_transitions() == 1);
+}

@@ -1,0 +1,184 @@
+// The worker's state machine with no sockets and no threads: events in, instructions read
+// back (what Dask's worker-state tests do). validate() is checked after every step.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+
+#include "common/data_port.hpp"
+#include "worker/worker_state.hpp"
+
+using namespace herd::worker;
+using herd::protocol::DepLocation;
+using herd::protocol::ExecuteTask;
+
+namespace {
+
+ExecuteTask task(TaskId id, std::vector<DepLocation> inputs = {}, std::map<std::string, double> resources = {}) {
+  ExecuteTask t;
+  t.id = id;
+  t.key = "t" + std::to_string(id);
+  t.function = "f";
+  t.inputs = std::move(inputs);
+  t.resources = std::move(resources);
+  return t;
+}
+
+WorkerState make(std::uint32_t nthreads = 1, std::map<std::string, double> resources = {}, std::size_t gpus = 0) {
+  WorkerStateOptions o;
+  o.name = "w";
+  o.data_address = "tcp://me:1";
+  o.nthreads = nthreads;
+  o.resources = std::move(resources);
+  o.gpus = gpus;
+  return WorkerState(o);
+}
+
+std::vector<TaskId> started(WorkerState& s) {
+  std::vector<TaskId> ids;
+  for (const auto& r : s.out().run) ids.push_back(r.task.id);
+  return ids;
+}
+
+Completion ok(TaskId id, std::size_t size = 8) {
+  Completion c;
+  c.id = id;
+  c.ok = true;
+  c.bytes = std::make_shared<herd::data::Buffer>(static_cast<char*>(std::calloc(size, 1)), size);
+  return c;
+}
+
+void exec(WorkerState& s, std::vector<ExecuteTask> ts) { s.execute(std::move(ts)); }
+
+}  // namespace
+
+TEST_CASE("WorkerState.Run.ThreadsBoundWhatStarts") {
+  auto s = make(2);
+  exec(s, {task(1), task(2), task(3)});
+  CHECK(started(s) == std::vector<TaskId>{1, 2});
+  CHECK(s.validate().empty());
+  s.out().clear();
+  s.finished(ok(1));
+  CHECK(started(s) == std::vector<TaskId>{3});
+  REQUIRE(s.out().results.size() == 1);
+  CHECK(s.out().results[0].ok);
+  CHECK(s.out().results[0].inline_data.size() == 8);  // small: it rides with the notice
+  CHECK(s.holds(1));
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Inputs.FetchedPerHolderThenRun") {
+  auto s = make(1);
+  exec(s, {task(10, {{1, {"tcp://a:1"}}, {2, {"tcp://b:1"}}}), task(11, {{1, {"tcp://a:1"}}, {3, {"tcp://a:1"}}})});
+  auto& fetch = s.out().fetch;
+  REQUIRE(fetch.size() == 2);
+  CHECK(fetch.at("tcp://a:1") == std::vector<TaskId>{1, 3});  // one request per holder
+  CHECK(fetch.at("tcp://b:1") == std::vector<TaskId>{2});
+  CHECK(started(s).empty());
+  s.out().clear();
+  s.fetched("tcp://a:1", 1, 100);
+  s.fetched("tcp://a:1", 3, 100);
+  CHECK(started(s) == std::vector<TaskId>{11});
+  CHECK(s.out().acquired == std::vector<TaskId>{1, 3});  // the scheduler hears of the copies
+  s.fetched("tcp://b:1", 2, 100);
+  CHECK(s.queued(10, ""));  // ready, waiting for the thread
+  s.finished(ok(11));
+  CHECK(started(s) == std::vector<TaskId>{11, 10});
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Inputs.NextHolderThenGiveBackNamingThem") {
+  auto s = make(1);
+  exec(s, {task(10, {{1, {"tcp://a:1", "tcp://b:1", "tcp://c:1"}}})});
+  CHECK(s.out().fetch.at("tcp://a:1") == std::vector<TaskId>{1});
+  s.out().clear();
+  s.not_there("tcp://a:1", 1);
+  CHECK(s.out().fetch.at("tcp://b:1") == std::vector<TaskId>{1});
+  s.out().clear();
+  s.fetch_failed("tcp://b:1", {1}, "no data from tcp://b:1 for 10000 ms");
+  CHECK(s.out().fetch.at("tcp://c:1") == std::vector<TaskId>{1});
+  s.out().clear();
+  s.fetch_failed("tcp://c:1", {1}, "no data from tcp://c:1 for 10000 ms");
+  REQUIRE(s.out().results.size() == 1);
+  const auto& r = s.out().results[0];
+  CHECK(r.id == 10);
+  CHECK(r.missing_input);
+  REQUIRE(r.unreachable.size() == 1);
+  CHECK(r.unreachable[0].holders == std::vector<std::string>{"tcp://b:1", "tcp://c:1"});
+  REQUIRE(r.not_held.size() == 1);
+  CHECK(r.not_held[0].holders == std::vector<std::string>{"tcp://a:1"});
+  CHECK(r.error.message.find("could not reach tcp://b:1") != std::string::npos);
+  CHECK(s.waiting_for_inputs() == 0);
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Inputs.OwnAddressIsSkipped") {
+  auto s = make(1);
+  exec(s, {task(10, {{1, {"tcp://me:1"}}})});  // the scheduler thinks we hold it, we do not
+  REQUIRE(s.out().results.size() == 1);
+  CHECK(s.out().results[0].missing_input);
+}
+
+TEST_CASE("WorkerState.Cancel.QueuedGoBackRunningFinish") {
+  auto s = make(1);
+  exec(s, {task(1), task(2), task(3, {{9, {"tcp://a:1"}}})});
+  s.out().clear();
+  s.cancel({1, 2, 3});
+  std::vector<TaskId> back;
+  for (const auto& r : s.out().results) {
+    CHECK(r.handed_back);
+    back.push_back(r.id);
+  }
+  CHECK(back == std::vector<TaskId>{2, 3});  // 1 runs already
+  CHECK(s.executing() == 1);
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Resources.GpusAndGangMembersFirst") {
+  auto s = make(2, {{"gpu", 1}}, 1);
+  exec(s, {task(1, {}, {{"gpu", 1}}), task(2, {}, {{"gpu", 1}})});
+  REQUIRE(s.out().run.size() == 1);
+  CHECK(s.out().run[0].devices == std::vector<int>{0});
+  s.out().clear();
+  auto g = task(3);
+  g.gang = 3;
+  g.gang_size = 2;
+  exec(s, {task(4), g});
+  CHECK(started(s) == std::vector<TaskId>{3});  // the gang member before the plain task
+  s.out().clear();
+  s.finished(ok(1));
+  CHECK(started(s) == std::vector<TaskId>{2});  // the GPU is free again
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Memory.OverLimitFailsRunningHandsBackTheRest") {
+  auto s = make(1);
+  exec(s, {task(1), task(2), task(3, {{9, {"tcp://a:1"}}})});
+  s.out().clear();
+  s.over_memory("worker w reached 900 MiB");
+  int failed = 0, back = 0;
+  for (const auto& r : s.out().results) {
+    if (r.handed_back) ++back;
+    else if (!r.ok && r.error.type == "herd::MemoryLimitExceeded") ++failed;
+  }
+  CHECK(failed == 1);
+  CHECK(back == 2);
+  CHECK(s.executing() == 0);
+}
+
+TEST_CASE("WorkerState.Store.FreeAndAcquire") {
+  auto s = make(1);
+  exec(s, {task(1)});
+  s.finished(ok(1, 10));
+  s.out().clear();
+  s.free_keys({1, 77});
+  CHECK(s.out().free == std::vector<TaskId>{1});
+  CHECK_FALSE(s.holds(1));
+  s.out().clear();
+  s.acquire({{5, {"tcp://a:1"}}});
+  CHECK(s.out().fetch.at("tcp://a:1") == std::vector<TaskId>{5});
+  s.out().clear();
+  s.fetched("tcp://a:1", 5, 64);
+  CHECK(s.out().acquired == std::vector<TaskId>{5});
+  CHECK(s.stored_bytes() == 64);
+  CHECK(s.validate().empty());
+}
