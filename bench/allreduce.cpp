@@ -155,12 +155,15 @@ std::vector<double> ring_seconds(int n, const std::vector<std::size_t>& sizes, b
 
 }  // namespace
 
-/// herd_bench allreduce (see the top of this file); one JSON line per (n, size).
-void allreduce_bench(const std::vector<int>& ranks, bool small) {
-  std::vector<std::size_t> sizes;
+/// herd_bench allreduce (see the top of this file); one JSON line per (n, size). `only`: these
+/// sizes in bytes instead of the ladder.
+void allreduce_bench(const std::vector<int>& ranks, bool small, const std::vector<std::size_t>& only) {
+  std::vector<std::size_t> sizes = only;
   const std::size_t top = small ? (std::size_t{4} << 20) : (std::size_t{256} << 20);
-  for (std::size_t b = 1024; b <= top; b *= small ? 16 : 4) sizes.push_back(b);
-  if (small && sizes.back() != top) sizes.push_back(top);
+  if (sizes.empty()) {
+    for (std::size_t b = 1024; b <= top; b *= small ? 16 : 4) sizes.push_back(b);
+    if (small && sizes.back() != top) sizes.push_back(top);
+  }
   std::vector<double> raw;
   for (std::size_t bytes : sizes) raw.push_back(raw_tcp_seconds(bytes, iterations(bytes, small)));
   for (int n : ranks) {

@@ -211,7 +211,8 @@ def run_herd(cfg, out):
         # herd encrypts every socket with CURVE by default (when herd_bench reports a CURVE
         # baseline); Dask's LocalCluster does not encrypt. Measure herd unencrypted too.
         if any(x.get("raw_zmq_curve_mb_per_s") for x in recs) and os.environ.get("HERD_AUTH") not in ("off", "0"):
-            recs = data_runs(env={"HERD_AUTH": "off"})
+            # HERD_AUTH=off needs an explicit listen address (loopback here).
+            recs = data_runs(env={"HERD_AUTH": "off", "HERD_LISTEN": "tcp://127.0.0.1:*"})
             for m in cfg.mib:
                 res[("data_noauth", m)] = field(recs, m, "mb_per_s")
     if "startup" in cfg.workloads:

@@ -378,7 +378,7 @@ std::vector<int> parse_list(const std::string& s) {
 }  // namespace
 
 // bench/allreduce.cpp
-void allreduce_bench(const std::vector<int>& ranks, bool small);
+void allreduce_bench(const std::vector<int>& ranks, bool small, const std::vector<std::size_t>& only);
 
 int main(int argc, char** argv) {
   herd::init(argc, argv);
@@ -396,6 +396,8 @@ int main(int argc, char** argv) {
   app.add_option("--workers", worker_list, "worker counts, comma separated")->capture_default_str();
   std::string rank_list = "2,3,4";
   app.add_option("--ranks", rank_list, "gang sizes for allreduce, comma separated")->capture_default_str();
+  std::string allreduce_mib;
+  app.add_option("--allreduce-mib", allreduce_mib, "only these sizes for allreduce (MiB, comma separated)");
   app.add_option("--rounds", rounds, "round trips for latency")->capture_default_str();
   app.add_option("--leaves", leaves, "leaves of the tree reduction")->capture_default_str();
   app.add_option("--mib", mibs, "result sizes for data, comma separated")->capture_default_str();
@@ -419,7 +421,13 @@ int main(int argc, char** argv) {
     if (what == "memory" || what == "all") memory(pending);
     if (what == "slurm") slurm(workers, partition);
     if (what == "faults") faults();
-    if (what == "allreduce" || what == "all") allreduce_bench(parse_list(rank_list), small);
+    if (what == "allreduce" || what == "all") {
+      std::vector<std::size_t> only;
+      if (!allreduce_mib.empty()) {
+        for (int m : parse_list(allreduce_mib)) only.push_back(static_cast<std::size_t>(m) << 20);
+      }
+      allreduce_bench(parse_list(rank_list), small, only);
+    }
     if (what == "journal" || what == "all") journal(small ? 2000 : tasks, per_turn, workers, repeat);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "herd_bench: %s\n", e.what());

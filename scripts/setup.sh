@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 
-packages=(g++ cmake ninja-build pkg-config libzmq3-dev cppzmq-dev libmsgpack-cxx-dev
+packages=(g++ cmake ninja-build pkg-config libzmq3-dev libsodium-dev cppzmq-dev libmsgpack-cxx-dev
           libboost-dev libcli11-dev doctest-dev libcpp-httplib-dev chromium)
 missing=()
 for p in "${packages[@]}"; do

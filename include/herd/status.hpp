@@ -95,7 +95,8 @@ struct TaskEventInfo {
 struct ClusterStatus {
   std::string scheduler_id;   ///< random id of the scheduler instance
   std::string address;        ///< where clients connect
-  std::string dashboard;      ///< dashboard URL ("" = none)
+  std::string dashboard;      ///< dashboard URL with its token, http://127.0.0.1:8787/?token=... ("" = none)
+  bool auth_off = false;      ///< HERD_AUTH=off: the scheduler authenticates and encrypts nothing
   std::int64_t now_ms = 0;    ///< unix milliseconds of the snapshot
   double uptime_s = 0;        ///< seconds since the scheduler started
   int clients = 0;            ///< clients connected

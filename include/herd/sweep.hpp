@@ -21,8 +21,11 @@
 ///   exactly what a command line receives, what the results files record, and what a resumed
 ///   sweep matches on. Random values are rounded to 6 significant digits when drawn, so the
 ///   recorded value is the value the trial saw.
-/// - **Commands.** `{name}` in a command is replaced by the parameter's value, shell-quoted when
-///   the value needs it (`'a b'`); `{trial}` is the trial's id, `{index}` its position, and the
+/// - **Commands.** `{name}` in a command stands for the parameter's value. In a shell command
+///   it becomes a reference to the environment variable `HERD_P_<name>` holding the value, quoted
+///   for where it stands (`"${HERD_P_lr}"`, or `${HERD_P_lr}` inside the command's own double
+///   quotes), so the value is one word and the shell never evaluates it (`$(...)`, backquotes and
+///   quotes in a value stay text); `{trial}` is the trial's id, `{index}` its position, and the
 ///   early-stopping budget parameter (default `{budget}`) its budget. `${VAR}` is left to the
 ///   shell, `{{`/`}}` are literal braces. A command given as an argv (several words after `--`
 ///   on the command line) runs without a shell and its words are filled in verbatim. Every trial

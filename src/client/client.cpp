@@ -167,6 +167,7 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   sched_.set(zmq::sockopt::sndhwm, 0);
   sched_.set(zmq::sockopt::rcvhwm, 0);
   auth_.client(sched_);
+  security::HandshakeWatch handshake(context_, sched_, "the scheduler at " + address_);
   try {
     sched_.connect(address_);
   } catch (const zmq::error_t& e) {
@@ -189,10 +190,11 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
                             std::to_string(options.connect_timeout.count()) + " ms");
     }
     try {
-      zmq::poll(&item, 1, left);
+      zmq::poll(&item, 1, std::min(left, std::chrono::milliseconds(50)));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
+    if (const std::string why = handshake.failure(); !why.empty()) throw ConnectionError(why);
     auto msg = protocol::try_receive(sched_, false);
     if (!msg || msg->frames.size() < 2) continue;
     std::string error;

@@ -1,5 +1,6 @@
 // herd::gang(): the running member's communicator, made on first use through the rendezvous.
 #include "collective/gang_runtime.hpp"
+#include "common/security.hpp"
 #include "collective/nccl.hpp"
 #include "collective/ring.hpp"
 #include "herd/error.hpp"
@@ -100,6 +101,7 @@ Communicator& gang(CollectiveBackend backend) {
     setup.size = size;
     setup.addresses = std::move(ready.ring_addresses);
     setup.token = std::move(ready.token);
+    setup.encrypt = security::ring_encryption();
     setup.aborted = [&session] { return session.aborted(); };
     impl = collective::make_ring(std::move(setup), std::move(listener));
   }

@@ -1,12 +1,28 @@
 // The CPU ring (see ring.hpp): setup, the transfer engine, and the reductions.
 //
 // Wire format. Each ring link is one TCP connection from rank r to rank r+1, used in one
-// direction only (r -> r+1) once set up. Setup, byte-exact, integers little-endian:
-//   hello (connector -> acceptor): "HRNG" | u32 version (1) | u32 rank | u32 size |
-//                                  u32 token length (<= 4096) | token bytes
-//   ack   (acceptor -> connector): "HRAK" | u32 rank of the acceptor
-// After that, each operation on a link starts with a header, then the payload bytes (whose
-// length both ends know, since every rank calls the same operations with the same counts):
+// direction only (r -> r+1) once set up. Setup, byte-exact, integers little-endian, K = the
+// link key = BLAKE2b-256("herd-ring-2" | gang token), MAC = keyed BLAKE2b-256 with K:
+//   challenge (acceptor -> connector, at once on accept): "HRC2" | nonce_a (32 random bytes)
+//   hello     (connector -> acceptor): "HRH2" | u32 version (2) | u32 rank | u32 size |
+//             u32 flags (1: wants encryption, 2: has AES-256-GCM) | nonce_c (32) |
+//             MAC("herd-ring-2/c" | nonce_a | nonce_c | rank | size | flags)
+//   ack       (acceptor -> connector): "HRA2" | u32 rank of the acceptor | u32 cipher (0 none,
+//             1 ChaCha20-Poly1305, 2 AES-256-GCM) | MAC("herd-ring-2/a" | nonce_a | nonce_c |
+//             rank | size | flags | acceptor rank | cipher)
+// Each side proves it holds the token (which only the gang's members got, over the scheduler's
+// CURVE link) for this connection's fresh nonces before anything else moves: a stray learns a
+// random nonce and is dropped at its first wrong byte of the magic, at a hello without the proof,
+// or after kHandshakeTimeout; a replayed hello fails on the new nonce.
+// The acceptor handles every pending connection at once (non-blocking, a deadline each, a large
+// backlog, a random one dropped when too many pile up), so junk cannot keep a gang from forming.
+// Encryption (on unless HERD_AUTH=off on both ends; the acceptor picks the cipher) uses the
+// data key BLAKE2b-256(key K, "herd-ring-2/data" | nonce_a | nonce_c), fresh per connection:
+//   record: u32 length L (1..kRecord) | L bytes ciphertext | 16-byte tag; nonce = record
+//           counter (u64, from 0, never reused under a key), the length header is the AD.
+// A record that fails authentication aborts the gang. Without encryption the bytes go as they
+// are. After setup, each operation on a link starts with a header, then the payload bytes
+// (whose length both ends know, since every rank calls the same operations with the same counts):
 //   op header: "HROP" | u32 sequence number of the operation on this communicator |
 //              u8 kind (1 allreduce, 2 broadcast) | u8 DataType | u8 ReduceOp | u8 0 |
 //              u32 root (broadcast) | u64 count (allreduce: elements; broadcast: bytes)
@@ -17,10 +33,13 @@
 // rank and receives a range from the previous one (into a scratch ring to reduce, or straight
 // into the buffer). A step's send may depend on an earlier receive (all-reduce: what rank r
 // sends in step t is what it reduced in step t-1; broadcast: what it forwards is what it is
-// receiving), and is released as that receive is processed, byte by byte, so segments flow
-// through the ring without waiting for whole chunks; a received segment is reduced while the
-// kernel keeps receiving the next. One thread, non-blocking sockets and poll() on both links and
-// an abort eventfd: nothing can deadlock on full kernel buffers, and abort() always wakes it.
+// receiving), and is released as that receive is processed, byte by byte (encrypted: record by
+// record), so segments flow through the ring without waiting for whole chunks; a received
+// segment is reduced while the kernel keeps receiving the next. Encrypted, a record is sealed
+// from the buffer into a small staging buffer and opened straight into the buffer (or, to
+// reduce, into a record-sized buffer reduced from at once): one pass over the data each way.
+// One thread, non-blocking sockets and poll() on both links and an abort eventfd: nothing can
+// deadlock on full kernel buffers, and abort() always wakes it.
 #include "collective/ring.hpp"
 
 #include <arpa/inet.h>
@@ -33,12 +52,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <sodium.h>
+
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <limits>
 #include <mutex>
+#include <new>
+#include <random>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
@@ -55,12 +79,24 @@ constexpr int kSocketBuffer = 4 << 20;              // SO_SNDBUF / SO_RCVBUF of 
 constexpr std::size_t kScratch = 4 << 20;           // receive ring of a reducing step
 constexpr std::size_t kSegment = 256 << 10;         // reduce once this much has arrived
 constexpr std::size_t kMaxRecv = 1 << 20;           // one recv() call at most
-constexpr std::uint32_t kVersion = 1;
+constexpr std::uint32_t kVersion = 2;
 constexpr std::size_t kMaxToken = 4096;
-constexpr char kHelloMagic[4] = {'H', 'R', 'N', 'G'};
-constexpr char kAckMagic[4] = {'H', 'R', 'A', 'K'};
+constexpr char kChallengeMagic[4] = {'H', 'R', 'C', '2'};
+constexpr char kHelloMagic[4] = {'H', 'R', 'H', '2'};
+constexpr char kAckMagic[4] = {'H', 'R', 'A', '2'};
 constexpr char kOpMagic[4] = {'H', 'R', 'O', 'P'};
 constexpr std::size_t kOpHeader = 24;
+constexpr std::size_t kNonce = 32, kMac = 32;
+constexpr std::size_t kChallenge = 4 + kNonce;                // 36
+constexpr std::size_t kHello = 4 + 16 + kNonce + kMac;        // 84
+constexpr std::size_t kAck = 4 + 8 + kMac;                    // 44
+constexpr std::uint32_t kWantsEncryption = 1, kHasAes = 2;
+constexpr std::uint32_t kCipherNone = 0, kCipherChacha = 1, kCipherAes = 2;
+constexpr std::size_t kRecord = 256 << 10;                    // plaintext bytes per record at most
+constexpr std::size_t kMinRecord = 64 << 10;                  // a partial step waits for this much
+constexpr std::size_t kTag = 16;
+constexpr std::size_t kMaxPending = 512;                      // accepted, not yet verified
+constexpr auto kHandshakeTimeout = std::chrono::seconds(10);  // for one accepted connection
 
 std::string errno_text(int err) { return std::strerror(err); }
 
@@ -117,13 +153,86 @@ std::uint32_t get_u32(const char* p) {
   return v;
 }
 
-bool same_secret(const std::string& a, const std::string& b) {
-  // Constant time in the contents (the token is a secret).
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
+// ------------------------------------------------------------------------------------------
+// Keys and records (see the top of the file).
+
+using Key = std::array<unsigned char, 32>;
+
+const unsigned char* bytes(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
+
+/// BLAKE2b-256 of `message`, keyed with `key` (nullptr: unkeyed).
+Key blake2b(const std::string& message, const Key* key) {
+  Key out{};
+  crypto_generichash(out.data(), out.size(), bytes(message), message.size(), key ? key->data() : nullptr,
+                     key ? key->size() : 0);
+  return out;
 }
+
+Key link_key(const std::string& token) { return blake2b("herd-ring-2" + token, nullptr); }
+
+std::string random_bytes(std::size_t n) {
+  std::string out(n, '\0');
+  randombytes_buf(out.data(), n);
+  return out;
+}
+
+bool aes_available() { return crypto_aead_aes256gcm_is_available() != 0; }
+
+/// One direction of a link's AEAD: the sender seals records, the receiver opens them, each
+/// with the record counter as nonce.
+class LinkCipher {
+ public:
+  LinkCipher(std::uint32_t cipher, const Key& key) : cipher_(cipher), key_(key) {
+    if (cipher_ == kCipherAes) {
+      aes_ = static_cast<crypto_aead_aes256gcm_state*>(sodium_malloc(sizeof(crypto_aead_aes256gcm_state)));
+      if (aes_ == nullptr) throw std::bad_alloc();
+      crypto_aead_aes256gcm_beforenm(aes_, key_.data());
+    }
+  }
+  ~LinkCipher() {
+    sodium_memzero(key_.data(), key_.size());
+    if (aes_) sodium_free(aes_);  // zeroes it
+  }
+  LinkCipher(const LinkCipher&) = delete;
+  LinkCipher& operator=(const LinkCipher&) = delete;
+
+  /// Writes length header | ciphertext of [m, m+len) | tag to `out` (4 + len + kTag bytes).
+  void seal(const char* m, std::size_t len, unsigned char* out) {
+    for (int i = 0; i < 4; ++i) out[i] = static_cast<unsigned char>((len >> (8 * i)) & 0xffu);
+    const auto nonce = next_nonce();
+    const auto* plain = reinterpret_cast<const unsigned char*>(m);
+    if (cipher_ == kCipherAes) {
+      crypto_aead_aes256gcm_encrypt_detached_afternm(out + 4, out + 4 + len, nullptr, plain, len, out, 4, nullptr,
+                                                     nonce.data(), aes_);
+    } else {
+      crypto_aead_chacha20poly1305_ietf_encrypt_detached(out + 4, out + 4 + len, nullptr, plain, len, out, 4, nullptr,
+                                                         nonce.data(), key_.data());
+    }
+  }
+  /// `record` = what seal() made; the plaintext goes to `m`. False: not authentic.
+  bool open(const unsigned char* record, std::size_t len, char* m) {
+    const auto nonce = next_nonce();
+    auto* plain = reinterpret_cast<unsigned char*>(m);
+    if (cipher_ == kCipherAes) {
+      return crypto_aead_aes256gcm_decrypt_detached_afternm(plain, nullptr, record + 4, len, record + 4 + len, record, 4,
+                                                            nonce.data(), aes_) == 0;
+    }
+    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(plain, nullptr, record + 4, len, record + 4 + len, record,
+                                                              4, nonce.data(), key_.data()) == 0;
+  }
+
+ private:
+  std::array<unsigned char, 12> next_nonce() {
+    std::array<unsigned char, 12> n{};
+    for (int i = 0; i < 8; ++i) n[static_cast<std::size_t>(i)] = static_cast<unsigned char>((counter_ >> (8 * i)) & 0xffu);
+    ++counter_;
+    return n;
+  }
+  std::uint32_t cipher_;
+  Key key_;
+  crypto_aead_aes256gcm_state* aes_ = nullptr;
+  std::uint64_t counter_ = 0;
+};
 
 /// "host:port" or "[v6]:port" -> (host, port).
 std::pair<std::string, std::string> split_address(const std::string& address) {
@@ -248,13 +357,20 @@ struct Step {
   int gate = -1;               // the send is released as receive step `gate` is processed (-1: at once)
   char* recv = nullptr;        // where the previous rank's bytes end up
   std::size_t recv_len = 0;
-  bool reduce = false;         // true: received into scratch, then reduced into `recv`
+  bool reduce = false;         // true: received into scratch (encrypted: plain_), then reduced into `recv`
 };
 
 class RingCommunicator final : public herd::detail::CommunicatorImpl {
  public:
-  RingCommunicator(int rank, int size, int send_fd, int recv_fd)
-      : rank_(rank), size_(size), send_fd_(send_fd), recv_fd_(recv_fd) {
+  RingCommunicator(int rank, int size, int send_fd, int recv_fd, std::unique_ptr<LinkCipher> send_cipher,
+                   std::unique_ptr<LinkCipher> recv_cipher)
+      : rank_(rank), size_(size), send_fd_(send_fd), recv_fd_(recv_fd), send_cipher_(std::move(send_cipher)),
+        recv_cipher_(std::move(recv_cipher)) {
+    if (send_cipher_) out_.resize(4 + kRecord + kTag);
+    if (recv_cipher_) {
+      in_.resize(4 + kRecord + kTag);
+      plain_.resize(kRecord);
+    }
     abort_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (abort_fd_ < 0) {
       const int err = errno;
@@ -397,15 +513,19 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
   void run(const char* opname) {
     const int next = (rank_ + 1) % size_, prev = (rank_ + size_ - 1) % size_;
     std::size_t scratch_size = 0;
-    for (const Step& st : steps_) {
-      if (st.reduce) scratch_size = std::max(scratch_size, std::min(st.recv_len, kScratch));
+    if (!recv_cipher_) {
+      for (const Step& st : steps_) {
+        if (st.reduce) scratch_size = std::max(scratch_size, std::min(st.recv_len, kScratch));
+      }
     }
     if (scratch_.size() < scratch_size) scratch_.resize(scratch_size);
     const std::size_t ring = scratch_size;  // a multiple of every element size (or the whole step)
 
     const std::size_t nsteps = steps_.size();
-    std::size_t ss = 0, sent = 0;                    // send cursor: step, bytes of it sent
+    std::size_t ss = 0, sent = 0;                    // send cursor: step, bytes of it sent (sealed)
     std::size_t rs = 0, received = 0, processed = 0;  // receive cursor: step, bytes in, bytes done
+    out_len_ = out_pos_ = 0;
+    in_have_ = 0;
 
     auto reduce_pending = [&](bool all) {
       // Reduce the whole elements received and not yet reduced (or wait for a segment's worth).
@@ -435,27 +555,93 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
         ++rs, received = 0, processed = 0;
       }
       while (ss < nsteps && sent == steps_[ss].send_len) ++ss, sent = 0;
-      if (ss == nsteps && rs == nsteps) return;
+      const bool sealed_left = out_pos_ < out_len_;  // a record still on its way out
+      if (ss == nsteps && rs == nsteps && !sealed_left) return;
       if (aborted_.load()) check_aborted();
 
       bool progress = false, want_out = false, want_in = false;
-      if (ss < nsteps) {
-        const std::size_t avail = available(ss, rs, processed);
-        if (avail > sent) {
-          const ssize_t k = ::send(send_fd_, steps_[ss].send + sent, avail - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-          if (k > 0) {
-            sent += static_cast<std::size_t>(k);
+      auto send_some = [&](const char* data, std::size_t len) -> std::size_t {
+        const ssize_t k = ::send(send_fd_, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (k > 0) {
+          progress = true;
+          return static_cast<std::size_t>(k);
+        }
+        if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+          want_out = true;
+        } else if (k < 0 && errno == EINTR) {
+          progress = true;  // try again
+        } else {
+          fail(next, opname, k < 0 ? errno_text(errno) : "send returned 0");
+        }
+        return 0;
+      };
+      auto recv_some = [&](char* dst, std::size_t room) -> std::size_t {
+        const ssize_t k = ::recv(recv_fd_, dst, room, MSG_DONTWAIT);
+        if (k > 0) {
+          progress = true;
+          return static_cast<std::size_t>(k);
+        }
+        if (k == 0) fail(prev, opname, "connection closed");
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          want_in = true;
+        } else if (errno == EINTR) {
+          progress = true;  // try again
+        } else {
+          fail(prev, opname, errno_text(errno));
+        }
+        return 0;
+      };
+
+      if (send_cipher_) {
+        if (sealed_left) {
+          out_pos_ += send_some(reinterpret_cast<const char*>(out_.data()) + out_pos_, out_len_ - out_pos_);
+        } else if (ss < nsteps) {
+          // Seal the next record: what is released of this step, kRecord at most; a step not
+          // yet released to its end waits for kMinRecord (whole elements, when reduced).
+          const Step& st = steps_[ss];
+          const std::size_t avail = available(ss, rs, processed);
+          std::size_t len = std::min(avail - sent, kRecord);
+          if (avail < st.send_len) {
+            if (st.reduce) len = len / elem_ * elem_;
+            if (len < kMinRecord) len = 0;
+          }
+          if (len > 0) {
+            send_cipher_->seal(st.send + sent, len, out_.data());
+            out_len_ = 4 + len + kTag;
+            out_pos_ = 0;
+            sent += len;
             progress = true;
-          } else if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            want_out = true;
-          } else if (k < 0 && errno == EINTR) {
-            progress = true;  // try again
-          } else {
-            fail(next, opname, k < 0 ? errno_text(errno) : "send returned 0");
           }
         }
+      } else if (ss < nsteps) {
+        const std::size_t avail = available(ss, rs, processed);
+        if (avail > sent) sent += send_some(steps_[ss].send + sent, avail - sent);
       }
-      if (rs < nsteps) {
+
+      if (rs < nsteps && recv_cipher_) {
+        // Read one record (length, ciphertext, tag) whole, then open it into the buffer, or
+        // into plain_ and reduce from there.
+        const Step& st = steps_[rs];
+        const std::size_t len = in_have_ >= 4 ? get_u32(reinterpret_cast<const char*>(in_.data())) : 0;
+        const std::size_t want = in_have_ < 4 ? 4 - in_have_ : 4 + len + kTag - in_have_;
+        in_have_ += recv_some(reinterpret_cast<char*>(in_.data()) + in_have_, want);
+        if (in_have_ == 4) {
+          const std::size_t n = get_u32(reinterpret_cast<const char*>(in_.data()));
+          if (n == 0 || n > kRecord || n > st.recv_len - processed || (st.reduce && n % elem_ != 0)) {
+            fail(prev, opname, "a malformed record (" + std::to_string(n) + " bytes) arrived", "sent garbage during");
+          }
+        } else if (in_have_ > 4 && in_have_ == 4 + len + kTag) {
+          char* dst = st.reduce ? plain_.data() : st.recv + processed;
+          if (!recv_cipher_->open(in_.data(), len, dst)) {
+            fail(prev, opname, "a record failed authentication: not from this gang, or altered on the way",
+                 "sent forged data during");
+          }
+          if (st.reduce) reduce_(st.recv + processed, plain_.data(), len / elem_);
+          processed += len;
+          received = processed;
+          in_have_ = 0;
+        }
+      } else if (rs < nsteps) {
         const Step& st = steps_[rs];
         if (received < st.recv_len) {
           char* dst;
@@ -470,20 +656,8 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
           }
           room = std::min(room, kMaxRecv);
           if (room > 0) {
-            const ssize_t k = ::recv(recv_fd_, dst, room, MSG_DONTWAIT);
-            if (k > 0) {
-              received += static_cast<std::size_t>(k);
-              if (!st.reduce) processed = received;
-              progress = true;
-            } else if (k == 0) {
-              fail(prev, opname, "connection closed");
-            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
-              want_in = true;
-            } else if (errno == EINTR) {
-              progress = true;  // try again
-            } else {
-              fail(prev, opname, errno_text(errno));
-            }
+            received += recv_some(dst, room);
+            if (!st.reduce) processed = received;
           }
         }
         // Reduce a segment's worth as it arrives, everything once the step is in, and whatever
@@ -496,7 +670,7 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
       fds[0].fd = abort_fd_;
       fds[0].events = POLLIN;
       // The link to the next rank carries nothing back: readable means closed or reset.
-      fds[1].fd = ss < nsteps ? send_fd_ : -1;
+      fds[1].fd = ss < nsteps || sealed_left ? send_fd_ : -1;
       fds[1].events = static_cast<short>(POLLIN | POLLRDHUP | (want_out ? POLLOUT : 0));
       fds[2].fd = want_in ? recv_fd_ : -1;
       fds[2].events = POLLIN | POLLRDHUP;
@@ -533,6 +707,13 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
   std::vector<char> scratch_;
   std::size_t elem_ = 1;
   ReduceFn reduce_ = nullptr;
+  // Encryption (nullptr: plain): the sealed record going out, the record coming in.
+  std::unique_ptr<LinkCipher> send_cipher_, recv_cipher_;
+  std::vector<unsigned char> out_;
+  std::size_t out_len_ = 0, out_pos_ = 0;
+  std::vector<unsigned char> in_;
+  std::size_t in_have_ = 0;
+  std::vector<char> plain_;
 };
 
 /// Size 1: nothing to talk to.
@@ -561,11 +742,53 @@ class SoloCommunicator final : public herd::detail::CommunicatorImpl {
 // ------------------------------------------------------------------------------------------
 // Setup
 
-/// An accepted connection whose hello has not fully arrived.
+/// An accepted connection that has not yet proved it holds the token.
 struct Pending {
   int fd = -1;
-  std::string in;
+  std::string nonce;      // our challenge's nonce_a
+  std::size_t sent = 0;   // bytes of the challenge sent
+  std::string in;         // the hello so far
+  Clock::time_point deadline;
 };
+
+std::string challenge_of(const std::string& nonce_a) { return std::string(kChallengeMagic, 4) + nonce_a; }
+
+/// The MAC'd part of a hello: what both sides put in the connector's proof.
+std::string hello_fields(std::uint32_t rank, std::uint32_t size, std::uint32_t flags) {
+  std::string f;
+  put_u32(f, rank);
+  put_u32(f, size);
+  put_u32(f, flags);
+  return f;
+}
+
+std::string connector_proof(const Key& k, const std::string& nonce_a, const std::string& nonce_c,
+                            const std::string& fields) {
+  const Key mac = blake2b("herd-ring-2/c" + nonce_a + nonce_c + fields, &k);
+  return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
+}
+
+std::string acceptor_proof(const Key& k, const std::string& nonce_a, const std::string& nonce_c,
+                           const std::string& fields, std::uint32_t rank, std::uint32_t cipher) {
+  std::string tail;
+  put_u32(tail, rank);
+  put_u32(tail, cipher);
+  const Key mac = blake2b("herd-ring-2/a" + nonce_a + nonce_c + fields + tail, &k);
+  return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
+}
+
+std::unique_ptr<LinkCipher> data_cipher(std::uint32_t cipher, const Key& k, const std::string& nonce_a,
+                                        const std::string& nonce_c) {
+  if (cipher == kCipherNone) return nullptr;
+  Key data = blake2b("herd-ring-2/data" + nonce_a + nonce_c, &k);
+  auto c = std::make_unique<LinkCipher>(cipher, data);
+  sodium_memzero(data.data(), data.size());
+  return c;
+}
+
+bool same_bytes(const std::string& a, const char* b, std::size_t n) {
+  return a.size() == n && sodium_memcmp(a.data(), b, n) == 0;  // constant time: proofs are secrets
+}
 
 }  // namespace
 
@@ -585,7 +808,8 @@ RingListener::RingListener(const std::string& host) {
     const int one = 1;
     (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     set_buffers(fd);  // accepted sockets inherit them
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 64) == 0) {
+    // A large backlog: a flood of strays must not fill it before the real peer's connection.
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 4096) == 0) {
       sockaddr_storage addr{};
       socklen_t len = sizeof addr;
       if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
@@ -639,11 +863,14 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
   }
   if (setup.token.size() > kMaxToken) throw std::invalid_argument("herd ring: token longer than 4096 bytes");
   if (listener.fd() < 0) throw std::invalid_argument("herd ring: no listener");
+  if (sodium_init() < 0) throw std::runtime_error("herd ring: libsodium cannot be initialised");
 
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const std::string& next_address = setup.addresses[static_cast<std::size_t>(next)];
   const auto deadline = Clock::now() + setup.connect_timeout;
   const std::string me = "rank " + std::to_string(rank);
+  const Key key = link_key(setup.token);
+  const std::uint32_t my_flags = (setup.encrypt ? kWantsEncryption : 0u) | (aes_available() ? kHasAes : 0u);
 
   auto [host, port] = split_address(next_address);
   AddrInfo targets;
@@ -652,24 +879,21 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
                       "): " + ::gai_strerror(rc));
   }
 
-  std::string hello(kHelloMagic, 4);
-  put_u32(hello, kVersion);
-  put_u32(hello, static_cast<std::uint32_t>(rank));
-  put_u32(hello, static_cast<std::uint32_t>(n));
-  put_u32(hello, static_cast<std::uint32_t>(setup.token.size()));
-  hello += setup.token;
-
-  // Connect side: none -> connecting -> sending hello -> reading ack -> done.
-  enum class Out { idle, connecting, greeting, ack, done } out = Out::idle;
+  // Connect side: idle -> connecting -> challenge (read it) -> greeting (send the hello) ->
+  // ack (read and check it) -> done.
+  enum class Out { idle, connecting, challenge, greeting, ack, done } out = Out::idle;
   int out_fd = -1;
+  std::string in_bytes, hello, nonce_a, nonce_c;
   std::size_t hello_sent = 0;
-  std::string ack;
+  std::unique_ptr<LinkCipher> send_cipher;
   addrinfo* target = targets.list;
   auto retry_at = Clock::now();
   std::string last_error = "no attempt";
 
   int in_fd = -1;  // the accepted, verified connection from prev
+  std::unique_ptr<LinkCipher> recv_cipher;
   std::vector<Pending> pending;
+  std::minstd_rand pick(static_cast<unsigned>(randombytes_random()));
 
   auto cleanup = [&] {
     close_fd(out_fd);
@@ -682,6 +906,24 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
     out = Out::idle;
     target = target->ai_next ? target->ai_next : targets.list;  // try the next resolved address
     retry_at = Clock::now() + std::chrono::milliseconds(20);
+  };
+  auto drop_pending = [&](std::size_t i) {
+    close_fd(pending[i].fd);
+    pending[i] = std::move(pending.back());
+    pending.pop_back();
+  };
+  /// Reads up to `want` bytes of `fd` into `into`: false when the peer closed or failed.
+  auto read_into = [](int fd, std::string& into, std::size_t want) {
+    char buf[128];
+    while (into.size() < want) {
+      const ssize_t k = ::recv(fd, buf, std::min(sizeof buf, want - into.size()), MSG_DONTWAIT);
+      if (k > 0) {
+        into.append(buf, static_cast<std::size_t>(k));
+      } else {
+        return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
+      }
+    }
+    return true;
   };
 
   try {
@@ -704,10 +946,9 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
         if (out_fd < 0) throw_sys("socket");
         set_buffers(out_fd);
         set_nodelay(out_fd);
-        hello_sent = 0;
-        ack.clear();
+        in_bytes.clear();
         if (::connect(out_fd, target->ai_addr, target->ai_addrlen) == 0) {
-          out = Out::greeting;
+          out = Out::challenge;
         } else if (errno == EINPROGRESS || errno == EINTR) {
           out = Out::connecting;
         } else {
@@ -718,19 +959,89 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
         const ssize_t k = ::send(out_fd, hello.data() + hello_sent, hello.size() - hello_sent, MSG_NOSIGNAL);
         if (k > 0) hello_sent += static_cast<std::size_t>(k);
         else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) retry_later(errno_text(errno));
-        if (out == Out::greeting && hello_sent == hello.size()) out = Out::ack;
+        if (out == Out::greeting && hello_sent == hello.size()) {
+          out = Out::ack;
+          in_bytes.clear();
+        }
       }
+      // Accept side: answer every new connection with a challenge at once.
+      if (in_fd < 0) {
+        for (int accepted = 0; accepted < 256; ++accepted) {  // bounded: the pending ones get their turn too
+          const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+          if (fd < 0) {
+            // Out of descriptors (a flood of strays): make room, the real peer retries.
+            if ((errno == EMFILE || errno == ENFILE) && !pending.empty()) drop_pending(pick() % pending.size());
+            break;
+          }
+          if (pending.size() >= kMaxPending) drop_pending(pick() % pending.size());  // never all the old ones
+          Pending p;
+          p.fd = fd;
+          p.nonce = random_bytes(kNonce);
+          p.deadline = Clock::now() + kHandshakeTimeout;
+          pending.push_back(std::move(p));
+        }
+      }
+      for (std::size_t i = 0; i < pending.size() && in_fd < 0;) {
+        Pending& p = pending[i];
+        bool drop = Clock::now() >= p.deadline;
+        const std::string challenge = challenge_of(p.nonce);
+        if (!drop && p.sent < challenge.size()) {
+          // 36 bytes into a new connection's empty buffer: they fit at once.
+          const ssize_t k = ::send(p.fd, challenge.data() + p.sent, challenge.size() - p.sent, MSG_NOSIGNAL);
+          if (k > 0) p.sent += static_cast<std::size_t>(k);
+          else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) drop = true;
+        }
+        if (!drop && !read_into(p.fd, p.in, kHello)) drop = true;
+        // Checked as it arrives: a stray is dropped at its first wrong byte of the magic.
+        if (!drop && std::memcmp(p.in.data(), kHelloMagic, std::min<std::size_t>(4, p.in.size())) != 0) drop = true;
+        if (!drop && p.in.size() == kHello) {
+          const char* h = p.in.data();
+          const std::uint32_t version = get_u32(h + 4), from = get_u32(h + 8), size = get_u32(h + 12),
+                              flags = get_u32(h + 16);
+          const std::string nonce_peer = p.in.substr(20, kNonce);
+          const std::string fields = hello_fields(from, size, flags);
+          drop = true;  // verified (moved to in_fd) or refused
+          if (version == kVersion && from == static_cast<std::uint32_t>(prev) && size == static_cast<std::uint32_t>(n) &&
+              same_bytes(connector_proof(key, p.nonce, nonce_peer, fields), h + 20 + kNonce, kMac)) {
+            const bool encrypt = ((flags | my_flags) & kWantsEncryption) != 0;
+            const std::uint32_t cipher = !encrypt ? kCipherNone
+                                         : (flags & my_flags & kHasAes) != 0 ? kCipherAes
+                                                                             : kCipherChacha;
+            std::string ack(kAckMagic, 4);
+            put_u32(ack, static_cast<std::uint32_t>(rank));
+            put_u32(ack, cipher);
+            ack += acceptor_proof(key, p.nonce, nonce_peer, fields, static_cast<std::uint32_t>(rank), cipher);
+            // 44 bytes into a socket that only carried 36 out: they fit at once.
+            if (::send(p.fd, ack.data(), ack.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(ack.size())) {
+              recv_cipher = data_cipher(cipher, key, p.nonce, nonce_peer);
+              in_fd = std::exchange(p.fd, -1);
+            }
+          }
+        }
+        if (drop) {
+          drop_pending(i);
+        } else {
+          ++i;
+        }
+      }
+
+      if (out == Out::done && in_fd >= 0) break;  // both links are up: nothing to wait for
 
       std::vector<pollfd> fds;
       fds.push_back({listener.fd(), static_cast<short>(in_fd < 0 ? POLLIN : 0), 0});
       short out_events = 0;
       if (out == Out::connecting || out == Out::greeting) out_events = POLLOUT;
-      if (out == Out::ack) out_events = POLLIN;
+      if (out == Out::challenge || out == Out::ack) out_events = POLLIN;
       fds.push_back({out == Out::idle || out == Out::done ? -1 : out_fd, out_events, 0});
-      for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
-
       auto wake = deadline;
       if (out == Out::idle) wake = std::min(wake, retry_at);
+      if (in_fd < 0) {
+        for (const Pending& p : pending) {
+          const bool challenge_left = p.sent < kChallenge;
+          fds.push_back({p.fd, static_cast<short>(POLLIN | (challenge_left ? POLLOUT : 0)), 0});
+          wake = std::min(wake, p.deadline);
+        }
+      }
       const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
       const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait_ms, 0, setup.aborted ? 50 : 1000)));
       if (rc < 0) {
@@ -743,75 +1054,42 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
         int err = 0;
         socklen_t len = sizeof err;
         (void)::getsockopt(out_fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err == 0) out = Out::greeting;
+        if (err == 0) out = Out::challenge;
         else retry_later(errno_text(err));  // ECONNREFUSED: not listening yet, or gone
+      } else if (fds[1].revents && out == Out::challenge) {
+        if (!read_into(out_fd, in_bytes, kChallenge)) {
+          retry_later("closed the connection before its challenge");
+        } else if (std::memcmp(in_bytes.data(), kChallengeMagic, std::min<std::size_t>(4, in_bytes.size())) != 0) {
+          retry_later("not a herd ring (its first bytes are no challenge)");
+        } else if (in_bytes.size() == kChallenge) {
+          nonce_a = in_bytes.substr(4);
+          nonce_c = random_bytes(kNonce);
+          const std::string fields = hello_fields(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(n), my_flags);
+          hello.assign(kHelloMagic, 4);
+          put_u32(hello, kVersion);
+          hello += fields;
+          hello += nonce_c;
+          hello += connector_proof(key, nonce_a, nonce_c, fields);
+          hello_sent = 0;
+          out = Out::greeting;
+        }
       } else if (fds[1].revents && out == Out::ack) {
-        char buf[8];
-        const ssize_t k = ::recv(out_fd, buf, sizeof buf - ack.size(), MSG_DONTWAIT);
-        if (k > 0) {
-          ack.append(buf, static_cast<std::size_t>(k));
-          if (ack.size() == 8) {
-            if (std::memcmp(ack.data(), kAckMagic, 4) != 0 || get_u32(ack.data() + 4) != static_cast<std::uint32_t>(next)) {
-              retry_later("bad acknowledgement (not a herd ring of this gang?)");
-            } else {
-              out = Out::done;
-            }
-          }
-        } else if (k == 0) {
+        if (!read_into(out_fd, in_bytes, kAck)) {
           retry_later("refused the hello (wrong token?)");
-        } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          retry_later(errno_text(errno));
-        }
-      }
-
-      // Accept side: new connections, then hellos.
-      if (in_fd < 0 && (fds[0].revents & POLLIN)) {
-        for (;;) {
-          const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) break;
-          if (pending.size() >= 64) {  // a flood of strays: drop the oldest
-            close_fd(pending.front().fd);
-            pending.erase(pending.begin());
+        } else if (in_bytes.size() == kAck) {
+          const char* a = in_bytes.data();
+          const std::uint32_t cipher = get_u32(a + 8);
+          const std::string fields = hello_fields(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(n), my_flags);
+          const bool encrypt_ok = !setup.encrypt || cipher != kCipherNone;  // we asked for it: no downgrade
+          if (std::memcmp(a, kAckMagic, 4) != 0 || get_u32(a + 4) != static_cast<std::uint32_t>(next) ||
+              cipher > kCipherAes || (cipher == kCipherAes && !aes_available()) || !encrypt_ok ||
+              !same_bytes(acceptor_proof(key, nonce_a, nonce_c, fields, static_cast<std::uint32_t>(next), cipher),
+                          a + 12, kMac)) {
+            retry_later("bad acknowledgement (not a herd ring of this gang?)");
+          } else {
+            send_cipher = data_cipher(cipher, key, nonce_a, nonce_c);
+            out = Out::done;
           }
-          pending.push_back({fd, {}});
-        }
-      }
-      for (std::size_t i = 0; i < pending.size(); ++i) {
-        Pending& p = pending[i];
-        if (in_fd >= 0) break;
-        char buf[512];
-        const std::size_t header = 20;
-        const std::size_t want =
-            p.in.size() < header ? header - p.in.size() : header + get_u32(p.in.data() + 16) - p.in.size();
-        const ssize_t k = ::recv(p.fd, buf, std::min(want, sizeof buf), MSG_DONTWAIT);
-        bool drop = false;
-        if (k > 0) {
-          p.in.append(buf, static_cast<std::size_t>(k));
-          if (p.in.size() >= header) {
-            const std::uint32_t version = get_u32(p.in.data() + 4), from = get_u32(p.in.data() + 8),
-                                size = get_u32(p.in.data() + 12), token_len = get_u32(p.in.data() + 16);
-            if (std::memcmp(p.in.data(), kHelloMagic, 4) != 0 || version != kVersion || token_len > kMaxToken) {
-              drop = true;
-            } else if (p.in.size() == header + token_len) {
-              if (from == static_cast<std::uint32_t>(prev) && size == static_cast<std::uint32_t>(n) &&
-                  same_secret(p.in.substr(header), setup.token)) {
-                std::string reply(kAckMagic, 4);
-                put_u32(reply, static_cast<std::uint32_t>(rank));
-                // 8 bytes into an empty socket buffer: they fit at once.
-                if (::send(p.fd, reply.data(), reply.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(reply.size())) {
-                  in_fd = std::exchange(p.fd, -1);
-                }
-              }
-              drop = true;  // verified (moved to in_fd) or refused
-            }
-          }
-        } else if (k == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-          drop = true;
-        }
-        if (drop) {
-          close_fd(p.fd);
-          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-          --i;
         }
       }
     }
@@ -823,7 +1101,8 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
   set_nodelay(in_fd);
   set_liveness(in_fd);
   set_liveness(out_fd);
-  return std::make_unique<RingCommunicator>(rank, n, std::exchange(out_fd, -1), std::exchange(in_fd, -1));
+  return std::make_unique<RingCommunicator>(rank, n, std::exchange(out_fd, -1), std::exchange(in_fd, -1),
+                                            std::move(send_cipher), std::move(recv_cipher));
 }
 
 }  // namespace herd::collective

@@ -7,9 +7,13 @@
 //
 // Setup: every rank binds a RingListener first, then the addresses of all ranks are exchanged
 // through the scheduler (the gang rendezvous), then make_ring() connects rank r to rank r+1 and
-// accepts rank r-1. The connecting side opens with the gang's token, so a stray connection
-// cannot join. abort() (from any thread) wakes every blocked call, which throws
-// herd::GangAborted; a peer that disconnects makes the operation throw GangAborted naming it.
+// accepts rank r-1. Both ends of a link prove, by a challenge and response, that they hold the
+// gang's token (sent to the members only, over the scheduler's CURVE link) before anything
+// else moves, then the data travels encrypted and authenticated (libsodium AEAD, a fresh key per
+// connection) unless encryption is off at both ends. Strays and floods of connections are
+// handled beside the real peer, never before it. abort() (from any thread) wakes every blocked
+// call, which throws herd::GangAborted; a peer that disconnects (or sends data that fails
+// authentication) makes the operation throw GangAborted naming it.
 #pragma once
 
 #include <chrono>
@@ -47,6 +51,8 @@ struct RingSetup {
   int size = 1;
   std::vector<std::string> addresses;  // every rank's RingListener::address(), by rank
   std::string token;                   // secret of this gang attempt (from the rendezvous)
+  bool encrypt = true;                 // encrypt the data (off: HERD_AUTH=off; the link is encrypted
+                                       //   when either end wants it)
   std::chrono::milliseconds connect_timeout{60000};
   /// Polled every 50 ms while connecting: a non-empty answer (why) stops the setup with
   /// GangAborted. The operations themselves are aborted with CommunicatorImpl::abort().

@@ -38,6 +38,7 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
   s.scheduler_id = r.scheduler_id;
   s.address = r.address;
   s.dashboard = r.dashboard;
+  s.auth_off = r.auth_off;
   s.now_ms = r.now_ms;
   s.uptime_s = r.uptime_s;
   s.clients = static_cast<int>(r.clients);
@@ -184,7 +185,7 @@ std::string ClusterStatus::to_json() const {
     return jmap(m, [](std::uint64_t n) { return jnum(n); });
   };
   Obj o;
-  o.s("scheduler_id", scheduler_id).s("address", address).s("dashboard", dashboard);
+  o.s("scheduler_id", scheduler_id).s("address", address).s("dashboard", dashboard).f("auth_off", jbool(auth_off));
   o.f("now_ms", jnum(now_ms)).f("uptime_s", jnum(uptime_s)).f("clients", jnum(clients));
   o.f("workers", jarray(workers, [](const WorkerInfo& w) {
     Obj x;
@@ -241,6 +242,10 @@ std::string ClusterStatus::to_text() const {
       << (clients == 1 ? " client" : " clients") << ")\n";
   if (!dashboard.empty()) out << "dashboard " << dashboard << "\n";
   if (!journal.empty()) out << "journal " << journal << "\n";
+  if (auth_off) {
+    out << "authentication OFF (HERD_AUTH=off): no key is checked and nothing is encrypted; anyone who can "
+           "reach the scheduler or a worker can run commands as you\n";
+  }
   char rate[32];
   std::snprintf(rate, sizeof rate, "%.1f", throughput);
   out << "\nworkers: " << workers.size() << ", slots " << busy << "/" << slots << " busy\n";

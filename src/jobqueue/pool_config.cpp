@@ -120,8 +120,15 @@ SchedulerConfig parse_config(std::istream& in, const std::string& source) {
     const auto& p = item.parents;
     try {
       if (p.size() == 1 && p[0] == "scheduler") {
-        if (item.name != "listen") throw std::invalid_argument("unknown key '" + item.name + "'");
-        config.listen = item.inputs.empty() ? "" : item.inputs[0];
+        const std::string value = item.inputs.empty() ? "" : item.inputs[0];
+        if (item.name == "listen") {
+          config.listen = value;
+        } else if (item.name == "metrics_open") {
+          if (value != "true" && value != "false") throw std::invalid_argument("metrics_open must be true or false");
+          config.metrics_open = value == "true";
+        } else {
+          throw std::invalid_argument("unknown key '" + item.name + "'");
+        }
       } else if (p.size() == 2 && p[0] == "pool") {
         auto found = pool_index.find(p[1]);
         if (found == pool_index.end()) {
@@ -158,7 +165,12 @@ SchedulerConfig load_config(const std::string& path) {
 
 std::string to_toml(const SchedulerConfig& c) {
   std::ostringstream s;
-  if (!c.listen.empty()) s << "[scheduler]\nlisten = " << toml_string(c.listen) << "\n\n";
+  if (!c.listen.empty() || c.metrics_open) {
+    s << "[scheduler]\n";
+    if (!c.listen.empty()) s << "listen = " << toml_string(c.listen) << "\n";
+    if (c.metrics_open) s << "metrics_open = true\n";
+    s << "\n";
+  }
   for (const auto& p : c.pools) {
     const SlurmOptions& o = p.options;
     s << "[pool." << o.pool() << "]\n";

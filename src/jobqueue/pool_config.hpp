@@ -2,6 +2,7 @@
 //
 //   [scheduler]
 //   listen = "tcp://0.0.0.0:8786"
+//   metrics_open = true             # /metrics without the dashboard's token (Prometheus)
 //
 //   [pool.cpu]                      # one section per pool
 //   kind = "slurm"                  # or "local"
@@ -37,6 +38,7 @@ struct PoolConfig {
 
 struct SchedulerConfig {
   std::string listen;               // "" = command line or default
+  bool metrics_open = false;        // the dashboard's /metrics needs no token
   std::vector<PoolConfig> pools;
 };
 

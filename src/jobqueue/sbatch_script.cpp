@@ -1,5 +1,6 @@
 // The batch script of a Slurm pool, and Slurm's time formats.
 #include <cctype>
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 #include <stdexcept>
@@ -18,6 +19,57 @@ std::string shell_quote(const std::string& s) {
     else out += c;
   }
   return out + "'";
+}
+
+/// `v` with control characters spelled out (\n, \x01), for an error message.
+std::string visible(const std::string& v) {
+  std::string out;
+  for (const char ch : v) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (c == '\n') out += "\\n";
+    else if (c == '\r') out += "\\r";
+    else if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += ch;
+    }
+  }
+  return out;
+}
+
+/// Every value that reaches the script is one line of it at most: a newline (or another control
+/// character, a tab aside) would end a #SBATCH directive or a command and start one of its own.
+void check_line(const std::string& option, const std::string& value) {
+  for (const char ch : value) {
+    const auto c = static_cast<unsigned char>(ch);
+    if ((c < 0x20 && c != '\t') || c == 0x7f) {
+      throw std::invalid_argument(option + " '" + visible(value) + "' contains " +
+                                  (c == '\n' ? "a newline" : c == '\r' ? "a carriage return" : "a control character") +
+                                  ", which would add a line of its own to the job script");
+    }
+  }
+}
+
+/// check_line on every value of `o` that the script contains.
+void check_script_values(const SlurmOptions& o, const std::string& scheduler_address) {
+  check_line("pool", o.pool());
+  check_line("partition", o.partition());
+  check_line("account", o.account());
+  check_line("qos", o.qos());
+  check_line("memory", o.memory());
+  check_line("walltime", o.walltime());
+  check_line("job_name", o.job_name());
+  check_line("log_directory", o.log_directory());
+  check_line("warning_signal", o.warning_signal());
+  check_line("worker_executable", o.worker_executable());
+  check_line("scheduler address", scheduler_address);
+  for (const auto& d : o.job_extra_directives()) check_line("job_extra_directives", d);
+  for (const auto& l : o.job_script_prologue()) check_line("job_script_prologue", l);
+  for (const auto& a : o.worker_extra_args()) check_line("worker_extra_args", a);
+  for (const auto& [k, v] : o.env()) check_line("env " + k, v);
+  for (const auto& [r, amount] : o.resources()) check_line("resources", r);
 }
 
 bool is_identifier(const std::string& s) {
@@ -71,6 +123,7 @@ long walltime_seconds(const std::string& w) {
 }
 
 std::string job_script(const SlurmOptions& o, const std::string& scheduler_address) {
+  check_script_values(o, scheduler_address);
   if (o.cores() < 1) throw std::invalid_argument("cores must be >= 1, got " + std::to_string(o.cores()));
   if (o.gpus() < 0) throw std::invalid_argument("gpus must be >= 0, got " + std::to_string(o.gpus()));
   if (o.warning_signal() == "USR1" || o.warning_signal() == "SIGUSR1") {

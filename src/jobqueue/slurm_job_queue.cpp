@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/logging.hpp"
+#include "common/security.hpp"
 #include "herd/error.hpp"
 #include "herd/shell.hpp"
 #include "jobqueue/job_output.hpp"
@@ -67,10 +68,15 @@ JobState state_of(const std::string& slurm) {
 
 SlurmJobQueue::SlurmJobQueue(SlurmQueueOptions options) : options_(std::move(options)) {
   script_ = job_script(options_.options, options_.scheduler_address);
-  // sbatch reads the script when it is called, so one private file per pool suffices.
+  // sbatch reads the script when it is called, so one private file per pool suffices. The
+  // directory's name is predictable: another user may have made it first (refused), or a
+  // symbolic link there (refused too).
   const std::string dir = "/tmp/herd-" + std::to_string(::getuid());
-  std::filesystem::create_directories(dir);
-  std::filesystem::permissions(dir, std::filesystem::perms::owner_all);
+  try {
+    security::private_directory(dir);
+  } catch (const std::exception& e) {
+    throw JobQueueError(std::string("cannot write the job script of pool '") + options_.options.pool() + "': " + e.what());
+  }
   script_path_ = dir + "/" + options_.options.pool() + "-" + std::to_string(::getpid()) + ".sbatch";
   std::ofstream(script_path_) << script_;
   submit_dir_ = std::filesystem::current_path().string();

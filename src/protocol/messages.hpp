@@ -368,7 +368,7 @@ struct StatusReply {
   std::uint64_t request_id = 0;             // from the request
   std::string scheduler_id;                 // random id of this scheduler instance
   std::string address;                      // where peers connect
-  std::string dashboard;                    // http://host:port/ of the dashboard ("" = none)
+  std::string dashboard;                    // http://host:port/?token=... of the dashboard ("" = none)
   std::int64_t now_ms = 0;                  // unix milliseconds when the snapshot was taken
   double uptime_s = 0;                      // seconds since the scheduler started
   std::uint32_t clients = 0;                // clients connected
@@ -389,9 +389,10 @@ struct StatusReply {
                                             //   e.g. "BEHIND: 12 records (48 KiB) not on disk..."
   bool journal_failing = false;             // the journal cannot write (disk full, I/O error)
   std::uint64_t journal_behind = 0;         // records not on disk yet
+  bool auth_off = false;                    // HERD_AUTH=off: no authentication, no encryption
   MSGPACK_DEFINE_MAP(request_id, scheduler_id, address, dashboard, now_ms, uptime_s, clients, workers,
                      tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, no_worker,
-                     journal, journal_failing, journal_behind);
+                     journal, journal_failing, journal_behind, auth_off);
 };
 
 struct AcquireKeysEvent {
@@ -479,7 +480,7 @@ struct GangReadyEvent {
   std::uint32_t attempt = 0;
   std::uint8_t backend = 0;                 // herd::CollectiveBackend chosen for all ranks
   std::vector<std::string> ring_addresses;  // by rank
-  std::string token;                        // secret the ring's connections open with
+  std::string token;                        // secret of this gang attempt: the ring derives its key from it
   std::vector<char> nccl_id;                // rank 0's, when backend is nccl
   std::string error;                        // non-empty: the join was refused (why)
   MSGPACK_DEFINE(gang, attempt, backend, ring_addresses, token, nccl_id, error);

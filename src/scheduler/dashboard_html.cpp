@@ -1,6 +1,7 @@
 // The dashboard page. Self-contained (inline CSS and JS, no external resource): it is reached
 // through `ssh -L` from a laptop, often from a cluster without internet access. The script
-// fetches api/status every second and redraws; every user string goes in through textContent.
+// fetches api/status every second (with the token the page was opened with) and redraws; every
+// user string goes in through textContent.
 #include "scheduler/http_server.hpp"
 
 namespace herd::scheduler {
@@ -184,13 +185,21 @@ function render(s) {
   kids.push(axis);
   svg.replaceChildren(...kids);
 }
+// The token came in the address (?token=...) once; the server also set a cookie. Keep it for
+// the requests below and take it out of the address bar (history, screen sharing).
+const TOKEN = new URLSearchParams(location.search).get("token");
+if (TOKEN) history.replaceState(null, "", location.pathname);
 async function refresh() {
   try {
-    const r = await fetch("api/status", {cache: "no-store"});
-    render(await r.json());
-    document.getElementById("error").textContent = "";
+    const r = await fetch("api/status" + (TOKEN ? "?token=" + encodeURIComponent(TOKEN) : ""), {cache: "no-store"});
+    if (r.status === 403) throw new Error("the scheduler refused: open the address with ?token=... that `herd scheduler` printed");
+    const s = await r.json();
+    render(s);
+    document.getElementById("error").textContent = s.auth_off
+        ? "HERD_AUTH=off: this cluster authenticates and encrypts nothing; anyone who can reach it can run commands as you"
+        : "";
   } catch (e) {
-    document.getElementById("error").textContent = "cannot reach the scheduler: " + e;
+    document.getElementById("error").textContent = "cannot reach the scheduler: " + e.message;
   }
 }
 refresh();

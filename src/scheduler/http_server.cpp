@@ -1,26 +1,75 @@
 #include "scheduler/http_server.hpp"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <pwd.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <condition_variable>
 #include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
 
 #include <httplib.h>  // Debian: libcpp-httplib-dev (header-only)
 
-#include "common/status_view.hpp"
 #include "common/json.hpp"
+#include "common/logging.hpp"
+#include "common/security.hpp"
+#include "common/status_view.hpp"
 
 namespace herd::scheduler {
+
+namespace {
+
+/// Who listens on TCP `port` of this machine (from /proc/net/tcp and tcp6), if anyone does.
+std::optional<uid_t> listener_uid(int port) {
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::ifstream in(table);
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid ...
+      std::istringstream f(line);
+      std::string sl, local, remote, state, queues, timer, retransmits;
+      unsigned long uid = 0;
+      if (!(f >> sl >> local >> remote >> state >> queues >> timer >> retransmits >> uid)) continue;
+      const auto colon = local.rfind(':');
+      if (state != "0A" || colon == std::string::npos) continue;  // 0A: LISTEN
+      if (std::stoi(local.substr(colon + 1), nullptr, 16) == port) return static_cast<uid_t>(uid);
+    }
+  }
+  return std::nullopt;
+}
+
+/// Who holds `port`, for the message; `*ours` when it is a process of this user's.
+std::string who_holds(int port, bool* ours) {
+  const auto uid = listener_uid(port);
+  *ours = uid && *uid == ::getuid();
+  if (!uid) return "another process";
+  if (*ours) return "another process of yours (another herd scheduler?)";
+  const passwd* pw = ::getpwuid(*uid);
+  return (pw ? std::string(pw->pw_name) : "uid " + std::to_string(*uid)) +
+         ", another user: do not open or forward that port, its pages are not this scheduler's";
+}
+
+}  // namespace
 
 struct HttpServer::Impl {
   httplib::Server server;
   std::thread thread;
   std::string url;
+  std::string token;
+  std::string cookie;       // "herd-dashboard-<port>": browsers send a host's cookies to all its ports
+  std::string bound_host;
+  int port = 0;
+  bool metrics_open = false;
   std::mutex mu;
   std::condition_variable cv;
   protocol::StatusReply snapshot;  // guarded by mu
@@ -36,12 +85,101 @@ struct HttpServer::Impl {
     cv.wait_for(lock, std::chrono::seconds(1), [&] { return generation != seen; });
     return snapshot;
   }
+
+  /// The Host header names this machine (see the header): else the request may come from a
+  /// page of another site whose name was made to resolve here (DNS rebinding).
+  bool host_allowed(const std::string& header) const {
+    std::string host = header;
+    if (!host.empty() && host.front() == '[') {  // [v6]:port
+      const auto close = host.find(']');
+      if (close == std::string::npos) return false;
+      host = host.substr(1, close - 1);
+    } else if (const auto colon = host.find(':'); colon != std::string::npos) {
+      host = host.substr(0, colon);
+    }
+    if (host.empty()) return false;
+    for (char& c : host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    unsigned char addr[16];
+    // An address literal cannot be rebound: no other site's name is involved.
+    if (::inet_pton(AF_INET, host.c_str(), addr) == 1 || ::inet_pton(AF_INET6, host.c_str(), addr) == 1) return true;
+    if (host == "localhost" || host == bound_host) return true;
+    char name[256] = {};
+    if (::gethostname(name, sizeof name - 1) == 0) {
+      std::string me = name;
+      for (char& c : me) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      if (host == me || host == me.substr(0, me.find('.')) || host.rfind(me + ".", 0) == 0) return true;
+    }
+    return false;
+  }
+
+  /// The request carries the token, in the query or in our cookie.
+  bool token_ok(const httplib::Request& req, bool* from_query) const {
+    *from_query = false;
+    if (req.has_param("token") && same_secret(req.get_param_value("token"), token)) {
+      *from_query = true;
+      return true;
+    }
+    const std::string cookies = req.get_header_value("Cookie");
+    std::size_t at = 0;
+    while (at < cookies.size()) {
+      std::size_t end = cookies.find(';', at);
+      if (end == std::string::npos) end = cookies.size();
+      std::string item = cookies.substr(at, end - at);
+      const auto first = item.find_first_not_of(' ');
+      item = first == std::string::npos ? "" : item.substr(first);
+      if (item.rfind(cookie + "=", 0) == 0 && same_secret(item.substr(cookie.size() + 1), token)) return true;
+      at = end + 1;
+    }
+    return false;
+  }
+
+  static bool same_secret(const std::string& a, const std::string& b) {
+    if (a.size() != b.size()) return false;  // the length is no secret (32 hex digits)
+    unsigned char diff = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+    return diff == 0;
+  }
+
+  httplib::Server::HandlerResponse gate(const httplib::Request& req, httplib::Response& res) {
+    res.set_header("Cache-Control", "no-store");
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("X-Frame-Options", "DENY");
+    res.set_header("Referrer-Policy", "no-referrer");
+    if (req.method != "GET") {
+      res.status = 405;
+      res.set_header("Allow", "GET");
+      res.set_content("herd dashboard: only GET\n", "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (!host_allowed(req.get_header_value("Host"))) {
+      res.status = 403;
+      res.set_content("herd dashboard: the Host header does not name this machine (open the address "
+                      "`herd scheduler` printed, e.g. http://localhost:" + std::to_string(port) + "/)\n",
+                      "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (metrics_open && req.path == "/metrics") return httplib::Server::HandlerResponse::Unhandled;
+    bool from_query = false;
+    if (!token_ok(req, &from_query)) {
+      res.status = 403;
+      res.set_content("herd dashboard: this page needs the scheduler's token: open the URL with ?token=... that "
+                      "`herd scheduler` printed (also in `herd status`)\n",
+                      "text/plain");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (from_query) {
+      res.set_header("Set-Cookie", cookie + "=" + token + "; Path=/; HttpOnly; SameSite=Strict");
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
+  }
 };
 
-HttpServer::HttpServer(const std::string& address) : impl_(std::make_unique<Impl>()) {
+HttpServer::HttpServer(const HttpOptions& options) : impl_(std::make_unique<Impl>()) {
+  const std::string& address = options.address;
   const auto colon = address.rfind(':');
   if (colon == std::string::npos) throw std::runtime_error("dashboard address '" + address + "' is not host:port");
-  const std::string host = address.substr(0, colon);
+  std::string host = address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   int port = 0;
   try {
     port = std::stoi(address.substr(colon + 1));
@@ -49,18 +187,24 @@ HttpServer::HttpServer(const std::string& address) : impl_(std::make_unique<Impl
     throw std::runtime_error("dashboard address '" + address + "' has no port number");
   }
   auto& srv = impl_->server;
-  // Worker processes are spawned by this process: the listening socket must not leak into them.
+  // Worker processes are spawned by this process: the listening socket must not leak into
+  // them. SO_REUSEADDR (a restart within TIME_WAIT keeps its port) but never httplib's default
+  // SO_REUSEPORT: a port another socket listens on, anyone's, is never shared with ours.
   srv.set_socket_options([](socket_t sock) {
     int yes = 1;
     ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
     ::fcntl(sock, F_SETFD, FD_CLOEXEC);
   });
   Impl* impl = impl_.get();
+  impl->token = options.token.empty() ? security::random_hex(16) : options.token;
+  impl->metrics_open = options.metrics_open;
+  impl->bound_host = host;
+  for (char& c : impl->bound_host) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  srv.set_pre_routing_handler([impl](const httplib::Request& req, httplib::Response& res) { return impl->gate(req, res); });
   srv.Get("/", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(dashboard_html(), "text/html; charset=utf-8");
   });
   srv.Get("/api/status", [impl](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Cache-Control", "no-store");
     res.set_content(detail::to_cluster_status(impl->current()).to_json(), "application/json");
   });
   srv.Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
@@ -70,10 +214,25 @@ HttpServer::HttpServer(const std::string& address) : impl_(std::make_unique<Impl
   if (port == 0 || !srv.bind_to_port(host, port)) {
     bound = srv.bind_to_any_port(host);  // like Dask: 8787 taken means another free port
     if (bound <= 0) throw std::runtime_error("cannot bind the dashboard to " + host + " (any port)");
+    if (port != 0) {
+      bool ours = false;
+      const std::string who = who_holds(port, &ours);
+      const std::string note = "dashboard: port " + std::to_string(port) + " on " + host + " is taken by " + who +
+                               "; this scheduler's dashboard is on port " + std::to_string(bound) + " instead";
+      // Loud unless it is one of this user's own processes (several schedulers of a user).
+      if (ours) {
+        HERD_LOG(info) << note;
+      } else {
+        HERD_LOG(warning) << note;
+      }
+    }
   }
-  const std::string shown_host = host == "0.0.0.0" || host.empty() ? "127.0.0.1" : host;
-  impl_->url = "http://" + shown_host + ":" + std::to_string(bound) + "/";
-  impl_->thread = std::thread([impl] { impl->server.listen_after_bind(); });
+  impl->port = bound;
+  impl->cookie = "herd-dashboard-" + std::to_string(bound);
+  std::string shown_host = host == "0.0.0.0" || host.empty() ? "127.0.0.1" : host == "::" ? "::1" : host;
+  if (shown_host.find(':') != std::string::npos) shown_host = "[" + shown_host + "]";
+  impl->url = "http://" + shown_host + ":" + std::to_string(bound) + "/?token=" + impl->token;
+  impl->thread = std::thread([impl] { impl->server.listen_after_bind(); });
 }
 
 HttpServer::~HttpServer() {
@@ -82,6 +241,8 @@ HttpServer::~HttpServer() {
 }
 
 const std::string& HttpServer::url() const { return impl_->url; }
+
+int HttpServer::port() const { return impl_->port; }
 
 bool HttpServer::wanted() const { return impl_->wanted.load(std::memory_order_relaxed); }
 

@@ -39,6 +39,7 @@ struct SchedulerOptions {
   std::string journal;                // file of finished keyed tasks ("" = none)
   std::string dashboard = "127.0.0.1:8787";  // HTTP dashboard host:port ("" = none; port 0 = a
                                              //   free one; a busy port falls back to a free one)
+  bool metrics_open = false;  // the dashboard's /metrics needs no token (for Prometheus)
   Config config = Config::from_env();
 };
 

@@ -5,11 +5,13 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <iostream>
 
 #include "scheduler/scheduler_main.hpp"
 #include "common/logging.hpp"
 #include "common/process.hpp"
+#include "common/security.hpp"
 #include "jobqueue/local_process_job_queue.hpp"
 #include "jobqueue/pool_config.hpp"
 #include "jobqueue/slurm_job_queue.hpp"
@@ -18,8 +20,15 @@
 namespace herd::detail {
 namespace {
 
+/// "tcp://127.0.0.1:*" -> "127.0.0.1" (what a local worker binds when the scheduler says where).
+std::string host_of(const std::string& endpoint) {
+  std::string rest = endpoint.substr(endpoint.find("://") == std::string::npos ? 0 : endpoint.find("://") + 3);
+  return rest.substr(0, rest.rfind(':'));
+}
+
 std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const std::string& address,
-                                           const std::string& log_dir, const Config& config) {
+                                           const std::string& log_dir, const Config& config,
+                                           const std::string& listen_host) {
   const SlurmOptions& o = pc.options;
   scheduler::PoolPolicy policy;
   policy.name = o.pool();
@@ -45,6 +54,9 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
   std::unique_ptr<jobqueue::JobQueue> queue;
   if (pc.kind == "local") {
     jobqueue::LocalProcessOptions lp;
+    lp.env = o.env();
+    // Without authentication a worker binds only where it is told: where its scheduler does.
+    if (security::auth_off() && lp.env.count("HERD_LISTEN_HOST") == 0) lp.env["HERD_LISTEN_HOST"] = listen_host;
     lp.executable = o.worker_executable().empty() ? process::self_executable() : o.worker_executable();
     lp.worker_args = {"--scheduler", address, "--nthreads", std::to_string(policy.slots_per_worker)};
     std::string resources;
@@ -53,11 +65,17 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     }
     if (!resources.empty()) lp.worker_args.insert(lp.worker_args.end(), {"--resources", resources});
     lp.worker_args.insert(lp.worker_args.end(), o.worker_extra_args().begin(), o.worker_extra_args().end());
-    lp.env = o.env();
     lp.env["HERD_POOL"] = o.pool();
     lp.log_directory = log_dir;
     queue = std::make_unique<jobqueue::LocalProcessJobQueue>(lp);
   } else {
+    if (security::auth_off() && o.env().count("HERD_LISTEN_HOST") == 0 &&
+        std::find(o.worker_extra_args().begin(), o.worker_extra_args().end(), "--listen-host") ==
+            o.worker_extra_args().end()) {
+      throw std::runtime_error("HERD_AUTH=off: the workers of pool '" + o.pool() +
+                               "' need an explicit listen address for their data ports: add env "
+                               "HERD_LISTEN_HOST=<address> (e.g. 0.0.0.0 on a closed network) to the pool");
+    }
     jobqueue::SlurmQueueOptions so;
     so.options = o;
     so.scheduler_address = address;
@@ -82,9 +100,11 @@ int scheduler_main(const std::vector<std::string>& args) {
   std::string log_dir;
   app.add_option("--config", config_path, "TOML file with [scheduler] and [pool.NAME] sections")
       ->check(CLI::ExistingFile);
+  if (const char* l = std::getenv("HERD_LISTEN")) listen = l;
   app.add_option("--listen", listen,
-                 "ZeroMQ endpoint to bind, e.g. tcp://0.0.0.0:8786 (default: a free loopback port, "
-                 "or every interface when a Slurm pool is configured)");
+                 "ZeroMQ endpoint to bind, e.g. tcp://0.0.0.0:8786 (default: $HERD_LISTEN, else a free "
+                 "loopback port, or every interface when a Slurm pool is configured; required with "
+                 "HERD_AUTH=off)");
   app.add_option("--local-workers", local_workers, "a pool 'local' of this many worker processes here")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--nthreads", nthreads, "task slots per local worker")->check(CLI::PositiveNumber);
@@ -107,6 +127,9 @@ int scheduler_main(const std::vector<std::string>& args) {
                  "port falls back to a free one; default: $HERD_DASHBOARD_ADDRESS or 127.0.0.1:8787)")
       ->capture_default_str();
   app.add_flag("--no-dashboard", no_dashboard, "serve no dashboard");
+  app.add_flag("--metrics-open", options.metrics_open,
+               "serve /metrics without the dashboard's token, e.g. to Prometheus (it then shows task "
+               "counts, worker names and pool names to everyone who can reach the port)");
   app.add_option("--ready-fd", ready_fd, "write the bound address to this fd (internal)");
   app.add_option("--parent-fd", options.parent_fd, "exit when this fd reaches EOF (internal)");
   app.footer("Environment:\n" + Config::describe());
@@ -146,13 +169,15 @@ int scheduler_main(const std::vector<std::string>& args) {
     }
     bool any_slurm = false;
     for (const auto& p : config.pools) any_slurm = any_slurm || p.kind == "slurm";
-    options.listen = !listen.empty() ? listen
-                     : !config.listen.empty() ? config.listen
-                     : any_slurm ? "tcp://0.0.0.0:*" : options.listen;
+    const std::string explicit_listen = !listen.empty() ? listen : config.listen;
+    security::check_auth_off("herd scheduler", explicit_listen,
+                             "herd scheduler --listen tcp://HOST:PORT, $HERD_LISTEN or listen in [scheduler]");
+    options.listen = !explicit_listen.empty() ? explicit_listen : any_slurm ? "tcp://0.0.0.0:*" : options.listen;
+    options.metrics_open = options.metrics_open || config.metrics_open;
     scheduler::Scheduler sched(options);
     const std::string address = sched.bind();
     std::vector<std::unique_ptr<scheduler::Pool>> pools;
-    for (const auto& pc : config.pools) pools.push_back(make_pool(pc, address, log_dir, options.config));
+    for (const auto& pc : config.pools) pools.push_back(make_pool(pc, address, log_dir, options.config, host_of(options.listen)));
     if (ready_fd >= 0) {
       const std::string line = address + "\n";
       (void)!::write(ready_fd, line.data(), line.size());

@@ -16,9 +16,9 @@
 // The rendezvous: each member's communicator sends gang_join with its ring address (and rank 0
 // a ncclUniqueId); when all have joined, each gets everybody's (gang_ready).
 #include <algorithm>
-#include <random>
 
 #include "common/logging.hpp"
+#include "common/security.hpp"
 #include "herd/collective.hpp"
 #include "scheduler/state.hpp"
 
@@ -26,14 +26,8 @@ namespace herd::scheduler {
 
 namespace {
 
-std::string random_token() {
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<std::uint64_t>(rd()) << 32) ^ rd());
-  char buf[33];
-  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(gen()),
-                static_cast<unsigned long long>(gen()));
-  return buf;
-}
+/// The gang attempt's secret: the ring derives its key from it (256 bits from the kernel).
+std::string random_token() { return security::random_hex(32); }
 
 }  // namespace
 

@@ -26,6 +26,7 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
   s.scheduler_id = scheduler_id_;
   s.address = address_;
   s.dashboard = dashboard_url_;
+  s.auth_off = !auth_.keys.has_value();
   s.now_ms = unix_ms();
   s.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
   s.clients = static_cast<std::uint32_t>(state_.clients().size());
@@ -124,11 +125,16 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
 void Scheduler::start_dashboard() {
   if (options_.dashboard.empty()) return;
   try {
-    http_ = std::make_unique<HttpServer>(options_.dashboard);
+    HttpOptions http;
+    http.address = options_.dashboard;
+    http.metrics_open = options_.metrics_open;
+    http_ = std::make_unique<HttpServer>(http);
     dashboard_url_ = http_->url();
     publish_dashboard();
-    HERD_LOG(info) << "dashboard at " << dashboard_url_ << " (JSON: " << dashboard_url_
-                   << "api/status, Prometheus: " << dashboard_url_ << "metrics)";
+    // Not the token: log files may be read by others (herd status and the printed URL have it).
+    HERD_LOG(info) << "dashboard at " << dashboard_url_.substr(0, dashboard_url_.find('?'))
+                   << " (JSON: api/status, Prometheus: metrics" << (options_.metrics_open ? ", open to all" : "")
+                   << "; every page needs the token herd status shows)";
   } catch (const std::exception& e) {
     HERD_LOG(warning) << "no dashboard: " << e.what();
     http_.reset();

@@ -179,12 +179,12 @@ TrialRequest Sweep::Impl::request(const std::string& id, std::size_t index, cons
     return r;
   }
   const Params v = values(id, index, params, budget);
+  r.command.env = env;
   if (!argv.empty()) {
     for (const auto& a : argv) r.command.argv.push_back(sweep::fill_template(a, v, false));
   } else {
-    r.command.script = sweep::fill_template(script, v, true);
+    r.command.script = sweep::fill_script(script, v, r.command.env);  // values in HERD_P_<name>
   }
-  r.command.env = env;
   r.command.env["HERD_TRIAL_ID"] = id;
   r.command.env["HERD_TRIAL_INDEX"] = std::to_string(index);
   for (const auto& [k, val] : params) r.command.env["HERD_PARAM_" + k] = val;
@@ -207,7 +207,8 @@ std::string Sweep::Impl::describe(const std::string& id, std::size_t index, cons
     }
     return s + ")";
   }
-  if (!r.command.script.empty()) return r.command.script;
+  // What a user would type (values quoted); what runs takes them from the environment.
+  if (!r.command.script.empty()) return sweep::fill_template(script, values(id, index, params, budget), true);
   std::string s;
   for (const auto& a : r.command.argv) s += (s.empty() ? "" : " ") + sweep::shell_quote(a);
   return s;

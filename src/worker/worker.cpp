@@ -178,6 +178,7 @@ Worker::~Worker() {
 }
 
 bool Worker::connect() {
+  security::HandshakeWatch handshake(context_, sched_, "the scheduler at " + options_.scheduler);
   sched_.connect(options_.scheduler);
   protocol::HelloRequest hello;
   hello.role = static_cast<std::uint8_t>(protocol::Role::worker);
@@ -204,6 +205,10 @@ bool Worker::connect() {
       zmq::poll(&item, 1, std::chrono::milliseconds(100));
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
+    }
+    if (const std::string why = handshake.failure(); !why.empty()) {
+      HERD_LOG(error) << "worker " << options_.name << " cannot join: " << why;
+      return false;
     }
     auto msg = protocol::try_receive(sched_, false);
     if (!msg) continue;

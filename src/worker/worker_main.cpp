@@ -7,6 +7,7 @@
 
 #include "worker/worker_main.hpp"
 #include "common/logging.hpp"
+#include "common/security.hpp"
 #include "task/log_capture.hpp"
 #include "worker/worker.hpp"
 
@@ -29,9 +30,11 @@ int worker_main(const std::vector<std::string>& args) {
   app.add_option("--memory-limit", memory_limit,
                  "resident memory at which the running task fails and the worker leaves, e.g. 4G "
                  "(default: 95% of Slurm's job memory, else none)");
+  if (const char* h = std::getenv("HERD_LISTEN_HOST")) options.listen_host = h;
   app.add_option("--listen-host", options.listen_host,
-                 "address (or interface name) its listeners bind and advertise (default: the "
-                 "address of the interface that routes to the scheduler)");
+                 "address (or interface name) its listeners bind and advertise (default: "
+                 "$HERD_LISTEN_HOST, else the address of the interface that routes to the scheduler; "
+                 "required with HERD_AUTH=off)");
   app.add_option("--interface", options.interface,
                  "network interface its listeners (data port, gang ring, NCCL) bind, e.g. ib0 or eth0");
   app.footer("Environment:\n" + Config::describe());
@@ -87,6 +90,8 @@ int worker_main(const std::vector<std::string>& args) {
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGUSR2, &sa, nullptr);
   try {
+    security::check_auth_off("herd worker", options.listen_host,
+                             "herd worker --listen-host ADDRESS, or HERD_LISTEN_HOST in the worker's environment");
     return worker::run_worker(std::move(options));
   } catch (const std::exception& e) {
     task::LogBook::instance().stop_capture();

