@@ -9,7 +9,7 @@
 #include <iostream>
 #include <thread>
 
-#include "common/status_view.hpp"
+#include "common/util.hpp"
 
 namespace herd::detail {
 
@@ -29,9 +29,9 @@ std::string progress_text(std::size_t done, std::size_t failed, std::size_t tota
   std::snprintf(buf, sizeof buf, ", %.1f/s", rate);
   out += buf;
   if (done < total) {
-    out += ", ETA " + (rate > 0 ? format_seconds(static_cast<double>(total - done) / rate) : std::string("?"));
+    out += ", ETA " + (rate > 0 ? util::format_duration(static_cast<double>(total - done) / rate) : std::string("?"));
   } else {
-    out += ", " + format_seconds(seconds);
+    out += ", " + util::format_duration(seconds);
   }
   return out;
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/json.hpp"
+#include "common/util.hpp"
 
 namespace herd {
 namespace detail {
@@ -69,30 +70,6 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
   return s;
 }
 
-std::string format_bytes(std::uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
-
-std::string format_seconds(double seconds) {
-  if (seconds < 0) return "-";
-  const long s = std::lround(seconds);
-  char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%ld s", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  return buf;
-}
-
 }  // namespace detail
 
 namespace {
@@ -125,13 +102,13 @@ std::string gpus_text(const std::vector<GpuInfo>& gpus) {
     return ids;
   }
   std::string out = std::to_string(gpus.size()) + " x " + gpus.front().name;
-  if (gpus.front().memory > 0) out += " (" + detail::format_bytes(gpus.front().memory) + ")";
+  if (gpus.front().memory > 0) out += " (" + util::format_bytes(gpus.front().memory) + ")";
   return out;
 }
 
 std::string resources_text(const std::map<std::string, double>& res) {
   std::string out;
-  for (const auto& [k, v] : res) out += (out.empty() ? "" : ",") + k + "=" + sweep::format_double(v);
+  for (const auto& [k, v] : res) out += (out.empty() ? "" : ",") + k + "=" + util::format_double(v);
   return out.empty() ? "-" : out;
 }
 
@@ -226,7 +203,7 @@ std::string ClusterStatus::to_text() const {
     slots += w.nthreads;
     busy += w.busy;
   }
-  out << "scheduler " << address << " (up " << detail::format_seconds(uptime_s) << ", " << clients
+  out << "scheduler " << address << " (up " << util::format_duration(uptime_s) << ", " << clients
       << (clients == 1 ? " client" : " clients") << ")\n";
   if (!dashboard.empty()) out << "dashboard " << dashboard << "\n";
   char rate[32];
@@ -236,13 +213,13 @@ std::string ClusterStatus::to_text() const {
     std::vector<std::vector<std::string>> rows = {
         {"name", "host", "pool", "job", "busy", "queued", "memory", "resources", "gpus", "time left"}};
     for (const auto& w : workers) {
-      std::string mem = detail::format_bytes(w.memory_rss);
-      if (w.memory_limit > 0) mem += " / " + detail::format_bytes(w.memory_limit);
+      std::string mem = util::format_bytes(w.memory_rss);
+      if (w.memory_limit > 0) mem += " / " + util::format_bytes(w.memory_limit);
       rows.push_back({w.name + (w.retiring ? " (retiring)" : ""), w.host, w.pool.empty() ? "-" : w.pool,
                       w.job_id.empty() ? "-" : w.job_id,
                       std::to_string(w.busy) + "/" + std::to_string(w.nthreads),
                       std::to_string(std::max(0, w.processing - w.busy)), mem, resources_text(w.resources),
-                      gpus_text(w.gpus), detail::format_seconds(w.time_left_s)});
+                      gpus_text(w.gpus), w.time_left_s < 0 ? "-" : util::format_duration(w.time_left_s)});
     }
     out << table(rows);
   }

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "common/logging.hpp"
+#include "common/util.hpp"
 #include "herd/error.hpp"
 #include "herd/shell.hpp"
 #include "jobqueue/job_output.hpp"
@@ -15,24 +16,11 @@
 namespace herd::jobqueue {
 namespace {
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  std::size_t i = 0;
-  while (i < s.size() && s[i] == ' ') ++i;
-  return s.substr(i);
-}
-
 ShellResult run(std::vector<std::string> argv, double timeout_s) {
   ShellCommand c{std::move(argv)};
   c.timeout_s = timeout_s;
   c.tail_bytes = 1 << 20;
   return shell(std::move(c));
-}
-
-std::string join(const std::vector<std::string>& v, char sep) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : std::string(1, sep)) + s;
-  return out;
 }
 
 JobState state_of(const std::string& slurm) {
@@ -84,12 +72,12 @@ std::vector<std::string> SlurmJobQueue::submit(std::size_t count) {
   const auto r = run({"sbatch", "--parsable", "--array=0-" + std::to_string(count - 1), script_path_},
                      options_.command_timeout_s);
   if (!r.ok()) {
-    std::string why = trim(r.stderr_tail.empty() ? r.stdout_tail : r.stderr_tail);
+    std::string why(util::trim(r.stderr_tail.empty() ? r.stdout_tail : r.stderr_tail));
     if (r.timed_out) why = "sbatch did not answer within " + std::to_string(options_.command_timeout_s) + " s";
     if (why.empty()) why = "sbatch exited with code " + std::to_string(r.exit_code);
     throw JobQueueError("sbatch refused the jobs of pool '" + options_.options.pool() + "': " + why);
   }
-  std::string out = trim(r.stdout_tail);
+  std::string out(util::trim(r.stdout_tail));
   // --parsable: "<jobid>" or "<jobid>;<cluster>"; warnings may precede it on earlier lines.
   if (const auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
   const std::string array_id = out.substr(0, out.find(';'));
@@ -115,7 +103,7 @@ void SlurmJobQueue::cancel(const std::vector<std::string>& ids) {
   std::vector<std::string> argv = {"scancel"};
   argv.insert(argv.end(), ids.begin(), ids.end());
   const auto r = run(argv, options_.command_timeout_s);
-  if (!r.ok()) HERD_LOG(warning) << "scancel " << join(ids, ' ') << ": " << trim(r.stderr_tail);
+  if (!r.ok()) HERD_LOG(warning) << "scancel " << util::join(ids, " ") << ": " << util::trim(r.stderr_tail);
 }
 
 PollResult SlurmJobQueue::poll() {
@@ -129,7 +117,7 @@ PollResult SlurmJobQueue::poll() {
   std::vector<std::string> ids;
   for (const auto& [id, job] : jobs_) ids.push_back(id);
   // One squeue for the whole pool; -r lists array tasks one per line.
-  const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T|%r", "--jobs=" + join(ids, ',')},
+  const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T|%r", "--jobs=" + util::join(ids, ",")},
                      options_.command_timeout_s);
   std::set<std::string> seen;
   if (r.ok()) {
@@ -151,7 +139,7 @@ PollResult SlurmJobQueue::poll() {
     }
   } else if (r.stderr_tail.find("Invalid job id") == std::string::npos) {
     // squeue itself failed (slurmctld down?): keep what we knew, try again next time.
-    result.log.push_back("squeue failed: " + trim(r.stderr_tail));
+    result.log.push_back("squeue failed: " + std::string(util::trim(r.stderr_tail)));
     for (const auto& [id, job] : jobs_) result.jobs.push_back(job.info);
     return result;
   }
@@ -175,7 +163,7 @@ PollResult SlurmJobQueue::poll() {
 
 void SlurmJobQueue::query_sacct(const std::vector<std::string>& ids, PollResult& result) {
   const auto r = run({"sacct", "--noheader", "--parsable2", "--allocations",
-                      "--format=JobID,State,ExitCode,Reason", "--jobs=" + join(ids, ',')},
+                      "--format=JobID,State,ExitCode,Reason", "--jobs=" + util::join(ids, ",")},
                      options_.command_timeout_s);
   std::set<std::string> known;
   if (r.ok()) {
@@ -200,7 +188,7 @@ void SlurmJobQueue::query_sacct(const std::vector<std::string>& ids, PollResult&
       }
     }
   } else {
-    result.log.push_back("sacct failed: " + trim(r.stderr_tail));
+    result.log.push_back("sacct failed: " + std::string(util::trim(r.stderr_tail)));
   }
   const auto now = std::chrono::steady_clock::now();
   for (const auto& id : ids) {
@@ -224,8 +212,8 @@ void SlurmJobQueue::close() {
   // Wait (bounded) until squeue no longer lists them, so "no job left" holds when we return.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
-    const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T", "--jobs=" + join(ids, ',')}, 10);
-    if (!r.ok() || trim(r.stdout_tail).empty()) break;
+    const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T", "--jobs=" + util::join(ids, ",")}, 10);
+    if (!r.ok() || util::trim(r.stdout_tail).empty()) break;
     bool all_gone = true;
     std::istringstream lines(r.stdout_tail);
     std::string line;

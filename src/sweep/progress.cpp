@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/json.hpp"
+#include "common/util.hpp"
 
 namespace herd::sweep {
 namespace {
@@ -16,20 +16,6 @@ std::string short_number(double v) {
 }
 
 }  // namespace
-
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const long s = std::lround(seconds);
-  char buf[32];
-  if (s < 60) {
-    std::snprintf(buf, sizeof buf, "%ld s", s);
-  } else if (s < 3600) {
-    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  } else {
-    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
-  }
-  return buf;
-}
 
 ProgressView::ProgressView(Progress mode, std::ostream& out, bool is_tty, std::vector<std::string> params,
                            std::string objective)
@@ -83,9 +69,9 @@ std::string ProgressView::bar_text(const Counts& c, std::size_t width) const {
     char buf[32];
     std::snprintf(buf, sizeof buf, rate >= 1 ? "%.1f/s" : "%.2f/min", rate >= 1 ? rate : rate * 60);
     bar += std::string(", ") + buf;
-    if (done < c.total) bar += ", ETA " + format_duration(static_cast<double>(c.total - done) / rate);
+    if (done < c.total) bar += ", ETA " + util::format_duration(static_cast<double>(c.total - done) / rate);
   }
-  bar += ", " + format_duration(elapsed);
+  bar += ", " + util::format_duration(elapsed);
   return bar;
 }
 

@@ -53,7 +53,4 @@ class ProgressView {
   bool bar_shown_ = false;
 };
 
-/// "1:02:03", "4:05" or "7 s".
-std::string format_duration(double seconds);
-
 }  // namespace herd::sweep

@@ -22,7 +22,7 @@
 #include <herd/herd.hpp>
 
 #include "common/process.hpp"
-#include "sweep/command.hpp"
+#include "common/util.hpp"
 #include "sweep/results.hpp"
 
 using namespace std::chrono_literals;
@@ -529,8 +529,8 @@ std::string herd_cli() {
 
 /// Runs `herd ARGS...` in `cwd`; returns the exit code, stdout+stderr in `output`.
 int run_cli(const std::vector<std::string>& args, const std::string& cwd, std::string& output) {
-  std::string line = "cd " + herd::sweep::shell_quote(cwd) + " && " + herd::sweep::shell_quote(herd_cli());
-  for (const auto& a : args) line += " " + herd::sweep::shell_quote(a);
+  std::string line = "cd " + herd::util::shell_quote(cwd) + " && " + herd::util::shell_quote(herd_cli());
+  for (const auto& a : args) line += " " + herd::util::shell_quote(a);
   const herd::ShellResult r = herd::shell(herd::ShellCommand{line + " 2>&1"});
   output = r.stdout_tail;
   return r.exit_code;

@@ -15,6 +15,7 @@
 #include "herd/shell.hpp"
 #include "sweep/command.hpp"
 #include "common/json.hpp"
+#include "common/util.hpp"
 #include "sweep/metrics.hpp"
 #include "sweep/results.hpp"
 
@@ -111,8 +112,8 @@ TEST_CASE("Sweep.Command.PlaceholdersAndQuoting" * doctest::timeout(10)) {
   CHECK_THROWS_WITH_AS(fill_template("--lr {lrr}", v, true), doctest::Contains("{lrr}"), std::invalid_argument);
   // Through a real shell: each value stays one word, nothing is expanded.
   CHECK(sh_words(fill_template("{name} {empty} {glob} {lr}", v, true)) == "[it's a b]\n[]\n[*]\n[0.01]\n");
-  CHECK(shell_quote("a$(rm -rf x)`b`") == "'a$(rm -rf x)`b`'");
-  CHECK(shell_quote("-3.5e-4") == "-3.5e-4");
+  CHECK(herd::util::shell_quote("a$(rm -rf x)`b`") == "'a$(rm -rf x)`b`'");
+  CHECK(herd::util::shell_quote("-3.5e-4") == "-3.5e-4");
 }
 
 TEST_CASE("Sweep.Json.RoundTrip" * doctest::timeout(10)) {

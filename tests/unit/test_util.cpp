@@ -1,0 +1,74 @@
+// The small helpers every layer shares (common/util.hpp).
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "common/util.hpp"
+#include "herd/shell.hpp"
+
+using namespace herd::util;
+
+namespace {
+struct Local {};
+}  // namespace
+
+TEST_CASE("Util.ShellQuote.OneWordThroughARealShell" * doctest::timeout(10)) {
+  CHECK(shell_quote("x.txt") == "x.txt");
+  CHECK(shell_quote("a b") == "'a b'");
+  CHECK(shell_quote("it's") == "'it'\\''s'");
+  CHECK(shell_quote("") == "''");
+  CHECK(shell_quote("8", Quote::always) == "'8'");
+  CHECK(shell_quote("", Quote::always) == "''");
+  // What /bin/sh makes of each: the same bytes back, as one word, nothing expanded.
+  const std::vector<std::string> values = {"plain", "a b", "it's", "", "*", "$HOME", "`id`", "$(id)", "a\nb",
+                                           "\\", "\"", "tab\there", "caf\xc3\xa9", "-n", "!x", "{a,b}", "~"};
+  for (const Quote q : {Quote::if_needed, Quote::always}) {
+    std::string script = "for w in";
+    for (const auto& v : values) script += " " + shell_quote(v, q);
+    script += "; do printf '[%s]' \"$w\"; done";
+    std::string expected;
+    for (const auto& v : values) expected += "[" + v + "]";
+    CHECK(herd::shell(herd::ShellCommand{script}).stdout_tail == expected);
+  }
+}
+
+TEST_CASE("Util.Text.TrimAndJoin" * doctest::timeout(10)) {
+  CHECK(trim("  a b \t\r\n") == "a b");
+  CHECK(trim("\n\f\v") == "");
+  CHECK(trim("") == "");
+  CHECK(trim("x") == "x");
+  CHECK(join({"1", "2", "3"}, ",") == "1,2,3");
+  CHECK(join({"a"}, ", ") == "a");
+  CHECK(join({}, ",") == "");
+  CHECK(join({"", ""}, " ") == " ");
+}
+
+TEST_CASE("Util.Format.BytesDurationsNumbers" * doctest::timeout(10)) {
+  CHECK(format_bytes(100) == "100 B");
+  CHECK(format_bytes(12 * 1024) == "12 KiB");
+  CHECK(format_bytes(512ull << 20) == "512 MiB");
+  CHECK(format_bytes(3ull << 29) == "1.5 GiB");
+  CHECK(format_duration(7.2) == "7 s");
+  CHECK(format_duration(245) == "4:05");
+  CHECK(format_duration(3723) == "1:02:03");
+  CHECK(format_duration(-1) == "?");
+  CHECK(format_duration(std::nan("")) == "?");
+  CHECK(format_double(0.1) == "0.1");
+  CHECK(format_double(32) == "32");
+  CHECK(format_double(1e-5) == "1e-05");
+  CHECK(format_double(std::nan("")) == "nan");
+  CHECK(format_double(-HUGE_VAL) == "-inf");
+}
+
+TEST_CASE("Util.System.HostnameAndDemangle" * doctest::timeout(10)) {
+  char host[256] = {};
+  REQUIRE(::gethostname(host, sizeof host - 1) == 0);
+  CHECK(hostname() == host);
+  CHECK(demangle(typeid(std::map<int, double>).name()) == "std::map<int, double, std::less<int>, std::allocator<std::pair<int const, double> > >");
+  CHECK(demangle(typeid(Local).name()) == "(anonymous namespace)::Local");
+  CHECK(demangle("not_mangled") == "not_mangled");
+}
