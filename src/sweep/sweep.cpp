@@ -19,6 +19,7 @@
 #include "herd/sweep.hpp"
 #include "sweep/command.hpp"
 #include "sweep/halving.hpp"
+#include "common/progress_bar.hpp"
 #include "common/util.hpp"
 #include "sweep/progress.hpp"
 #include "sweep/results.hpp"
@@ -563,8 +564,8 @@ SweepReport Sweep::Impl::Driver::run() {
   for (std::size_t t = 0; t < trials_.size(); ++t) pending_.push_back(Run{t, 0, 1});
   counts_.total = trials_.size();
 
-  const bool tty = ::isatty(STDOUT_FILENO) != 0;
-  view_ = std::make_unique<sweep::ProgressView>(s_.progress, std::cout, tty, s_.space.names(), s_.objective);
+  view_ = std::make_unique<sweep::ProgressView>(s_.progress, std::cout, util::is_terminal(std::cout), s_.space.names(),
+                                                s_.objective);
   {
     std::size_t known = 0;
     for (std::size_t t = 0; t < trials_.size(); ++t) {

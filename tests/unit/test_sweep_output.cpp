@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +18,7 @@
 #include "common/json.hpp"
 #include "common/util.hpp"
 #include "sweep/metrics.hpp"
+#include "sweep/progress.hpp"
 #include "sweep/results.hpp"
 
 using namespace herd::sweep;
@@ -200,4 +202,50 @@ TEST_CASE("Sweep.Results.CsvAndJsonLinesAndACutLine" * doctest::timeout(10)) {
   CHECK(again.previous().size() == 3);
   CHECK(again.unreadable_lines() == 1);
   std::filesystem::remove_all(std::filesystem::path(prefix).parent_path());
+}
+
+TEST_CASE("Sweep.Progress.LinesOrABarRedrawnInPlace" * doctest::timeout(10)) {
+  herd::TrialResult a;
+  a.id = "aaaa";
+  a.params = {{"lr", "0.1"}};
+  a.status = herd::TrialStatus::ok;
+  a.metrics = {{"loss", 0.5}};
+  a.wall_time_s = 1.25;
+  herd::TrialResult b = a;
+  b.status = herd::TrialStatus::failed;
+  b.error = "exit code 3";
+  Counts c;
+  c.total = 2;
+  {
+    // Not a terminal: a line per trial, counted.
+    std::ostringstream out;
+    ProgressView view(herd::Progress::automatic, out, false, {"lr"}, "loss");
+    CHECK(view.mode() == herd::Progress::lines);
+    c.ok = 1;
+    view.trial_done(a, c, false);
+    c.failed = 1;
+    view.trial_done(b, c, false);
+    view.finish(c);
+    CHECK(out.str() == "[1/2] ok      lr=0.1  loss=0.5  1.2 s\n"
+                       "[2/2] failed  lr=0.1  loss=0.5  (exit code 3)  1.2 s\n");
+  }
+  {
+    // A terminal: the bar redrawn in place; only the failure gets a line of its own, above it.
+    std::ostringstream out;
+    ProgressView view(herd::Progress::automatic, out, true, {"lr"}, "loss");
+    CHECK(view.mode() == herd::Progress::bar);
+    c = Counts{};
+    c.total = 2;
+    c.ok = 1;
+    view.trial_done(a, c, false);
+    c.failed = 1;
+    view.trial_done(b, c, false);
+    view.finish(c);
+    const std::string s = out.str();
+    CHECK(s.rfind("\r[############------------] 1/2 ok 1, running 0, ", 0) == 0);
+    CHECK(s.find("\r\033[Kfailed  lr=0.1  loss=0.5  (exit code 3)  1.2 s\n\r[########################] 2/2 ok 1, failed 1") !=
+          std::string::npos);
+    CHECK(s.back() == '\n');
+    CHECK(std::count(s.begin(), s.end(), '\n') == 2);
+  }
 }

@@ -1,12 +1,15 @@
-// The small helpers every layer shares (common/util.hpp).
+// The small helpers every layer shares (common/util.hpp) and the one progress bar
+// (common/progress_bar.hpp) that herd::progress and a sweep draw.
 #include <doctest/doctest.h>
 
 #include <unistd.h>
 
 #include <cmath>
 #include <map>
+#include <sstream>
 #include <vector>
 
+#include "common/progress_bar.hpp"
 #include "common/util.hpp"
 #include "herd/shell.hpp"
 
@@ -71,4 +74,31 @@ TEST_CASE("Util.System.HostnameAndDemangle" * doctest::timeout(10)) {
   CHECK(demangle(typeid(std::map<int, double>).name()) == "std::map<int, double, std::less<int>, std::allocator<std::pair<int const, double> > >");
   CHECK(demangle(typeid(Local).name()) == "(anonymous namespace)::Local");
   CHECK(demangle("not_mangled") == "not_mangled");
+}
+
+TEST_CASE("Util.ProgressBar.RedrawsOnATerminalAndPrintsLinesElsewhere" * doctest::timeout(10)) {
+  CHECK(ProgressBar::cells(5, 10, 10) == "[#####-----] ");
+  CHECK(ProgressBar::cells(0, 0, 4) == "[####] ");  // nothing to do is done
+  CHECK(ProgressBar::cells(3, 3, 4) == "[####] ");
+  {
+    std::ostringstream out;
+    ProgressBar bar(out, true);
+    bar.update("1/3");
+    bar.update("2/3");
+    bar.print("failed: x");  // above the bar: the bar's line is erased first
+    bar.update("3/3");
+    bar.finish();
+    CHECK(out.str() == "\r1/3\033[K\r2/3\033[K\r\033[Kfailed: x\n\r3/3\033[K\n");
+  }
+  {
+    std::ostringstream out;
+    ProgressBar bar(out, false);
+    bar.update("1/3");
+    bar.print("failed: x");
+    bar.update("3/3");
+    bar.finish();
+    CHECK(out.str() == "1/3\nfailed: x\n3/3\n");
+  }
+  std::ostringstream not_a_terminal;
+  CHECK(!is_terminal(not_a_terminal));
 }
