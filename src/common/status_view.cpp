@@ -112,86 +112,74 @@ std::string resources_text(const std::map<std::string, double>& res) {
   return out.empty() ? "-" : out;
 }
 
-// --- JSON, written by hand (herd has no JSON dependency) ---
-using sweep::json_number;
-using sweep::json_quote;
-
-std::string jnum(double v) { return json_number(v); }
-std::string jnum(std::uint64_t v) { return std::to_string(v); }
-std::string jnum(std::int64_t v) { return std::to_string(v); }
-std::string jnum(int v) { return std::to_string(v); }
-std::string jbool(bool v) { return v ? "true" : "false"; }
-
-template <typename M, typename F>
-std::string jmap(const M& m, F value) {
-  std::string out = "{";
-  for (const auto& [k, v] : m) out += (out.size() > 1 ? "," : "") + json_quote(k) + ":" + value(v);
-  return out + "}";
-}
-
-template <typename V, typename F>
-std::string jarray(const V& v, F item) {
-  std::string out = "[";
-  for (const auto& x : v) out += (out.size() > 1 ? "," : "") + item(x);
-  return out + "]";
-}
-
-struct Obj {
-  std::string text = "{";
-  Obj& f(std::string_view k, const std::string& raw) {
-    text += (text.size() > 1 ? "," : "") + json_quote(k) + ":" + raw;
-    return *this;
-  }
-  Obj& s(std::string_view k, const std::string& v) { return f(k, json_quote(v)); }
-  std::string str() const { return text + "}"; }
-};
-
 }  // namespace
 
 std::string ClusterStatus::to_json() const {
-  auto count_map = [](const auto& m) {
-    return jmap(m, [](std::uint64_t n) { return jnum(n); });
-  };
-  Obj o;
-  o.s("scheduler_id", scheduler_id).s("address", address).s("dashboard", dashboard);
-  o.f("now_ms", jnum(now_ms)).f("uptime_s", jnum(uptime_s)).f("clients", jnum(clients));
-  o.f("workers", jarray(workers, [](const WorkerInfo& w) {
-    Obj x;
-    x.s("name", w.name).s("host", w.host).s("address", w.address).s("job_id", w.job_id).s("pool", w.pool);
-    x.f("nthreads", jnum(w.nthreads)).f("busy", jnum(w.busy)).f("processing", jnum(w.processing));
-    x.f("stored", jnum(w.stored)).f("memory_rss", jnum(w.memory_rss)).f("memory_limit", jnum(w.memory_limit));
-    x.f("resources", jmap(w.resources, [](double v) { return jnum(v); }));
-    x.f("end_time", jnum(w.end_time)).f("time_left_s", jnum(w.time_left_s)).f("retiring", jbool(w.retiring));
-    x.f("gpus", jarray(w.gpus, [](const GpuInfo& g) {
-      Obj y;
-      y.s("id", g.id).s("name", g.name).f("memory", jnum(g.memory));
-      return y.str();
-    }));
-    return x.str();
-  }));
-  o.f("tasks", count_map(tasks));
-  o.f("functions", jmap(functions, count_map));
-  o.f("finished_total", jnum(finished_total)).f("failed_total", jnum(failed_total));
-  o.f("throughput", jnum(throughput));
-  o.f("pools", jarray(pools, [](const PoolInfo& p) {
-    Obj x;
-    x.s("name", p.name).s("kind", p.kind).f("target", jnum(p.target)).f("adaptive", jbool(p.adaptive));
-    x.f("minimum", jnum(p.minimum)).f("maximum", jnum(p.maximum)).f("pending", jnum(p.pending));
-    x.f("running", jnum(p.running)).f("workers", jnum(p.workers));
-    x.f("pending_reasons", jmap(p.pending_reasons, [](int n) { return jnum(n); }));
-    x.s("paused", p.paused).s("last_error", p.last_error).s("last_failure", p.last_failure);
-    return x.str();
-  }));
-  o.f("jobs", jarray(jobs, [](const JobInfo& j) {
-    return Obj{}.s("pool", j.pool).s("id", j.id).s("state", j.state).s("detail", j.detail)
-        .s("reason", j.reason).s("worker", j.worker).s("output", j.output)
-        .f("output_tail", jarray(j.output_tail, [](const std::string& l) { return json_quote(l); })).str();
-  }));
-  o.f("events", jarray(events, [](const TaskEventInfo& e) {
-    return Obj{}.s("key", e.key).s("function", e.function).s("worker", e.worker)
-        .f("start_ms", jnum(e.start_ms)).f("end_ms", jnum(e.end_ms)).f("ok", jbool(e.ok)).str();
-  }));
-  return o.str();
+  using json::Json;
+  Json o;
+  o["scheduler_id"] = scheduler_id;
+  o["address"] = address;
+  o["dashboard"] = dashboard;
+  o["now_ms"] = now_ms;
+  o["uptime_s"] = uptime_s;
+  o["clients"] = clients;
+  o["workers"] = Json::array();
+  for (const WorkerInfo& w : workers) {
+    Json x;
+    x["name"] = w.name;
+    x["host"] = w.host;
+    x["address"] = w.address;
+    x["job_id"] = w.job_id;
+    x["pool"] = w.pool;
+    x["nthreads"] = w.nthreads;
+    x["busy"] = w.busy;
+    x["processing"] = w.processing;
+    x["stored"] = w.stored;
+    x["memory_rss"] = w.memory_rss;
+    x["memory_limit"] = w.memory_limit;
+    x["resources"] = w.resources;
+    x["end_time"] = w.end_time;
+    x["time_left_s"] = w.time_left_s;
+    x["retiring"] = w.retiring;
+    x["gpus"] = Json::array();
+    for (const GpuInfo& g : w.gpus) x["gpus"].push_back(Json{{"id", g.id}, {"name", g.name}, {"memory", g.memory}});
+    o["workers"].push_back(std::move(x));
+  }
+  o["tasks"] = tasks;
+  o["functions"] = functions;
+  o["finished_total"] = finished_total;
+  o["failed_total"] = failed_total;
+  o["throughput"] = throughput;
+  o["pools"] = Json::array();
+  for (const PoolInfo& p : pools) {
+    Json x;
+    x["name"] = p.name;
+    x["kind"] = p.kind;
+    x["target"] = p.target;
+    x["adaptive"] = p.adaptive;
+    x["minimum"] = p.minimum;
+    x["maximum"] = p.maximum;
+    x["pending"] = p.pending;
+    x["running"] = p.running;
+    x["workers"] = p.workers;
+    x["pending_reasons"] = p.pending_reasons;
+    x["paused"] = p.paused;
+    x["last_error"] = p.last_error;
+    x["last_failure"] = p.last_failure;
+    o["pools"].push_back(std::move(x));
+  }
+  o["jobs"] = Json::array();
+  for (const JobInfo& j : jobs) {
+    o["jobs"].push_back(Json{{"pool", j.pool}, {"id", j.id}, {"state", j.state}, {"detail", j.detail},
+                             {"reason", j.reason}, {"worker", j.worker}, {"output", j.output},
+                             {"output_tail", j.output_tail}});
+  }
+  o["events"] = Json::array();
+  for (const TaskEventInfo& e : events) {
+    o["events"].push_back(Json{{"key", e.key}, {"function", e.function}, {"worker", e.worker},
+                               {"start_ms", e.start_ms}, {"end_ms", e.end_ms}, {"ok", e.ok}});
+  }
+  return json::dump(o);
 }
 
 std::string ClusterStatus::to_text() const {

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <atomic>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
@@ -13,7 +14,7 @@
 #include <httplib.h>  // Debian: libcpp-httplib-dev (header-only)
 
 #include "common/status_view.hpp"
-#include "common/json.hpp"
+#include "common/util.hpp"
 
 namespace herd::scheduler {
 
@@ -109,13 +110,20 @@ std::string label(const std::string& v) {
   return out;
 }
 
+// Prometheus' text format spells the numbers JSON lacks as Go's ParseFloat reads them.
+std::string sample_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return util::format_double(v);
+}
+
 struct Metrics {
   std::string text;
   void head(const char* name, const char* type, const char* help) {
     text += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   }
   void sample(const std::string& name_and_labels, double v) {
-    text += name_and_labels + " " + sweep::json_number(v) + "\n";
+    text += name_and_labels + " " + sample_value(v) + "\n";
   }
 };
 }  // namespace

@@ -119,28 +119,51 @@ TEST_CASE("Sweep.Command.PlaceholdersAndQuoting" * doctest::timeout(10)) {
 }
 
 TEST_CASE("Sweep.Json.RoundTrip" * doctest::timeout(10)) {
-  JsonWriter w;
-  w.field("s", "a\"b\\c\n\t\x01")
-      .field("n", 0.1)
-      .field("big", 1e300)
-      .field("nan", std::nan(""))
-      .field("yes", true)
-      .field("p", std::map<std::string, std::string>{{"k", "v"}})
-      .field("h", std::map<std::string, std::vector<double>>{{"loss", {1, 0.5}}});
-  const Json doc = parse_json(w.str());
-  CHECK(doc.find("s")->string() == "a\"b\\c\n\t\x01");
-  CHECK(doc.find("n")->number() == 0.1);
-  CHECK(doc.find("big")->number() == 1e300);
-  CHECK(doc.find("nan")->is_null());
-  CHECK(std::get<bool>(doc.find("yes")->value));
-  CHECK(doc.find("p")->find("k")->string() == "v");
-  CHECK(doc.find("h")->find("loss")->array().size() == 2);
-  CHECK(parse_json(R"("\u00e9\ud83d\ude00")").string() == "\xc3\xa9\xf0\x9f\x98\x80");
-  CHECK_THROWS_AS(parse_json("{\"a\": 1"), std::invalid_argument);
-  CHECK_THROWS_AS(parse_json("[1,]"), std::invalid_argument);
-  CHECK_THROWS_AS(parse_json(std::string(1000, '[')), std::invalid_argument);  // too deep, not a crash
-  CHECK(format_double(0.1) == "0.1");
-  CHECK(format_double(32) == "32");
+  // A results line with every awkward value a run can leave: quotes, backslashes, control
+  // characters, Unicode, bytes that are not UTF-8 (a program's raw output), NaN and infinity.
+  RunRecord r;
+  r.result.id = "t\"1\\";
+  r.result.index = 7;
+  r.result.params = {{"name", "a\"b\\c\n\t\x01\u00e9\U0001f600"}, {"lr", "1e-4"}};
+  r.result.budget = "3";
+  r.result.status = herd::TrialStatus::failed;
+  r.final = false;
+  r.result.metrics = {{"loss", 0.1}, {"big", 1e300}, {"nan", std::nan("")}, {"inf", HUGE_VAL}};
+  r.result.history = {{"loss", {1, 0.5}}};
+  r.result.exit_code = -3;
+  r.result.wall_time_s = 1.25;
+  r.result.attempts = 2;
+  r.stderr_tail = std::string("bad \xff\xfe bytes\n");
+  const std::string line = to_json_line(r);
+  CHECK(line.find('\n') == std::string::npos);  // one line
+  CHECK(line.rfind("{\"trial\":", 0) == 0);     // members in the order written
+  const RunRecord back = from_json_line(line);
+  CHECK(back.result.id == r.result.id);
+  CHECK(back.result.index == 7);
+  CHECK(back.result.params == r.result.params);
+  CHECK(back.result.budget == "3");
+  CHECK(back.result.status == herd::TrialStatus::failed);
+  CHECK(!back.final);
+  CHECK(back.result.metrics.at("loss") == 0.1);
+  CHECK(back.result.metrics.at("big") == 1e300);
+  CHECK(std::isnan(back.result.metrics.at("nan")));  // JSON has no NaN: null, read back as NaN
+  CHECK(std::isnan(back.result.metrics.at("inf")));
+  CHECK(back.result.history.at("loss") == std::vector<double>{1, 0.5});
+  CHECK(back.result.exit_code == -3);
+  CHECK(back.result.wall_time_s == 1.25);
+  CHECK(back.result.attempts == 2);
+  CHECK(back.stderr_tail == "bad \xef\xbf\xbd\xef\xbf\xbd bytes\n");  // U+FFFD for each bad byte
+
+  using herd::json::parse;
+  CHECK(parse(R"("\u00e9\ud83d\ude00")") == "\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK_THROWS_WITH_AS(parse("{\"a\": 1"), doctest::Contains("line 1, column 8"), std::invalid_argument);
+  CHECK_THROWS_AS(parse("[1,]"), std::invalid_argument);
+  CHECK_THROWS_AS(parse("[1e999]"), std::invalid_argument);
+  CHECK_THROWS_AS(parse(std::string(1000, '[')), std::invalid_argument);
+  // Deep nesting from a program's output is read without recursion, not a crash.
+  CHECK(parse(std::string(100000, '[') + std::string(100000, ']')).is_array());
+  CHECK(herd::util::format_double(0.1) == "0.1");
+  CHECK(herd::util::format_double(32) == "32");
 }
 
 TEST_CASE("Sweep.Results.CsvAndJsonLinesAndACutLine" * doctest::timeout(10)) {
