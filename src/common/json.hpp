@@ -16,7 +16,8 @@ namespace herd::json {
 /// A JSON value whose objects keep their members in the order written (or read).
 using Json = nlohmann::ordered_json;
 
-/// Parses one JSON text (surrounding white space allowed).
+/// Parses one JSON text (surrounding white space allowed). Bytes that are not UTF-8 read as
+/// U+FFFD, as dump() writes them.
 /// @throws std::invalid_argument with nlohmann's message: where (line, column) and what was
 /// expected. Numbers too large for a double are errors too.
 Json parse(std::string_view text);

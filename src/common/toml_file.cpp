@@ -95,36 +95,9 @@ std::string type_name(const toml::node& value) {
 }
 
 void require_utf8(std::string_view s, const std::string& what) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = 0;
-    char32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3, cp = c & 0x07;
-    }
-    bool ok = n > 0 && i + n < s.size();
-    for (std::size_t k = 1; ok && k <= n; ++k) {
-      if ((static_cast<unsigned char>(s[i + k]) & 0xC0) != 0x80) {
-        ok = false;
-      } else {
-        cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3F);
-      }
-    }
-    // Overlong forms, UTF-16 surrogates and values past U+10FFFF are not UTF-8 either.
-    static constexpr char32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (!ok || cp < kMin[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
-      throw std::invalid_argument(what + " is not UTF-8 text (byte " + std::to_string(i) +
-                                  "), which a TOML file cannot hold");
-    }
-    i += n + 1;
+  if (const std::size_t at = util::invalid_utf8_at(s); at != std::string_view::npos) {
+    throw std::invalid_argument(what + " is not UTF-8 text (byte " + std::to_string(at) +
+                                "), which a TOML file cannot hold");
   }
 }
 

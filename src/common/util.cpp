@@ -19,6 +19,32 @@ bool shell_safe(char c) {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
 
+// Length of the valid UTF-8 sequence at s[i], or 0 when s[i] starts none.
+std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) return 1;
+  std::size_t n = 0;
+  char32_t cp = 0;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2, cp = c & 0x1F;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3, cp = c & 0x0F;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4, cp = c & 0x07;
+  } else {
+    return 0;  // a continuation byte, or 0xF8..0xFF
+  }
+  if (i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k) {
+    const auto b = static_cast<unsigned char>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};  // shorter forms are overlong
+  if (cp < kMin[n] || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
+  return n;
+}
+
 }  // namespace
 
 std::string hostname() {
@@ -63,6 +89,31 @@ std::string join(const std::vector<std::string>& items, std::string_view sep) {
   for (std::size_t i = 0; i < items.size(); ++i) {
     if (i > 0) out += sep;
     out += items[i];
+  }
+  return out;
+}
+
+std::size_t invalid_utf8_at(std::string_view s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence(s, i);
+    if (n == 0) return i;
+    i += n;
+  }
+  return std::string_view::npos;
+}
+
+std::string to_valid_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence(s, i);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";  // U+FFFD REPLACEMENT CHARACTER
+      ++i;
+    } else {
+      out.append(s, i, n);
+      i += n;
+    }
   }
   return out;
 }

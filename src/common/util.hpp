@@ -34,6 +34,12 @@ std::string_view trim(std::string_view s);
 /// The items with `sep` between them: join({"a", "b"}, ",") == "a,b".
 std::string join(const std::vector<std::string>& items, std::string_view sep);
 
+/// Offset of the first byte of `s` that does not belong to valid UTF-8 (a stray byte, a cut or
+/// overlong sequence, a UTF-16 surrogate), or std::string_view::npos when all of `s` is UTF-8.
+std::size_t invalid_utf8_at(std::string_view s);
+/// `s` with each byte that does not belong to valid UTF-8 replaced by U+FFFD.
+std::string to_valid_utf8(std::string_view s);
+
 /// "1.5 GiB", "512 MiB", "12 KiB", "100 B" (powers of 1024).
 std::string format_bytes(std::uint64_t bytes);
 

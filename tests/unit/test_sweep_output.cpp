@@ -95,6 +95,10 @@ TEST_CASE("Sweep.Metrics.MalformedOutputIsAFailureWithTheReason" * doctest::time
   CHECK(parse_metrics("herd-metrics are great\nherd-metricloss=1\n").error.empty());
   CHECK(parse_metrics("{\"loss\": oops}\nlast line\n").error.empty());
   CHECK(parse_metrics("").final.empty());
+  // A JSON object with bytes that are not UTF-8 (a Latin-1 name) still gives its metrics.
+  const ParsedMetrics latin1 = parse_metrics("{\"loss\": 0.25, \"run\": \"caf\xe9\"}\n");
+  CHECK(latin1.error.empty());
+  CHECK(latin1.final.at("loss") == 0.25);
 }
 
 TEST_CASE("Sweep.Metrics.TruncatedOutputSkipsTheCutLine" * doctest::timeout(10)) {
@@ -153,6 +157,9 @@ TEST_CASE("Sweep.Json.RoundTrip" * doctest::timeout(10)) {
   CHECK(back.result.wall_time_s == 1.25);
   CHECK(back.result.attempts == 2);
   CHECK(back.stderr_tail == "bad \xef\xbf\xbd\xef\xbf\xbd bytes\n");  // U+FFFD for each bad byte
+  // A line of an older herd, which wrote such bytes as they were, reads the same way.
+  CHECK(from_json_line("{\"trial\":\"a\",\"params\":{},\"status\":\"ok\",\"stderr_tail\":\"x\xffy\"}").stderr_tail ==
+        "x\xef\xbf\xbdy");
 
   using herd::json::parse;
   CHECK(parse(R"("\u00e9\ud83d\ude00")") == "\xc3\xa9\xf0\x9f\x98\x80");

@@ -50,6 +50,20 @@ TEST_CASE("Util.Text.TrimAndJoin" * doctest::timeout(10)) {
   CHECK(join({"", ""}, " ") == " ");
 }
 
+TEST_CASE("Util.Text.Utf8" * doctest::timeout(10)) {
+  const std::string valid = "plain caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x90\x91";
+  CHECK(invalid_utf8_at(valid) == std::string_view::npos);
+  CHECK(to_valid_utf8(valid) == valid);
+  CHECK(invalid_utf8_at("caf\xe9!") == 3);             // Latin-1
+  CHECK(invalid_utf8_at("ab\xc3") == 2);               // cut short
+  CHECK(invalid_utf8_at("\xc0\xaf") == 0);            // overlong '/'
+  CHECK(invalid_utf8_at("\xed\xa0\x80") == 0);        // a UTF-16 surrogate
+  CHECK(invalid_utf8_at("\xf4\x90\x80\x80") == 0);    // past U+10FFFF
+  CHECK(invalid_utf8_at("\x80") == 0);                 // a lone continuation byte
+  CHECK(to_valid_utf8("caf\xe9!") == "caf\xef\xbf\xbd!");
+  CHECK(to_valid_utf8("\xff\xfe") == "\xef\xbf\xbd\xef\xbf\xbd");
+}
+
 TEST_CASE("Util.Format.BytesDurationsNumbers" * doctest::timeout(10)) {
   CHECK(format_bytes(100) == "100 B");
   CHECK(format_bytes(12 * 1024) == "12 KiB");
