@@ -574,7 +574,18 @@ TEST_CASE("Sweep.Cli.PrintsTheTableAndWritesTheFiles" * doctest::timeout(90)) {
   CHECK(run_cli({"sweep", "--dry-run", "--grid", "name=a b,c", "--", "echo {name} > out-{name}.txt"}, dir.path, out) == 0);
   CHECK(out == "echo 'a b' > out-'a b'.txt\necho c > out-c.txt\n");
 
-  // Mistakes are named.
+  // A sweep file's numbers reach the command as written in the file.
+  std::ofstream(dir / "written.toml") << "[grid]\nlr = [1e-4, 0.10, 3]\n";
+  CHECK(run_cli({"sweep", "--file", "written.toml", "--dry-run", "--", "echo {lr}"}, dir.path, out) == 0);
+  CHECK(out == "echo 1e-4\necho 0.10\necho 3\n");
+
+  // Mistakes are named, in a sweep file with their place.
+  std::ofstream(dir / "bad.toml") << "metric = \"loss\"\nsamples = \"ten\"\n[grid]\nx = [1, 2]\n";
+  CHECK(run_cli({"sweep", "--file", "bad.toml", "--dry-run", "--", "echo {x}"}, dir.path, out) == 2);
+  CHECK(out.find("bad.toml:2:11: samples: expected a number, got the string \"ten\"") != std::string::npos);
+  std::ofstream(dir / "bad.toml") << "[grid\nx = [1, 2]\n";
+  CHECK(run_cli({"sweep", "--file", "bad.toml", "--dry-run", "--", "echo {x}"}, dir.path, out) == 2);
+  CHECK(out.find("bad.toml:1:6: ") != std::string::npos);
   CHECK(run_cli({"sweep", "--grid", "x=1,2", "--", "echo {y}"}, dir.path, out) == 2);
   CHECK(out.find("placeholder {y} is not a parameter") != std::string::npos);
   CHECK(run_cli({"sweep", "--grid", "x=1", "--early-stop", "sh", "--", "echo {x}"}, dir.path, out) == 2);
