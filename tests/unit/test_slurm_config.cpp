@@ -183,6 +183,7 @@ TEST_CASE("Slurm.Config.WriteThenReadGivesTheSameOptions") {
       .log_directory("/scratch/\xc3\xa9t\xc3\xa9 logs")
       .worker_executable("/home/me/bin/train \"v2\"")
       .warning_signal("USR2")
+      .interface("ib0")
       .warning_seconds(120)
       .retire_before(300)
       .jobs(5)
@@ -221,6 +222,7 @@ TEST_CASE("Slurm.Config.WriteThenReadGivesTheSameOptions") {
   CHECK(q.options.log_directory() == o.log_directory());
   CHECK(q.options.worker_executable() == o.worker_executable());
   CHECK(q.options.warning_signal() == "USR2");
+  CHECK(q.options.interface() == "ib0");
   CHECK(q.options.warning_seconds() == 120);
   CHECK(q.options.retire_before() == 300);
   CHECK(q.options.jobs() == 5);
