@@ -1,13 +1,20 @@
 #!/usr/bin/env bash
-# Installs what is missing (Debian 12 packages), then configures and builds herd in ./build.
-#   scripts/setup.sh            build (Release with debug info)
+# Installs what the build needs (Debian 12 packages) when it is missing, then configures and
+# builds herd in ./build. Run again, it reuses that build: the same configuration, so only what
+# changed is rebuilt (ccache, when installed, is the compiler launcher).
+#   scripts/setup.sh                    build (Release with debug info)
 #   BUILD_DIR=... scripts/setup.sh
+#   HERD_CMAKE_ARGS="-D..." scripts/setup.sh
+#   HERD_EXTRA_PACKAGES="..."           more Debian packages to install (scripts/test.sh: the tests')
+#   HERD_REQUIRE_WERROR=1               warnings are errors, whatever the compiler (scripts/test.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 
-packages=(g++ cmake ninja-build pkg-config libzmq3-dev libsodium-dev cppzmq-dev libmsgpack-cxx-dev
-          libboost-dev libcli11-dev doctest-dev libcpp-httplib-dev chromium)
+# shellcheck disable=SC2206  # HERD_EXTRA_PACKAGES is a list of words
+packages=(g++ cmake ninja-build pkg-config libzmq3-dev libsodium-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
+          libcli11-dev doctest-dev libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev
+          ${HERD_EXTRA_PACKAGES:-})
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -19,5 +26,18 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${HERD_CMAKE_ARGS:-} >/dev/null
+# ccache through CMake's environment defaults: they set the launcher when the build directory is
+# made, and never change it later (a changed launcher would rebuild everything).
+if command -v ccache >/dev/null; then
+  export CMAKE_CXX_COMPILER_LAUNCHER=${CMAKE_CXX_COMPILER_LAUNCHER:-ccache}
+  export CMAKE_CUDA_COMPILER_LAUNCHER=${CMAKE_CUDA_COMPILER_LAUNCHER:-ccache}
+fi
+# shellcheck disable=SC2206  # HERD_CMAKE_ARGS is words on purpose, after ours so that they win
+args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${HERD_CMAKE_ARGS:-})
+cmake -S . -B "$BUILD_DIR" "${args[@]}" >/dev/null
+# HERD_WERROR=AUTO (the default) has -Werror with GCC 12, the compiler of the first build too, so
+# nothing changes there; with another compiler, asking for it changes the flags (one rebuild).
+if [ "${HERD_REQUIRE_WERROR:-0}" = 1 ] && ! grep -q '^HERD_WERROR_ACTIVE:INTERNAL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
+  cmake -S . -B "$BUILD_DIR" -DHERD_WERROR=ON >/dev/null
+fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"

@@ -4,12 +4,15 @@
 # unit, multiprocess, slurm, examples, install, bench), stops Slurm; then starts the multi-node
 # test bed (local-slurm.sh start --nodes 3: a login host and 3 compute hosts in network
 # namespaces), runs the multinode tests on its login host, stops it. Prints ctest's summaries;
-# the exit code is non-zero if either run failed.
+# the exit code is non-zero if either run failed. It reuses the build of the first command
+# (scripts/setup.sh): same directory, same flags.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$(pwd)"
 slurm="$root/scripts/local-slurm.sh"
-export HERD_CMAKE_ARGS="-DHERD_WERROR=ON ${HERD_CMAKE_ARGS:-}"
+# What only tests need: Chromium (the dashboard test), Lmod (the install test's module load).
+export HERD_EXTRA_PACKAGES="chromium lmod ${HERD_EXTRA_PACKAGES:-}"
+export HERD_REQUIRE_WERROR=1
 scripts/setup.sh
 
 # Absolute paths: the trap runs wherever the script happens to be when it exits.

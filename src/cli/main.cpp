@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "protocol/messages.hpp"
 #include "scheduler/scheduler_main.hpp"
 #include "worker/worker_main.hpp"
 #include "herd/herd.hpp"
@@ -24,8 +25,12 @@ const char* kUsage =
     "              (herd status --scheduler tcp://host:port [--json])\n"
     "  logs        a worker's log, a job's output file or a task's output\n"
     "              (herd logs [WORKER|JOB|TASK] --scheduler tcp://host:port [-n LINES])\n"
-    "  version     print the version\n";
+    "  version     print herd's version and the wire protocol version it speaks (also --version)\n";
 }
+
+#ifndef HERD_VERSION
+#error "HERD_VERSION (the project's version) is set by CMakeLists.txt"
+#endif
 
 int main(int argc, char** argv) {
   herd::init(argc, argv);  // the CLI can be a LocalCluster's worker executable too
@@ -41,8 +46,10 @@ int main(int argc, char** argv) {
   if (command == "sweep") return herd::detail::sweep_main(args);
   if (command == "status") return herd::detail::status_main(args);
   if (command == "logs") return herd::detail::logs_main(args);
-  if (command == "version") {
-    std::cout << "herd 0.1.0 (protocol 1)\n";
+  if (command == "version" || command == "--version") {
+    // Clients, schedulers and workers talk only when their wire protocol versions match.
+    std::cout << "herd " << HERD_VERSION << " (wire protocol " << static_cast<int>(herd::protocol::kProtocolVersion)
+              << ")\n";
     return 0;
   }
   std::cerr << "herd: unknown command '" << command << "'\n" << kUsage;

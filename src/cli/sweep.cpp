@@ -9,12 +9,15 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <thread>
 
 #include "cli/commands.hpp"
+#include "common/toml_file.hpp"
+#include "common/util.hpp"
 #include "herd/herd.hpp"
 #include "herd/sweep.hpp"
 #include "sweep/config_cluster.hpp"
@@ -80,55 +83,55 @@ struct Options {
   bool quiet = false, dry_run = false;
 };
 
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
-}
-
 /// Reads a sweep file into `o`; only keys the command line did not give are taken.
 void read_sweep_file(const std::string& path, Options& o, const CLI::App& app) {
-  std::ifstream in(path);
-  if (!in) throw std::invalid_argument("cannot read the sweep file " + path);
-  std::vector<CLI::ConfigItem> items;
-  try {
-    items = CLI::ConfigTOML().from_config(in);
-  } catch (const std::exception& e) {
-    throw std::invalid_argument(path + ": " + e.what());
-  }
+  const tomlfile::Document doc = tomlfile::load(path);
   auto given = [&](const char* flag) { return app.count(flag) > 0; };
-  for (const auto& item : items) {
-    if (item.name == "++" || item.name == "--") continue;
-    const auto& v = item.inputs;
-    const std::string section = item.parents.empty() ? "" : item.parents[0];
-    const std::string where = path + ": " + (section.empty() ? "" : "[" + section + "] ") + item.name;
-    auto one = [&]() -> const std::string& {
-      if (v.size() != 1) throw std::invalid_argument(where + ": expected one value");
-      return v[0];
+  auto read = [&](const std::string& section, const toml::key& key, const toml::node& v) {
+    const std::string k(key.str());
+    const std::string where = tomlfile::where(doc, v.source()) + ": " + (section.empty() ? "" : "[" + section + "] ") + k;
+    auto fail = [&](const std::string& what) { throw std::invalid_argument(where + ": " + what); };
+    auto got = [&]() {
+      const auto t = v.is_string() ? tomlfile::scalar_text(doc, v) : std::nullopt;
+      return t ? "the string \"" + *t + "\"" : tomlfile::type_name(v);
+    };
+    // A scalar as text: strings as they are, numbers as written.
+    auto one = [&]() {
+      const auto t = v.is_array() || v.is_table() ? std::nullopt : tomlfile::scalar_text(doc, v);
+      if (!t) fail("expected one value, got " + got());
+      return *t;
     };
     auto number = [&]() {
-      try {
-        std::size_t used = 0;
-        const double d = std::stod(one(), &used);
-        if (used != one().size()) throw std::invalid_argument("");
-        return d;
-      } catch (const std::invalid_argument&) {
-        throw std::invalid_argument(where + ": expected a number, got '" + one() + "'");
-      }
+      const auto d = v.is_boolean() ? std::nullopt : v.value<double>();
+      if (!d) fail("expected a number, got " + got());
+      return *d;
     };
     auto whole = [&]() {
       const double d = number();
-      if (d != static_cast<double>(static_cast<long long>(d)) || d < 0) {
-        throw std::invalid_argument(where + ": expected a whole number >= 0");
-      }
+      if (d != std::floor(d) || d < 0 || d > 9e15) fail("expected a whole number >= 0");
       return static_cast<long long>(d);
     };
-    auto flag = [&]() { return one() == "true" || one() == "1"; };
-    if (item.parents.size() > 1) throw std::invalid_argument(where + ": unexpected nested section");
+    auto flag = [&]() {
+      if (!v.is_boolean()) fail("expected true or false, got " + got());
+      return v.as_boolean()->get();
+    };
+    // A list of values: an array, or one value.
+    auto values = [&]() {
+      std::vector<std::string> out;
+      if (const auto* a = v.as_array()) {
+        for (const toml::node& item : *a) {
+          const auto t = item.is_array() || item.is_table() ? std::nullopt : tomlfile::scalar_text(doc, item);
+          if (!t) fail("expected an array of values, but it holds " + tomlfile::type_name(item));
+          out.push_back(*t);
+        }
+      } else {
+        out.push_back(one());
+      }
+      return out;
+    };
     if (section.empty()) {
-      const std::string& k = item.name;
       if (k == "command") {
-        if (o.command.empty()) o.command = v;
+        if (o.command.empty()) o.command = values();  // a string: a script; an array: argv
       } else if (k == "metric") {
         if (!given("--metric")) o.metric = one();
       } else if (k == "mode") {
@@ -160,18 +163,17 @@ void read_sweep_file(const std::string& path, Options& o, const CLI::App& app) {
       } else if (k == "working_directory") {
         if (!given("--workdir")) o.workdir = one();
       } else {
-        throw std::invalid_argument(where + ": unknown key");
+        fail("unknown key");
       }
     } else if (section == "grid") {
-      o.grid.push_back(item.name + "=" + joined(v));
+      o.grid.push_back(k + "=" + util::join(values(), ","));
     } else if (section == "random") {
-      o.random.push_back(item.name + "=" + one());
+      o.random.push_back(k + "=" + one());
     } else if (section == "resources") {
-      o.resources.push_back(item.name + "=" + one());
+      o.resources.push_back(k + "=" + one());
     } else if (section == "env") {
-      o.env.push_back(item.name + "=" + one());
+      o.env.push_back(k + "=" + one());
     } else if (section == "early_stop") {
-      const std::string& k = item.name;
       if (k == "kind") {
         if (!given("--early-stop")) o.early_stop = one();
       } else if (k == "parameter") {
@@ -183,10 +185,9 @@ void read_sweep_file(const std::string& path, Options& o, const CLI::App& app) {
       } else if (k == "eta") {
         if (!given("--eta")) o.eta = number();
       } else {
-        throw std::invalid_argument(where + ": unknown key");
+        fail("unknown key");
       }
     } else if (section == "cluster") {
-      const std::string& k = item.name;
       const bool cluster_given = given("--scheduler") || given("--config") || given("--local-workers");
       if (k == "scheduler") {
         if (!cluster_given) o.scheduler = one();
@@ -201,11 +202,26 @@ void read_sweep_file(const std::string& path, Options& o, const CLI::App& app) {
       } else if (k == "worker_resources") {
         if (!given("--worker-resources")) o.worker_resources = one();
       } else {
-        throw std::invalid_argument(where + ": unknown key");
+        fail("unknown key");
       }
-    } else {
-      throw std::invalid_argument(path + ": unknown section [" + section +
+    }
+  };
+  for (const auto& [key, v] : doc.root) {
+    const std::string k(key.str());
+    if (!v.is_table()) {
+      read("", key, v);
+      continue;
+    }
+    if (k != "grid" && k != "random" && k != "early_stop" && k != "resources" && k != "env" && k != "cluster") {
+      throw std::invalid_argument(tomlfile::where(doc, key.source()) + ": unknown section [" + k +
                                   "] (grid, random, early_stop, resources, env, cluster)");
+    }
+    for (const auto& [inner, value] : *v.as_table()) {
+      if (value.is_table()) {
+        throw std::invalid_argument(tomlfile::where(doc, inner.source()) + ": [" + k + "] " +
+                                    std::string(inner.str()) + ": unexpected nested section");
+      }
+      read(k, inner, value);
     }
   }
 }

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
-#include <cxxabi.h>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -22,6 +21,7 @@
 #include "common/config.hpp"
 #include "common/data_port.hpp"
 #include "common/logging.hpp"
+#include "common/util.hpp"
 #include "herd/client.hpp"
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
@@ -33,11 +33,7 @@ using protocol::MessageType;
 using protocol::TaskId;
 
 namespace {
-std::string hostname() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
+using util::hostname;
 
 
 class VectorPayload : public Payload {
@@ -623,11 +619,7 @@ std::string future_status(const FutureState& s) {
 }
 
 void throw_decode_error(const FutureState& s, const char* type, const char* what) {
-  int status = 0;
-  char* name = abi::__cxa_demangle(type, nullptr, nullptr, &status);
-  std::string t = status == 0 && name ? name : type;
-  std::free(name);
-  throw Error("result of task " + s.key() + " cannot be read as " + t + ": " + what);
+  throw Error("result of task " + s.key() + " cannot be read as " + util::demangle(type) + ": " + what);
 }
 
 void throw_foreign_future() {

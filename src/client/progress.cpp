@@ -1,25 +1,21 @@
 // herd::progress: watches futures and redraws a bar on a terminal, or prints a plain line every
 // few seconds (and one at the end) when the output is a file or a pipe, so logs stay readable.
+// The drawing is common/progress_bar's (the sweep's bar is the same one).
 #include "herd/progress.hpp"
-
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <thread>
 
-#include "common/status_view.hpp"
+#include "common/progress_bar.hpp"
+#include "common/util.hpp"
 
 namespace herd::detail {
 
 std::string progress_text(std::size_t done, std::size_t failed, std::size_t total, double seconds,
                           bool with_bar, std::size_t bar_width) {
-  std::string out;
-  if (with_bar) {
-    const std::size_t filled = total == 0 ? bar_width : done * bar_width / total;
-    out = "[" + std::string(filled, '#') + std::string(bar_width - filled, '-') + "] ";
-  }
+  std::string out = with_bar ? util::ProgressBar::cells(done, total, bar_width) : std::string();
   const double pct = total == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total);
   char buf[160];
   std::snprintf(buf, sizeof buf, "%zu/%zu (%.0f%%)", done, total, std::floor(pct));
@@ -29,9 +25,9 @@ std::string progress_text(std::size_t done, std::size_t failed, std::size_t tota
   std::snprintf(buf, sizeof buf, ", %.1f/s", rate);
   out += buf;
   if (done < total) {
-    out += ", ETA " + (rate > 0 ? format_seconds(static_cast<double>(total - done) / rate) : std::string("?"));
+    out += ", ETA " + (rate > 0 ? util::format_duration(static_cast<double>(total - done) / rate) : std::string("?"));
   } else {
-    out += ", " + format_seconds(seconds);
+    out += ", " + util::format_duration(seconds);
   }
   return out;
 }
@@ -39,11 +35,9 @@ std::string progress_text(std::size_t done, std::size_t failed, std::size_t tota
 ProgressSummary run_progress(const std::vector<FutureState*>& states, const ProgressOptions& options) {
   using Clock = std::chrono::steady_clock;
   std::ostream& out = options.out_ != nullptr ? *options.out_ : std::cout;
-  bool bar = options.mode_ == ProgressOptions::Mode::bar;
-  if (options.mode_ == ProgressOptions::Mode::automatic) {
-    const int fd = &out == &std::cout ? STDOUT_FILENO : (&out == &std::cerr || &out == &std::clog) ? STDERR_FILENO : -1;
-    bar = fd >= 0 && ::isatty(fd) == 1;
-  }
+  const bool bar = options.mode_ == ProgressOptions::Mode::automatic ? util::is_terminal(out)
+                                                                      : options.mode_ == ProgressOptions::Mode::bar;
+  util::ProgressBar line(out, bar);
   const std::string prefix = options.label_.empty() ? std::string() : options.label_ + ": ";
   const auto start = Clock::now();
   ProgressSummary sum;
@@ -55,11 +49,8 @@ ProgressSummary run_progress(const std::vector<FutureState*>& states, const Prog
     const double secs = std::chrono::duration<double>(Clock::now() - start).count();
     const std::size_t done = sum.finished + sum.failed + sum.cancelled;
     const std::string text = progress_text(done, sum.failed + sum.cancelled, sum.total, secs, bar);
-    if (bar) {
-      out << "\r" << prefix << text << "\033[K" << (final ? "\n" : "") << std::flush;
-    } else {
-      out << prefix << text << "\n" << std::flush;
-    }
+    line.update(prefix + text);
+    if (final) line.finish();
     last_shown = done;
   };
   if (!bar) show(false);

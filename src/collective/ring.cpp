@@ -67,6 +67,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/util.hpp"
 #include "herd/error.hpp"
 
 namespace herd::collective {
@@ -818,9 +819,8 @@ RingListener::RingListener(const std::string& host) {
         if (addr.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
         std::string shown = host;
         if (any) {
-          char name[256] = {};
-          if (::gethostname(name, sizeof name - 1) != 0) throw_sys("gethostname");
-          shown = name;
+          shown = util::hostname();
+          if (shown.empty()) throw_sys("gethostname");
         }
         if (shown.find(':') != std::string::npos) shown = "[" + shown + "]";  // an IPv6 literal
         set_nonblocking(fd);

@@ -1,72 +1,28 @@
-// A small JSON reader and writer for the sweep's results log and for metrics printed as a JSON
-// object. herd has no JSON dependency (Debian 12's Boost 1.74 predates Boost.JSON), and the
-// sweep needs little: objects, arrays, strings, numbers, true/false/null.
+// herd's JSON is nlohmann-json's (Debian: nlohmann-json3-dev), kept out of the public headers:
+// the API hands out JSON as text. What every reader and writer of herd's JSON must do alike is
+// here: objects keep the order their members were written in (a results line starts with its
+// trial, `herd status --json` with the scheduler), and text that is not UTF-8 (a program's
+// output, a job's output file) is written with U+FFFD in place of the bad bytes rather than
+// making the whole document fail.
 #pragma once
 
-#include <map>
-#include <memory>
 #include <string>
 #include <string_view>
-#include <variant>
-#include <vector>
 
-namespace herd::sweep {
+#include <nlohmann/json.hpp>
 
-struct Json;
-using JsonArray = std::vector<Json>;
-using JsonObject = std::vector<std::pair<std::string, Json>>;  // keeps the order written
+namespace herd::json {
 
-struct Json {
-  // std::monostate is null. Arrays and objects are behind pointers so Json can be recursive.
-  std::variant<std::monostate, bool, double, std::string, std::shared_ptr<JsonArray>,
-               std::shared_ptr<JsonObject>>
-      value;
+/// A JSON value whose objects keep their members in the order written (or read).
+using Json = nlohmann::ordered_json;
 
-  bool is_null() const { return value.index() == 0; }
-  bool is_bool() const { return value.index() == 1; }
-  bool is_number() const { return value.index() == 2; }
-  bool is_string() const { return value.index() == 3; }
-  bool is_array() const { return value.index() == 4; }
-  bool is_object() const { return value.index() == 5; }
-  double number() const { return std::get<2>(value); }
-  const std::string& string() const { return std::get<3>(value); }
-  const JsonArray& array() const { return *std::get<4>(value); }
-  const JsonObject& object() const { return *std::get<5>(value); }
-  /// Member `key` of an object, or nullptr (also when this is no object).
-  const Json* find(std::string_view key) const;
-};
+/// Parses one JSON text (surrounding white space allowed). Bytes that are not UTF-8 read as
+/// U+FFFD, as dump() writes them.
+/// @throws std::invalid_argument with nlohmann's message: where (line, column) and what was
+/// expected. Numbers too large for a double are errors too.
+Json parse(std::string_view text);
 
-/// Parses one JSON text (surrounding whitespace allowed); throws std::invalid_argument with
-/// the offset and what was expected.
-Json parse_json(std::string_view text);
+/// The value as compact JSON text, on one line. NaN and infinities (which JSON lacks) are null.
+std::string dump(const Json& value);
 
-/// A string as a JSON string literal, quotes included.
-std::string json_quote(std::string_view s);
-/// A number as JSON: the shortest text that reads back the same; NaN and infinities (which JSON
-/// lacks) as null.
-std::string json_number(double v);
-
-/// Builds one JSON object, in order, without a DOM.
-class JsonWriter {
- public:
-  JsonWriter& field(std::string_view key, std::string_view v);
-  JsonWriter& field(std::string_view key, const char* v) { return field(key, std::string_view(v)); }
-  JsonWriter& field(std::string_view key, double v);
-  JsonWriter& field(std::string_view key, int v) { return field(key, static_cast<double>(v)); }
-  JsonWriter& field(std::string_view key, std::size_t v) { return field(key, static_cast<double>(v)); }
-  JsonWriter& field(std::string_view key, bool v);
-  JsonWriter& field(std::string_view key, const std::map<std::string, std::string>& v);
-  JsonWriter& field(std::string_view key, const std::map<std::string, double>& v);
-  JsonWriter& field(std::string_view key, const std::map<std::string, std::vector<double>>& v);
-  /// The object's text, without a newline.
-  std::string str() const { return text_ + "}"; }
-
- private:
-  void key(std::string_view k);
-  std::string text_ = "{";
-};
-
-/// Shortest round-trip text of a double ("0.1", "1e-05", "nan", "inf", "-inf").
-std::string format_double(double v);
-
-}  // namespace herd::sweep
+}  // namespace herd::json

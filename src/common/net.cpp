@@ -11,6 +11,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "common/util.hpp"
+
 namespace herd::net {
 
 namespace {
@@ -20,11 +22,7 @@ std::string ipv4(const sockaddr* sa) {
   return buf;
 }
 
-std::string hostname() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
+using util::hostname;
 }  // namespace
 
 std::string interface_address(const std::string& name) {

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/json.hpp"
+#include "common/util.hpp"
 
 namespace herd {
 namespace detail {
@@ -78,30 +79,6 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
   return s;
 }
 
-std::string format_bytes(std::uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  char buf[32];
-  if (u == 0) std::snprintf(buf, sizeof buf, "%llu B", static_cast<unsigned long long>(bytes));
-  else std::snprintf(buf, sizeof buf, v < 10 ? "%.1f %s" : "%.0f %s", v, units[u]);
-  return buf;
-}
-
-std::string format_seconds(double seconds) {
-  if (seconds < 0) return "-";
-  const long s = std::lround(seconds);
-  char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof buf, "%ld s", s);
-  else if (s < 3600) std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  else std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, s / 60 % 60, s % 60);
-  return buf;
-}
-
 }  // namespace detail
 
 namespace {
@@ -134,99 +111,93 @@ std::string gpus_text(const std::vector<GpuInfo>& gpus) {
     return ids;
   }
   std::string out = std::to_string(gpus.size()) + " x " + gpus.front().name;
-  if (gpus.front().memory > 0) out += " (" + detail::format_bytes(gpus.front().memory) + ")";
+  if (gpus.front().memory > 0) out += " (" + util::format_bytes(gpus.front().memory) + ")";
   return out;
 }
 
 std::string resources_text(const std::map<std::string, double>& res) {
   std::string out;
-  for (const auto& [k, v] : res) out += (out.empty() ? "" : ",") + k + "=" + sweep::format_double(v);
+  for (const auto& [k, v] : res) out += (out.empty() ? "" : ",") + k + "=" + util::format_double(v);
   return out.empty() ? "-" : out;
 }
-
-// --- JSON, written by hand (herd has no JSON dependency) ---
-using sweep::json_number;
-using sweep::json_quote;
-
-std::string jnum(double v) { return json_number(v); }
-std::string jnum(std::uint64_t v) { return std::to_string(v); }
-std::string jnum(std::int64_t v) { return std::to_string(v); }
-std::string jnum(int v) { return std::to_string(v); }
-std::string jbool(bool v) { return v ? "true" : "false"; }
-
-template <typename M, typename F>
-std::string jmap(const M& m, F value) {
-  std::string out = "{";
-  for (const auto& [k, v] : m) out += (out.size() > 1 ? "," : "") + json_quote(k) + ":" + value(v);
-  return out + "}";
-}
-
-template <typename V, typename F>
-std::string jarray(const V& v, F item) {
-  std::string out = "[";
-  for (const auto& x : v) out += (out.size() > 1 ? "," : "") + item(x);
-  return out + "]";
-}
-
-struct Obj {
-  std::string text = "{";
-  Obj& f(std::string_view k, const std::string& raw) {
-    text += (text.size() > 1 ? "," : "") + json_quote(k) + ":" + raw;
-    return *this;
-  }
-  Obj& s(std::string_view k, const std::string& v) { return f(k, json_quote(v)); }
-  std::string str() const { return text + "}"; }
-};
 
 }  // namespace
 
 std::string ClusterStatus::to_json() const {
-  auto count_map = [](const auto& m) {
-    return jmap(m, [](std::uint64_t n) { return jnum(n); });
-  };
-  Obj o;
-  o.s("scheduler_id", scheduler_id).s("address", address).s("dashboard", dashboard).f("auth_off", jbool(auth_off));
-  o.f("now_ms", jnum(now_ms)).f("uptime_s", jnum(uptime_s)).f("clients", jnum(clients));
-  o.f("workers", jarray(workers, [](const WorkerInfo& w) {
-    Obj x;
-    x.s("name", w.name).s("host", w.host).s("address", w.address).s("job_id", w.job_id).s("pool", w.pool);
-    x.f("nthreads", jnum(w.nthreads)).f("busy", jnum(w.busy)).f("processing", jnum(w.processing));
-    x.f("stored", jnum(w.stored)).f("memory_rss", jnum(w.memory_rss)).f("memory_limit", jnum(w.memory_limit));
-    x.f("resources", jmap(w.resources, [](double v) { return jnum(v); }));
-    x.f("end_time", jnum(w.end_time)).f("time_left_s", jnum(w.time_left_s)).f("retiring", jbool(w.retiring));
-    x.f("gpus", jarray(w.gpus, [](const GpuInfo& g) {
-      Obj y;
-      y.s("id", g.id).s("name", g.name).f("memory", jnum(g.memory));
-      return y.str();
-    }));
-    return x.str();
-  }));
-  o.f("tasks", count_map(tasks));
-  o.f("functions", jmap(functions, count_map));
-  o.f("finished_total", jnum(finished_total)).f("failed_total", jnum(failed_total));
-  o.f("throughput", jnum(throughput));
-  o.f("pools", jarray(pools, [](const PoolInfo& p) {
-    Obj x;
-    x.s("name", p.name).s("kind", p.kind).f("target", jnum(p.target)).f("adaptive", jbool(p.adaptive));
-    x.f("minimum", jnum(p.minimum)).f("maximum", jnum(p.maximum)).f("pending", jnum(p.pending));
-    x.f("running", jnum(p.running)).f("workers", jnum(p.workers));
-    x.f("pending_reasons", jmap(p.pending_reasons, [](int n) { return jnum(n); }));
-    x.s("paused", p.paused).s("last_error", p.last_error).s("last_failure", p.last_failure);
-    x.f("crashes", jnum(p.crashes)).f("stalled", jnum(p.stalled)).s("batch_error", p.batch_error);
-    x.f("last_answer_s", jnum(p.last_answer_s)).f("submitted", jnum(p.submitted));
-    return x.str();
-  }));
-  o.f("jobs", jarray(jobs, [](const JobInfo& j) {
-    return Obj{}.s("pool", j.pool).s("id", j.id).s("state", j.state).s("detail", j.detail)
-        .s("reason", j.reason).s("worker", j.worker).s("output", j.output)
-        .f("output_tail", jarray(j.output_tail, [](const std::string& l) { return json_quote(l); })).str();
-  }));
-  o.f("events", jarray(events, [](const TaskEventInfo& e) {
-    return Obj{}.s("key", e.key).s("function", e.function).s("worker", e.worker)
-        .f("start_ms", jnum(e.start_ms)).f("end_ms", jnum(e.end_ms)).f("ok", jbool(e.ok)).str();
-  }));
-  o.s("journal", journal).f("journal_failing", jbool(journal_failing)).f("journal_behind", jnum(journal_behind));
-  return o.str();
+  using json::Json;
+  Json o;
+  o["scheduler_id"] = scheduler_id;
+  o["address"] = address;
+  o["dashboard"] = dashboard;
+  o["auth_off"] = auth_off;
+  o["now_ms"] = now_ms;
+  o["uptime_s"] = uptime_s;
+  o["clients"] = clients;
+  o["workers"] = Json::array();
+  for (const WorkerInfo& w : workers) {
+    Json x;
+    x["name"] = w.name;
+    x["host"] = w.host;
+    x["address"] = w.address;
+    x["job_id"] = w.job_id;
+    x["pool"] = w.pool;
+    x["nthreads"] = w.nthreads;
+    x["busy"] = w.busy;
+    x["processing"] = w.processing;
+    x["stored"] = w.stored;
+    x["memory_rss"] = w.memory_rss;
+    x["memory_limit"] = w.memory_limit;
+    x["resources"] = w.resources;
+    x["end_time"] = w.end_time;
+    x["time_left_s"] = w.time_left_s;
+    x["retiring"] = w.retiring;
+    x["gpus"] = Json::array();
+    for (const GpuInfo& g : w.gpus) x["gpus"].push_back(Json{{"id", g.id}, {"name", g.name}, {"memory", g.memory}});
+    o["workers"].push_back(std::move(x));
+  }
+  o["tasks"] = tasks;
+  o["functions"] = functions;
+  o["finished_total"] = finished_total;
+  o["failed_total"] = failed_total;
+  o["throughput"] = throughput;
+  o["pools"] = Json::array();
+  for (const PoolInfo& p : pools) {
+    Json x;
+    x["name"] = p.name;
+    x["kind"] = p.kind;
+    x["target"] = p.target;
+    x["adaptive"] = p.adaptive;
+    x["minimum"] = p.minimum;
+    x["maximum"] = p.maximum;
+    x["pending"] = p.pending;
+    x["running"] = p.running;
+    x["workers"] = p.workers;
+    x["pending_reasons"] = p.pending_reasons;
+    x["paused"] = p.paused;
+    x["last_error"] = p.last_error;
+    x["last_failure"] = p.last_failure;
+    x["crashes"] = p.crashes;
+    x["stalled"] = p.stalled;
+    x["batch_error"] = p.batch_error;
+    x["last_answer_s"] = p.last_answer_s;
+    x["submitted"] = p.submitted;
+    o["pools"].push_back(std::move(x));
+  }
+  o["jobs"] = Json::array();
+  for (const JobInfo& j : jobs) {
+    o["jobs"].push_back(Json{{"pool", j.pool}, {"id", j.id}, {"state", j.state}, {"detail", j.detail},
+                             {"reason", j.reason}, {"worker", j.worker}, {"output", j.output},
+                             {"output_tail", j.output_tail}});
+  }
+  o["events"] = Json::array();
+  for (const TaskEventInfo& e : events) {
+    o["events"].push_back(Json{{"key", e.key}, {"function", e.function}, {"worker", e.worker},
+                               {"start_ms", e.start_ms}, {"end_ms", e.end_ms}, {"ok", e.ok}});
+  }
+  o["journal"] = journal;
+  o["journal_failing"] = journal_failing;
+  o["journal_behind"] = journal_behind;
+  return json::dump(o);
 }
 
 std::string ClusterStatus::to_text() const {
@@ -238,7 +209,7 @@ std::string ClusterStatus::to_text() const {
     slots += w.nthreads;
     busy += w.busy;
   }
-  out << "scheduler " << address << " (up " << detail::format_seconds(uptime_s) << ", " << clients
+  out << "scheduler " << address << " (up " << util::format_duration(uptime_s) << ", " << clients
       << (clients == 1 ? " client" : " clients") << ")\n";
   if (!dashboard.empty()) out << "dashboard " << dashboard << "\n";
   if (!journal.empty()) out << "journal " << journal << "\n";
@@ -253,13 +224,13 @@ std::string ClusterStatus::to_text() const {
     std::vector<std::vector<std::string>> rows = {
         {"name", "host", "pool", "job", "busy", "queued", "memory", "resources", "gpus", "time left"}};
     for (const auto& w : workers) {
-      std::string mem = detail::format_bytes(w.memory_rss);
-      if (w.memory_limit > 0) mem += " / " + detail::format_bytes(w.memory_limit);
+      std::string mem = util::format_bytes(w.memory_rss);
+      if (w.memory_limit > 0) mem += " / " + util::format_bytes(w.memory_limit);
       rows.push_back({w.name + (w.retiring ? " (retiring)" : ""), w.host, w.pool.empty() ? "-" : w.pool,
                       w.job_id.empty() ? "-" : w.job_id,
                       std::to_string(w.busy) + "/" + std::to_string(w.nthreads),
                       std::to_string(std::max(0, w.processing - w.busy)), mem, resources_text(w.resources),
-                      gpus_text(w.gpus), detail::format_seconds(w.time_left_s)});
+                      gpus_text(w.gpus), w.time_left_s < 0 ? "-" : util::format_duration(w.time_left_s)});
     }
     out << table(rows);
   }

@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "common/logging.hpp"
+#include "common/util.hpp"
 
 #ifdef HERD_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -17,19 +18,13 @@
 namespace herd::gpu {
 namespace {
 
-std::string trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return std::string(s);
-}
-
 std::vector<std::string> split_commas(std::string_view s) {
   std::vector<std::string> out;
   std::size_t start = 0;
   while (start <= s.size()) {
     const std::size_t comma = s.find(',', start);
     const std::size_t end = comma == std::string_view::npos ? s.size() : comma;
-    out.push_back(trim(s.substr(start, end - start)));
+    out.emplace_back(util::trim(s.substr(start, end - start)));
     if (comma == std::string_view::npos) break;
     start = comma + 1;
   }
@@ -53,7 +48,7 @@ bool cuda_accepts(const std::string& entry) {
 
 std::vector<std::string> parse_visible_devices(std::string_view value) {
   std::vector<std::string> ids;
-  if (trim(value).empty()) return ids;
+  if (util::trim(value).empty()) return ids;
   for (auto& entry : split_commas(value)) {
     if (!cuda_accepts(entry)) break;
     ids.push_back(std::move(entry));
@@ -64,7 +59,7 @@ std::vector<std::string> parse_visible_devices(std::string_view value) {
 // Slurm's lists are node-global indices, "0,2" (written "0-1" by some versions and plugins).
 std::vector<std::string> parse_slurm_gpus(std::string_view value) {
   std::vector<std::string> ids;
-  if (trim(value).empty()) return ids;
+  if (util::trim(value).empty()) return ids;
   for (auto& entry : split_commas(value)) {
     const std::size_t dash = entry.find('-');
     if (dash != std::string::npos && dash > 0) {
@@ -78,12 +73,6 @@ std::vector<std::string> parse_slurm_gpus(std::string_view value) {
     ids.push_back(std::move(entry));
   }
   return ids;
-}
-
-std::string join(const std::vector<std::string>& ids) {
-  std::string out;
-  for (const auto& id : ids) out += (out.empty() ? "" : ",") + id;
-  return out;
 }
 
 #ifdef HERD_HAVE_CUDA
@@ -114,14 +103,14 @@ std::vector<Device> discover(const Getenv& getenv_fn) {
     // never the whole node (another job may own the other GPUs).
     for (const char* name : {"SLURM_STEP_GPUS", "SLURM_JOB_GPUS", "GPU_DEVICE_ORDINAL"}) {
       const char* value = env(name);
-      if (value && !trim(value).empty()) {
+      if (value && !util::trim(value).empty()) {
         ids = parse_slurm_gpus(value);
         break;
       }
     }
     // Before CUDA starts in this process, so its ordinals are exactly these devices (and the
     // tasks and their child processes see the same).
-    if (real_env && !ids.empty()) ::setenv("CUDA_VISIBLE_DEVICES", join(ids).c_str(), 1);
+    if (real_env && !ids.empty()) ::setenv("CUDA_VISIBLE_DEVICES", util::join(ids, ",").c_str(), 1);
   } else {
     from_env = false;
   }
@@ -135,11 +124,11 @@ std::vector<Device> discover(const Getenv& getenv_fn) {
     if (!from_env) {
       for (int i = 0; i < n; ++i) ids.push_back(std::to_string(i));
     } else if (n >= 0 && static_cast<std::size_t>(n) < ids.size()) {
-      HERD_LOG(warning) << "GPUs: the environment names " << ids.size() << " (" << join(ids)
+      HERD_LOG(warning) << "GPUs: the environment names " << ids.size() << " (" << util::join(ids, ",")
                         << ") but CUDA sees " << n << "; using " << n;
       ids.resize(static_cast<std::size_t>(n));
     } else if (n < 0 && !ids.empty()) {
-      HERD_LOG(warning) << "GPUs: the environment names " << join(ids) << " but CUDA cannot use them ("
+      HERD_LOG(warning) << "GPUs: the environment names " << util::join(ids, ",") << " but CUDA cannot use them ("
                         << why << "); advertising them without model or memory";
     }
     for (std::size_t i = 0; i < ids.size(); ++i) {

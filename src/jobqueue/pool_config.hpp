@@ -1,4 +1,4 @@
-// The scheduler's configuration file (TOML, read with CLI11's parser):
+// The scheduler's configuration file (TOML, read and written with toml++):
 //
 //   [scheduler]
 //   listen = "tcp://0.0.0.0:8786"
@@ -13,11 +13,16 @@
 //   jobs = 2                        # initial size; or adapt_minimum / adapt_maximum
 //   job_script_prologue = ["module load gcc/12", "source ~/venv/bin/activate"]
 //   worker_extra_args = ["--load", "/home/me/libtasks.so"]
-//   resources = ["bigmem=1"]
-//   env = ["OMP_NUM_THREADS=4"]
+//
+//   [pool.cpu.env]                  # or, in the pool's table: env = ["OMP_NUM_THREADS=4"]
+//   OMP_NUM_THREADS = "4"
+//
+//   [pool.cpu.resources]            # or resources = ["bigmem=1"]
+//   bigmem = 1
 //
 // Every key of a pool is a SlurmOptions setter of the same name (queue = partition). Unknown
-// keys are errors, so a typo cannot silently fall back to a default.
+// keys are errors, so a typo cannot silently fall back to a default; every error names the file,
+// line and column.
 #pragma once
 
 #include <istream>
@@ -42,10 +47,12 @@ struct SchedulerConfig {
   std::vector<PoolConfig> pools;
 };
 
-/// Parses the file's text; throws std::invalid_argument naming the key and the file.
+/// Parses the file's text; throws std::invalid_argument "SOURCE:LINE:COLUMN: [pool.NAME] what".
 SchedulerConfig parse_config(std::istream& in, const std::string& source);
 SchedulerConfig load_config(const std::string& path);
-/// The same configuration as TOML text (what SlurmCluster hands its scheduler).
+/// The same configuration as TOML text (what SlurmCluster hands its scheduler): every option,
+/// so that parse_config() gives back exactly these options, pools in the same order.
+/// @throws std::invalid_argument naming an option whose text is not UTF-8 (TOML holds no other).
 std::string to_toml(const SchedulerConfig& config);
 
 }  // namespace herd::jobqueue

@@ -6,20 +6,11 @@
 #include <stdexcept>
 
 #include "common/process.hpp"
+#include "common/util.hpp"
 #include "herd/slurm.hpp"
 
 namespace herd {
 namespace {
-
-/// 'text' with embedded single quotes escaped, for a POSIX shell.
-std::string shell_quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    if (c == '\'') out += "'\\''";
-    else out += c;
-  }
-  return out + "'";
-}
 
 /// `v` with control characters spelled out (\n, \x01), for an error message.
 std::string visible(const std::string& v) {
@@ -155,21 +146,20 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
   }
   s << "\n# herd worker of pool '" << o.pool() << "' for the scheduler at " << scheduler_address << "\n";
   for (const auto& line : o.job_script_prologue()) s << line << "\n";
-  s << "export HERD_POOL=" << shell_quote(o.pool()) << "\n";
+  // Values always in single quotes, so that the script reads the same whatever they hold.
+  s << "export HERD_POOL=" << util::shell_quote(o.pool(), util::Quote::always) << "\n";
   s << "export HERD_JOB_ID=\"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}_${SLURM_ARRAY_TASK_ID:-0}\"\n";
   s << "export HERD_WALLTIME_S=" << walltime << "\n";
   s << "export HERD_RETIRE_BEFORE_S=" << o.retire_before() << "\n";
   for (const auto& [k, v] : o.env()) {
     if (!is_identifier(k)) throw std::invalid_argument("env: '" + k + "' is not a variable name");
-    s << "export " << k << "=" << shell_quote(v) << "\n";
+    s << "export " << k << "=" << util::shell_quote(v, util::Quote::always) << "\n";
   }
   std::vector<std::string> args = {"--scheduler", scheduler_address, "--nthreads", std::to_string(nthreads)};
   std::string resources;
   if (o.gpus() > 0) resources = "gpu=" + std::to_string(o.gpus());
   for (const auto& [r, amount] : o.resources()) {
-    std::ostringstream a;
-    a << amount;
-    resources += (resources.empty() ? "" : ",") + r + "=" + a.str();
+    resources += (resources.empty() ? "" : ",") + r + "=" + util::format_double(amount);
   }
   if (!resources.empty()) args.insert(args.end(), {"--resources", resources});
   if (!o.interface().empty()) args.insert(args.end(), {"--interface", o.interface()});
@@ -179,13 +169,11 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
       throw std::invalid_argument("worker argument '" + a + "' contains a space, which herd cannot pass");
     }
   }
-  std::string joined;
-  for (const auto& a : args) joined += (joined.empty() ? "" : " ") + a;
   s << "export HERD_ROLE=worker\n";
-  s << "export HERD_ROLE_ARGS=" << shell_quote(joined) << "\n";
+  s << "export HERD_ROLE_ARGS=" << util::shell_quote(util::join(args, " "), util::Quote::always) << "\n";
   const std::string exe = o.worker_executable().empty() ? process::self_executable() : o.worker_executable();
   // exec: the worker is the batch step's process, so Slurm's signals reach it directly.
-  s << "exec " << shell_quote(exe) << "\n";
+  s << "exec " << util::shell_quote(exe, util::Quote::always) << "\n";
   return s.str();
 }
 

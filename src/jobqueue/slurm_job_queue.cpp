@@ -9,6 +9,7 @@
 
 #include "common/logging.hpp"
 #include "common/security.hpp"
+#include "common/util.hpp"
 #include "herd/error.hpp"
 #include "herd/shell.hpp"
 #include "jobqueue/job_output.hpp"
@@ -16,19 +17,12 @@
 namespace herd::jobqueue {
 namespace {
 
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
-  std::size_t i = 0;
-  while (i < s.size() && s[i] == ' ') ++i;
-  return s.substr(i);
-}
-
 ShellResult run(std::vector<std::string> argv, double timeout_s) { return CommandRunner::run(std::move(argv), timeout_s); }
 
 /// Why a command failed, in its own words ("squeue did not answer within 30 s" when it hung).
 std::string failure(const ShellResult& r, const std::string& command, double timeout_s) {
   if (r.timed_out) return command + " did not answer within " + std::to_string(static_cast<int>(timeout_s)) + " s";
-  std::string why = trim(r.stderr_tail.empty() ? r.stdout_tail : r.stderr_tail);
+  std::string why = std::string(util::trim(r.stderr_tail.empty() ? r.stdout_tail : r.stderr_tail));
   if (why.empty()) why = command + " exited with code " + std::to_string(r.exit_code);
   return why;
 }
@@ -43,12 +37,6 @@ std::vector<std::string> fields(const std::string& line) {
     if (bar == std::string::npos) break;
     start = bar + 1;
   }
-  return out;
-}
-
-std::string join(const std::vector<std::string>& v, char sep) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : std::string(1, sep)) + s;
   return out;
 }
 
@@ -115,7 +103,7 @@ void SlurmJobQueue::submit(std::size_t count, SubmitDone done) {
       res.error = "cannot create the log directory " + log_dir + ": " + ec.message();
     } else {
       const auto r = run(argv, timeout);
-      std::string out = trim(r.stdout_tail);
+      std::string out = std::string(util::trim(r.stdout_tail));
       // --parsable: "<jobid>" or "<jobid>;<cluster>"; warnings may precede it on earlier lines.
       if (const auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
       const std::string array_id = out.substr(0, out.find(';'));
@@ -176,7 +164,7 @@ void SlurmJobQueue::poll(PollDone done) {
   runner().post([ids, timeout, done = std::move(done), this]() -> CommandRunner::Continuation {
     Answer a;
     // One squeue for the whole pool; -r lists array tasks one per line.
-    const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T|%r", "--jobs=" + join(ids, ',')}, timeout);
+    const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T|%r", "--jobs=" + util::join(ids, ",")}, timeout);
     if (r.ok() || (!r.timed_out && r.stderr_tail.find("Invalid job id") != std::string::npos)) {
       a.squeue_ok = true;  // "Invalid job id": none of them is in the queue any more
       std::istringstream lines(r.ok() ? r.stdout_tail : std::string());
@@ -190,7 +178,7 @@ void SlurmJobQueue::poll(PollDone done) {
       }
       if (!gone.empty()) {
         const auto s = run({"sacct", "--noheader", "--parsable2", "--allocations",
-                            "--format=JobID,State,ExitCode,Reason", "--jobs=" + join(gone, ',')},
+                            "--format=JobID,State,ExitCode,Reason", "--jobs=" + util::join(gone, ",")},
                            timeout);
         a.sacct_ok = s.ok();
         if (!s.ok()) a.sacct_error = failure(s, "sacct", timeout);
@@ -274,12 +262,12 @@ void SlurmJobQueue::close() {
   std::vector<std::string> argv = {"scancel"};
   argv.insert(argv.end(), ids.begin(), ids.end());
   const auto c = run(argv, options_.command_timeout_s);
-  if (!c.ok()) HERD_LOG(warning) << "scancel " << join(ids, ' ') << ": " << trim(c.stderr_tail);
+  if (!c.ok()) HERD_LOG(warning) << "scancel " << util::join(ids, " ") << ": " << std::string(util::trim(c.stderr_tail));
   // Wait (bounded) until squeue no longer lists them, so "no job left" holds when we return.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (std::chrono::steady_clock::now() < deadline) {
-    const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T", "--jobs=" + join(ids, ',')}, 10);
-    if (!r.ok() || trim(r.stdout_tail).empty()) break;
+    const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T", "--jobs=" + util::join(ids, ",")}, 10);
+    if (!r.ok() || util::trim(r.stdout_tail).empty()) break;
     bool all_gone = true;
     std::istringstream lines(r.stdout_tail);
     std::string line;

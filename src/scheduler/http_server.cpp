@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <fstream>
@@ -23,6 +24,7 @@
 #include "common/logging.hpp"
 #include "common/security.hpp"
 #include "common/status_view.hpp"
+#include "common/util.hpp"
 
 namespace herd::scheduler {
 
@@ -270,13 +272,20 @@ std::string label(const std::string& v) {
   return out;
 }
 
+// Prometheus' text format spells the numbers JSON lacks as Go's ParseFloat reads them.
+std::string sample_value(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return util::format_double(v);
+}
+
 struct Metrics {
   std::string text;
   void head(const char* name, const char* type, const char* help) {
     text += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
   }
   void sample(const std::string& name_and_labels, double v) {
-    text += name_and_labels + " " + sweep::json_number(v) + "\n";
+    text += name_and_labels + " " + sample_value(v) + "\n";
   }
 };
 }  // namespace

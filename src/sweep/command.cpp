@@ -3,15 +3,11 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/util.hpp"
 #include "sweep/metrics.hpp"
 
 namespace herd::sweep {
 namespace {
-
-bool shell_safe(char c) {
-  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
-         c == ',' || c == ':' || c == '/' || c == '=' || c == '+' || c == '@' || c == '%' || c == '-';
-}
 
 /// Walks a template, calling text(piece) for literal text and name(n) for each placeholder.
 template <typename Text, typename Name>
@@ -55,22 +51,6 @@ void walk(std::string_view t, Text&& text, Name&& name) {
 
 }  // namespace
 
-std::string shell_quote(std::string_view v) {
-  if (v.empty()) return "''";
-  bool safe = true;
-  for (const char c : v) safe = safe && shell_safe(c);
-  if (safe) return std::string(v);
-  std::string out = "'";
-  for (const char c : v) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
 std::set<std::string> placeholders(std::string_view tmpl) {
   std::set<std::string> out;
   walk(tmpl, [](std::string_view) {}, [&](const std::string& n) { out.insert(n); });
@@ -83,7 +63,7 @@ std::string fill_template(std::string_view tmpl, const std::map<std::string, std
        [&](const std::string& n) {
          const auto it = values.find(n);
          if (it == values.end()) unknown_placeholder(n, values);
-         out += quote ? shell_quote(it->second) : it->second;
+         out += quote ? util::shell_quote(it->second) : it->second;
        });
   return out;
 }

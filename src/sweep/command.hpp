@@ -17,10 +17,6 @@
 
 namespace herd::sweep {
 
-/// `v` as one word for /bin/sh: unchanged when it only has characters no shell treats
-/// specially, else in single quotes ('it'\''s').
-std::string shell_quote(std::string_view v);
-
 /// The placeholders (bare names in braces) of a template.
 std::set<std::string> placeholders(std::string_view tmpl);
 

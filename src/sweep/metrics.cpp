@@ -6,17 +6,12 @@
 #include <stdexcept>
 
 #include "common/json.hpp"
+#include "common/util.hpp"
 
 namespace herd::sweep {
 namespace {
 
 bool is_space(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\f' || c == '\v'; }
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && is_space(s.front())) s.remove_prefix(1);
-  while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
-  return s;
-}
 
 bool parse_number(std::string_view text, double& out) {
   if (text.empty()) return false;
@@ -64,13 +59,13 @@ ParsedMetrics parse_metrics(std::string_view output, bool truncated) {
     const std::string_view raw = output.substr(pos, end - pos);
     pos = end + 1;
     ++line_no;
-    const std::string_view line = trim(raw);
+    const std::string_view line = util::trim(raw);
     if (line.empty()) continue;
     last_line = line;
     if (line.substr(0, kMetricPrefix.size()) != kMetricPrefix) continue;
     std::string_view rest = line.substr(kMetricPrefix.size());
     if (!rest.empty() && !is_space(rest.front())) continue;  // e.g. "herd-metrics": not ours
-    rest = trim(rest);
+    rest = util::trim(rest);
     const std::string where = (truncated ? "metric line '" : "metric line " + std::to_string(line_no) + " '") +
                               shorten(line) + "'";
     if (rest.empty()) {
@@ -81,7 +76,7 @@ ParsedMetrics parse_metrics(std::string_view output, bool truncated) {
       std::size_t t = 0;
       while (t < rest.size() && !is_space(rest[t])) ++t;
       const std::string_view token = rest.substr(0, t);
-      rest = trim(rest.substr(t));
+      rest = util::trim(rest.substr(t));
       const auto eq = token.find('=');
       double value = 0;
       if (eq == std::string_view::npos || !valid_metric_name(token.substr(0, eq)) ||
@@ -96,15 +91,15 @@ ParsedMetrics parse_metrics(std::string_view output, bool truncated) {
   }
   if (!last_line.empty() && last_line.front() == '{') {
     try {
-      const Json doc = parse_json(last_line);
-      for (const auto& [name, v] : doc.object()) {
+      const json::Json doc = json::parse(last_line);
+      for (const auto& [name, v] : doc.items()) {
         if (v.is_number()) {
-          out.final[name] = v.number();
+          out.final[name] = v.get<double>();
         } else if (v.is_null()) {
           out.final[name] = std::nan("");  // how the JSON of a diverged run spells NaN
         } else if (v.is_string()) {
           double d = 0;
-          if (parse_number(v.string(), d)) out.final[name] = d;  // e.g. "nan" or "1e-3"
+          if (parse_number(v.get<std::string>(), d)) out.final[name] = d;  // e.g. "nan" or "1e-3"
         }
         // Other members (flags, paths, nested objects) are not metrics.
       }

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "common/json.hpp"
+#include "common/util.hpp"
 
 namespace herd::sweep {
 namespace {
@@ -17,25 +17,12 @@ std::string short_number(double v) {
 
 }  // namespace
 
-std::string format_duration(double seconds) {
-  if (!std::isfinite(seconds) || seconds < 0) return "?";
-  const long s = std::lround(seconds);
-  char buf[32];
-  if (s < 60) {
-    std::snprintf(buf, sizeof buf, "%ld s", s);
-  } else if (s < 3600) {
-    std::snprintf(buf, sizeof buf, "%ld:%02ld", s / 60, s % 60);
-  } else {
-    std::snprintf(buf, sizeof buf, "%ld:%02ld:%02ld", s / 3600, (s / 60) % 60, s % 60);
-  }
-  return buf;
-}
-
 ProgressView::ProgressView(Progress mode, std::ostream& out, bool is_tty, std::vector<std::string> params,
                            std::string objective)
-    : mode_(mode), out_(out), params_(std::move(params)), objective_(std::move(objective)) {
-  if (mode_ == Progress::automatic) mode_ = is_tty ? Progress::bar : Progress::lines;
-}
+    : mode_(mode == Progress::automatic ? (is_tty ? Progress::bar : Progress::lines) : mode),
+      bar_(out, mode_ == Progress::bar),
+      params_(std::move(params)),
+      objective_(std::move(objective)) {}
 
 std::string ProgressView::trial_line(const TrialResult& r, const std::string& objective,
                                      const std::vector<std::string>& order) {
@@ -70,9 +57,7 @@ std::string ProgressView::trial_line(const TrialResult& r, const std::string& ob
 std::string ProgressView::bar_text(const Counts& c, std::size_t width) const {
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   const std::size_t done = c.finished();
-  std::string bar = "[";
-  const std::size_t filled = c.total == 0 ? width : done * width / c.total;
-  bar += std::string(filled, '#') + std::string(width - filled, '-') + "] ";
+  std::string bar = util::ProgressBar::cells(done, c.total, width);
   bar += std::to_string(done) + "/" + std::to_string(c.total);
   bar += " ok " + std::to_string(c.ok);
   if (c.failed + c.timed_out > 0) bar += ", failed " + std::to_string(c.failed + c.timed_out);
@@ -83,15 +68,10 @@ std::string ProgressView::bar_text(const Counts& c, std::size_t width) const {
     char buf[32];
     std::snprintf(buf, sizeof buf, rate >= 1 ? "%.1f/s" : "%.2f/min", rate >= 1 ? rate : rate * 60);
     bar += std::string(", ") + buf;
-    if (done < c.total) bar += ", ETA " + format_duration(static_cast<double>(c.total - done) / rate);
+    if (done < c.total) bar += ", ETA " + util::format_duration(static_cast<double>(c.total - done) / rate);
   }
-  bar += ", " + format_duration(elapsed);
+  bar += ", " + util::format_duration(elapsed);
   return bar;
-}
-
-void ProgressView::clear_bar() {
-  if (bar_shown_) out_ << "\r\033[K";
-  bar_shown_ = false;
 }
 
 void ProgressView::trial_done(const TrialResult& r, const Counts& c, bool resumed) {
@@ -101,41 +81,30 @@ void ProgressView::trial_done(const TrialResult& r, const Counts& c, bool resume
     if (resumed) return;  // the count at the start says how many were taken from the file
     char prefix[32];
     std::snprintf(prefix, sizeof prefix, "[%zu/%zu] ", c.finished(), c.total);
-    out_ << prefix << trial_line(r, objective_, params_) << std::endl;
+    bar_.print(prefix + trial_line(r, objective_, params_));
     return;
   }
   // On the bar, only what needs attention gets a line of its own.
   if (!resumed && (r.status == TrialStatus::failed || r.status == TrialStatus::timeout)) {
-    clear_bar();
-    out_ << trial_line(r, objective_, params_) << "\n";
+    bar_.print(trial_line(r, objective_, params_));
   }
   tick(c);
 }
 
 void ProgressView::note(const std::string& text, const Counts& c) {
   if (mode_ == Progress::none) return;
-  clear_bar();
-  out_ << text << "\n";
-  if (mode_ == Progress::bar) {
-    tick(c);
-  } else {
-    out_.flush();
-  }
+  bar_.print(text);
+  tick(c);
 }
 
 void ProgressView::tick(const Counts& c) {
   if (mode_ != Progress::bar) return;
-  out_ << "\r\033[K" << bar_text(c, 24) << std::flush;
-  bar_shown_ = true;
+  bar_.update(bar_text(c, 24));
 }
 
 void ProgressView::finish(const Counts& c) {
-  if (mode_ == Progress::bar) {
-    tick(c);
-    out_ << "\n";
-    bar_shown_ = false;
-  }
-  out_.flush();
+  tick(c);
+  bar_.finish();
 }
 
 }  // namespace herd::sweep

@@ -1,5 +1,6 @@
 // What a running sweep shows: a bar redrawn in place on a terminal (counts, rate, ETA), or a
-// line per finished trial when stdout is a file or a pipe.
+// line per finished trial when stdout is a file or a pipe. The bar is common/progress_bar's,
+// the one herd::progress draws too.
 #pragma once
 
 #include <chrono>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/progress_bar.hpp"
 #include "herd/sweep.hpp"
 
 namespace herd::sweep {
@@ -43,17 +45,12 @@ class ProgressView {
                                 const std::vector<std::string>& params = {});
 
  private:
-  void clear_bar();
   Progress mode_;
-  std::ostream& out_;
+  util::ProgressBar bar_;
   std::vector<std::string> params_;
   std::string objective_;
   std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   std::size_t done_now_ = 0;  // trials finished by this run (what the rate is measured on)
-  bool bar_shown_ = false;
 };
-
-/// "1:02:03", "4:05" or "7 s".
-std::string format_duration(double seconds);
 
 }  // namespace herd::sweep

@@ -13,6 +13,7 @@
 
 #include "herd/error.hpp"
 #include "common/json.hpp"
+#include "common/util.hpp"
 
 namespace herd::sweep {
 namespace {
@@ -25,19 +26,27 @@ TrialStatus status_from(const std::string& s) {
   throw std::invalid_argument("unknown status '" + s + "'");
 }
 
+using json::Json;
+
+const Json* member(const Json& obj, const char* key) {
+  const auto it = obj.find(key);
+  return it == obj.end() ? nullptr : &*it;
+}
+
 std::string text_of(const Json& obj, const char* key) {
-  const Json* v = obj.find(key);
-  return v != nullptr && v->is_string() ? v->string() : std::string{};
+  const Json* v = member(obj, key);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : std::string{};
 }
 
 double number_of(const Json& obj, const char* key) {
-  const Json* v = obj.find(key);
-  return v != nullptr && v->is_number() ? v->number() : 0.0;
+  const Json* v = member(obj, key);
+  return v != nullptr && v->is_number() ? v->get<double>() : 0.0;
 }
 
-double metric_value(const Json& v) { return v.is_number() ? v.number() : std::nan(""); }
+// null is how JSON spells a NaN (a diverged run's loss).
+double metric_value(const Json& v) { return v.is_number() ? v.get<double>() : std::nan(""); }
 
-std::string csv_number(double v) { return format_double(v); }
+std::string csv_number(double v) { return util::format_double(v); }
 
 }  // namespace
 
@@ -62,53 +71,53 @@ std::string csv_field(const std::string& s) {
 
 std::string to_json_line(const RunRecord& r) {
   const TrialResult& t = r.result;
-  JsonWriter w;
-  w.field("trial", t.id)
-      .field("index", t.index)
-      .field("params", t.params)
-      .field("budget", t.budget)
-      .field("status", to_string(t.status))
-      .field("final", r.final)
-      .field("metrics", t.metrics)
-      .field("history", t.history)
-      .field("exit_code", t.exit_code)
-      .field("wall_time_s", t.wall_time_s)
-      .field("attempts", t.attempts)
-      .field("worker", t.worker)
-      .field("job_id", t.job_id)
-      .field("host", t.host)
-      .field("error", t.error)
-      .field("stderr_tail", r.stderr_tail)
-      .field("finished_at", r.finished_at);
-  return w.str();
+  Json j;
+  j["trial"] = t.id;
+  j["index"] = t.index;
+  j["params"] = t.params;
+  j["budget"] = t.budget;
+  j["status"] = to_string(t.status);
+  j["final"] = r.final;
+  j["metrics"] = t.metrics;
+  j["history"] = t.history;
+  j["exit_code"] = t.exit_code;
+  j["wall_time_s"] = t.wall_time_s;
+  j["attempts"] = t.attempts;
+  j["worker"] = t.worker;
+  j["job_id"] = t.job_id;
+  j["host"] = t.host;
+  j["error"] = t.error;
+  j["stderr_tail"] = r.stderr_tail;
+  j["finished_at"] = r.finished_at;
+  return json::dump(j);
 }
 
 RunRecord from_json_line(const std::string& line) {
-  const Json doc = parse_json(line);
+  const Json doc = json::parse(line);
   if (!doc.is_object()) throw std::invalid_argument("not a JSON object");
   RunRecord r;
   TrialResult& t = r.result;
   t.id = text_of(doc, "trial");
   if (t.id.empty()) throw std::invalid_argument("no trial id");
   t.index = static_cast<std::size_t>(number_of(doc, "index"));
-  const Json* params = doc.find("params");
+  const Json* params = member(doc, "params");
   if (params == nullptr || !params->is_object()) throw std::invalid_argument("no params");
-  for (const auto& [k, v] : params->object()) {
+  for (const auto& [k, v] : params->items()) {
     if (!v.is_string()) throw std::invalid_argument("parameter " + k + " is not text");
-    t.params[k] = v.string();
+    t.params[k] = v.get<std::string>();
   }
   t.budget = text_of(doc, "budget");
   t.status = status_from(text_of(doc, "status"));
-  const Json* fin = doc.find("final");
-  r.final = fin == nullptr || !fin->is_bool() || std::get<bool>(fin->value);
-  if (const Json* m = doc.find("metrics"); m != nullptr && m->is_object()) {
-    for (const auto& [k, v] : m->object()) t.metrics[k] = metric_value(v);
+  const Json* fin = member(doc, "final");
+  r.final = fin == nullptr || !fin->is_boolean() || fin->get<bool>();
+  if (const Json* m = member(doc, "metrics"); m != nullptr && m->is_object()) {
+    for (const auto& [k, v] : m->items()) t.metrics[k] = metric_value(v);
   }
-  if (const Json* h = doc.find("history"); h != nullptr && h->is_object()) {
-    for (const auto& [k, v] : h->object()) {
+  if (const Json* h = member(doc, "history"); h != nullptr && h->is_object()) {
+    for (const auto& [k, v] : h->items()) {
       if (!v.is_array()) continue;
       auto& values = t.history[k];
-      for (const Json& x : v.array()) values.push_back(metric_value(x));
+      for (const Json& x : v) values.push_back(metric_value(x));
     }
   }
   t.exit_code = static_cast<int>(number_of(doc, "exit_code"));

@@ -7,7 +7,7 @@
 #include <stdexcept>
 
 #include "herd/sweep.hpp"
-#include "common/json.hpp"
+#include "common/util.hpp"
 #include "sweep/metrics.hpp"
 
 namespace herd {
@@ -49,7 +49,7 @@ std::string round6(double v, double low, double high) {
   std::snprintf(buf, sizeof buf, "%.6g", v);
   double back = 0;
   std::from_chars(buf, buf + std::char_traits<char>::length(buf), back);
-  if (back < low || back > high) return sweep::format_double(v);
+  if (back < low || back > high) return util::format_double(v);
   return buf;
 }
 
@@ -145,7 +145,7 @@ SearchSpace& SearchSpace::grid(const std::string& name, std::vector<std::string>
 
 SearchSpace& SearchSpace::grid_numbers(const std::string& name, const std::vector<double>& values) {
   std::vector<std::string> text;
-  for (const double v : values) text.push_back(sweep::format_double(v));
+  for (const double v : values) text.push_back(util::format_double(v));
   return add({name, Kind::grid, std::move(text), 0, 0});
 }
 

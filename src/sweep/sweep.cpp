@@ -19,7 +19,8 @@
 #include "herd/sweep.hpp"
 #include "sweep/command.hpp"
 #include "sweep/halving.hpp"
-#include "common/json.hpp"
+#include "common/progress_bar.hpp"
+#include "common/util.hpp"
 #include "sweep/progress.hpp"
 #include "sweep/results.hpp"
 #include "sweep/trial_task.hpp"
@@ -210,7 +211,7 @@ std::string Sweep::Impl::describe(const std::string& id, std::size_t index, cons
   // What a user would type (values quoted); what runs takes them from the environment.
   if (!r.command.script.empty()) return sweep::fill_template(script, values(id, index, params, budget), true);
   std::string s;
-  for (const auto& a : r.command.argv) s += (s.empty() ? "" : " ") + sweep::shell_quote(a);
+  for (const auto& a : r.command.argv) s += (s.empty() ? "" : " ") + util::shell_quote(a);
   return s;
 }
 
@@ -308,7 +309,7 @@ Sweep& Sweep::top(std::size_t k) {
 
 std::vector<std::string> Sweep::describe() const {
   impl_->validate();
-  const std::string budget = impl_->halving ? sweep::format_double(impl_->halving->rungs().front()) : "";
+  const std::string budget = impl_->halving ? util::format_double(impl_->halving->rungs().front()) : "";
   std::vector<std::string> out;
   const std::vector<Params> trials = impl_->space.expand();
   for (std::size_t i = 0; i < trials.size(); ++i) {
@@ -347,7 +348,7 @@ class Sweep::Impl::Driver {
   RunRecord record_of(InFlight& job);
   void finish_trial(std::size_t t, bool resumed);
   std::string budget_text(std::size_t rung) const {
-    return rungs_.empty() ? std::string{} : sweep::format_double(rungs_[rung]);
+    return rungs_.empty() ? std::string{} : util::format_double(rungs_[rung]);
   }
   TrialResult fresh(std::size_t t) const {
     TrialResult r;
@@ -524,7 +525,7 @@ void Sweep::Impl::Driver::take(const Run& run, RunRecord rec, bool from_cache) {
     RunRecord stop;
     stop.result = latest_[s];
     stop.result.status = TrialStatus::stopped;
-    stop.result.error = "not in the best 1/" + sweep::format_double(s_.halving->eta()) + " at budget " +
+    stop.result.error = "not in the best 1/" + util::format_double(s_.halving->eta()) + " at budget " +
                         stop.result.budget;
     stop.final = true;
     stop.finished_at = sweep::utc_now();
@@ -564,8 +565,8 @@ SweepReport Sweep::Impl::Driver::run() {
   for (std::size_t t = 0; t < trials_.size(); ++t) pending_.push_back(Run{t, 0, 1});
   counts_.total = trials_.size();
 
-  const bool tty = ::isatty(STDOUT_FILENO) != 0;
-  view_ = std::make_unique<sweep::ProgressView>(s_.progress, std::cout, tty, s_.space.names(), s_.objective);
+  view_ = std::make_unique<sweep::ProgressView>(s_.progress, std::cout, util::is_terminal(std::cout), s_.space.names(),
+                                                s_.objective);
   {
     std::size_t known = 0;
     for (std::size_t t = 0; t < trials_.size(); ++t) {
@@ -574,9 +575,9 @@ SweepReport Sweep::Impl::Driver::run() {
     std::string head = "sweep: " + std::to_string(trials_.size()) + " trials";
     if (!rungs_.empty()) {
       head += ", budgets";
-      for (double b : rungs_) head += " " + sweep::format_double(b);
+      for (double b : rungs_) head += " " + util::format_double(b);
       head += s_.halving->asynchronous() ? " (ASHA" : " (successive halving";
-      head += ", eta " + sweep::format_double(s_.halving->eta()) + ")";
+      head += ", eta " + util::format_double(s_.halving->eta()) + ")";
     }
     if (!s_.results.empty()) head += "; results: " + store_->csv_path() + ", " + store_->jsonl_path();
     if (known > 0) head += "; " + std::to_string(known) + " found there";
@@ -772,7 +773,7 @@ std::string SweepReport::table(std::size_t k) const {
                 failed, timed_out, stopped);
   out += summary;
   if (resumed > 0) out += " (" + std::to_string(resumed) + " from an earlier run)";
-  out += "; " + std::to_string(runs) + " runs in " + sweep::format_duration(wall_time_s) + "\n";
+  out += "; " + std::to_string(runs) + " runs in " + util::format_duration(wall_time_s) + "\n";
   if (rows.empty()) return out;
   out += metric.empty() ? "first " + std::to_string(rows.size()) + " trials:\n"
                         : "best " + std::to_string(rows.size()) + " by " + metric + " (" +

@@ -1,7 +1,6 @@
 #include "sweep/trial_task.hpp"
 
 #include <cxxabi.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cmath>
@@ -10,6 +9,7 @@
 #include <typeinfo>
 
 #include "herd/remote.hpp"
+#include "common/util.hpp"
 #include "herd/sweep.hpp"
 #include "sweep/metrics.hpp"
 
@@ -25,11 +25,7 @@ constexpr std::size_t kTailBytes = 2048;
 std::string current_exception_type() {
   const std::type_info* t = abi::__cxa_current_exception_type();
   if (t == nullptr) return "unknown exception";
-  int status = 0;
-  char* name = abi::__cxa_demangle(t->name(), nullptr, nullptr, &status);
-  std::string out = status == 0 && name != nullptr ? name : t->name();
-  std::free(name);
-  return out;
+  return util::demangle(t->name());
 }
 
 std::string last_line(const std::string& text) {
@@ -128,8 +124,7 @@ TrialOutput run_trial(TrialRequest request) {
   } else if (const char* sjob = std::getenv("SLURM_JOB_ID")) {
     out.job_id = sjob;
   }
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) == 0) out.host = host;
+  out.host = util::hostname();
   // Caught here rather than left to the worker, so that the record still says where it ran.
   try {
     if (request.function.empty()) {

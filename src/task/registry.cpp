@@ -1,27 +1,18 @@
 // The function registry: name -> invoker, filled at static-init time by HERD_TASK (and by
 // dlopen of task libraries). One instance per process, in libherd.so.
-#include <cxxabi.h>
 #include <dlfcn.h>
 
-#include <cstdlib>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
 
+#include "common/util.hpp"
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
 #include "herd/shell.hpp"
 
 namespace herd::detail {
 namespace {
-
-std::string demangle(const char* name) {
-  int status = 0;
-  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  std::string s = (status == 0 && out != nullptr) ? out : name;
-  std::free(out);
-  return s;
-}
 
 class Registry {
  public:
@@ -77,9 +68,9 @@ const std::string& function_name(const void* address, const char* signature) {
   if (const std::string* name = Registry::instance().name_of(address)) return *name;
   std::string symbol;
   Dl_info info{};
-  if (::dladdr(address, &info) != 0 && info.dli_sname != nullptr) symbol = demangle(info.dli_sname);
+  if (::dladdr(address, &info) != 0 && info.dli_sname != nullptr) symbol = util::demangle(info.dli_sname);
   std::string what = "function ";
-  what += symbol.empty() ? "of type " + demangle(signature) : "'" + symbol + "'";
+  what += symbol.empty() ? "of type " + util::demangle(signature) : "'" + symbol + "'";
   what += " was never registered: add HERD_TASK(";
   what += symbol.empty() ? "fn" : symbol.substr(0, symbol.find('('));
   what += ") at namespace scope, next to its definition";

@@ -17,6 +17,7 @@
 #include "common/logging.hpp"
 #include "common/net.hpp"
 #include "common/process.hpp"
+#include "common/util.hpp"
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
 #include "task/log_capture.hpp"
@@ -30,19 +31,8 @@ namespace {
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_drain_signals{0};
 
-std::string demangle(const char* name) {
-  int status = 0;
-  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
-  std::string s = (status == 0 && out != nullptr) ? out : name;
-  std::free(out);
-  return s;
-}
-
-std::string hostname() {
-  char host[256] = {};
-  ::gethostname(host, sizeof host - 1);
-  return host;
-}
+using util::demangle;
+using util::hostname;
 
 /// Substitutes input values into the argument array; false if the refs do not fit the args.
 bool substitute(msgpack::object& args, const protocol::ArgRef& ref, const msgpack::object& value) {

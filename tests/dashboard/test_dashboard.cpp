@@ -1,5 +1,5 @@
 // The scheduler's dashboard page in a real headless Chromium (Debian's `chromium`, installed by
-// scripts/setup.sh): after a map, the page's own script must have fetched api/status and show
+// scripts/test.sh): after a map, the page's own script must have fetched api/status and show
 // the worker count and the finished-task count. HERD_DASHBOARD_SCREENSHOT=path.png also saves
 // a screenshot (the README's docs/dashboard.png is made this way).
 #include <doctest/doctest.h>
@@ -56,7 +56,7 @@ std::string element_text(const std::string& dom, const std::string& id) {
 
 TEST_CASE("Dashboard.Chromium.ShowsWorkersAndFinishedTasks" * doctest::timeout(120)) {
   REQUIRE_MESSAGE(std::system("command -v chromium > /dev/null 2>&1") == 0,
-                  "chromium is not installed (scripts/setup.sh installs it)");
+                  "chromium is not installed (scripts/test.sh installs it)");
   herd::Client client{herd::LocalCluster{3}};
   std::vector<int> xs(60);
   for (int i = 0; i < 60; ++i) xs[static_cast<std::size_t>(i)] = i;

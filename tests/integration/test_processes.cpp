@@ -18,6 +18,7 @@
 #include <herd/herd.hpp>
 
 #include "common/process.hpp"
+#include "protocol/messages.hpp"
 #include "support/process_util.hpp"
 
 using namespace std::chrono_literals;
@@ -44,6 +45,20 @@ TEST_CASE("Child.HoldCluster" * doctest::skip(std::getenv("HERD_TEST_CHILD_FILE"
   auto f = client.submit(sleep_forever, 0);
   std::ofstream(std::getenv("HERD_TEST_CHILD_FILE")) << "ready\n";
   f.wait();
+}
+
+// What a user compares when a client and a scheduler refuse each other: herd's version and the
+// wire protocol version the code speaks.
+TEST_CASE("Processes.Cli.Version" * doctest::timeout(30)) {
+  const std::string expected = std::string("herd ") + HERD_VERSION + " (wire protocol " +
+                               std::to_string(herd::protocol::kProtocolVersion) + ")\n";
+  for (const char* command : {"version", "--version"}) {
+    INFO(command);
+    const herd::ShellResult r = herd::shell(herd::ShellCommand{std::vector<std::string>{HERD_CLI_PATH, command}});
+    CHECK(r.exit_code == 0);
+    CHECK(r.stdout_tail == expected);
+    CHECK(r.stderr_tail.empty());
+  }
 }
 
 TEST_CASE("Processes.KilledClient.NoOrphans" * doctest::timeout(60)) {

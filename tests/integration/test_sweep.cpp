@@ -22,7 +22,7 @@
 #include <herd/herd.hpp>
 
 #include "common/process.hpp"
-#include "sweep/command.hpp"
+#include "common/util.hpp"
 #include "sweep/results.hpp"
 
 using namespace std::chrono_literals;
@@ -551,8 +551,8 @@ std::string herd_cli() {
 
 /// Runs `herd ARGS...` in `cwd`; returns the exit code, stdout+stderr in `output`.
 int run_cli(const std::vector<std::string>& args, const std::string& cwd, std::string& output) {
-  std::string line = "cd " + herd::sweep::shell_quote(cwd) + " && " + herd::sweep::shell_quote(herd_cli());
-  for (const auto& a : args) line += " " + herd::sweep::shell_quote(a);
+  std::string line = "cd " + herd::util::shell_quote(cwd) + " && " + herd::util::shell_quote(herd_cli());
+  for (const auto& a : args) line += " " + herd::util::shell_quote(a);
   const herd::ShellResult r = herd::shell(herd::ShellCommand{line + " 2>&1"});
   output = r.stdout_tail;
   return r.exit_code;
@@ -596,7 +596,18 @@ TEST_CASE("Sweep.Cli.PrintsTheTableAndWritesTheFiles" * doctest::timeout(90)) {
   CHECK(run_cli({"sweep", "--dry-run", "--grid", "name=a b,c", "--", "echo {name} > out-{name}.txt"}, dir.path, out) == 0);
   CHECK(out == "echo 'a b' > out-'a b'.txt\necho c > out-c.txt\n");
 
-  // Mistakes are named.
+  // A sweep file's numbers reach the command as written in the file.
+  std::ofstream(dir / "written.toml") << "[grid]\nlr = [1e-4, 0.10, 3]\n";
+  CHECK(run_cli({"sweep", "--file", "written.toml", "--dry-run", "--", "echo {lr}"}, dir.path, out) == 0);
+  CHECK(out == "echo 1e-4\necho 0.10\necho 3\n");
+
+  // Mistakes are named, in a sweep file with their place.
+  std::ofstream(dir / "bad.toml") << "metric = \"loss\"\nsamples = \"ten\"\n[grid]\nx = [1, 2]\n";
+  CHECK(run_cli({"sweep", "--file", "bad.toml", "--dry-run", "--", "echo {x}"}, dir.path, out) == 2);
+  CHECK(out.find("bad.toml:2:11: samples: expected a number, got the string \"ten\"") != std::string::npos);
+  std::ofstream(dir / "bad.toml") << "[grid\nx = [1, 2]\n";
+  CHECK(run_cli({"sweep", "--file", "bad.toml", "--dry-run", "--", "echo {x}"}, dir.path, out) == 2);
+  CHECK(out.find("bad.toml:1:6: ") != std::string::npos);
   CHECK(run_cli({"sweep", "--grid", "x=1,2", "--", "echo {y}"}, dir.path, out) == 2);
   CHECK(out.find("placeholder {y} is not a parameter") != std::string::npos);
   CHECK(run_cli({"sweep", "--grid", "x=1", "--early-stop", "sh", "--", "echo {x}"}, dir.path, out) == 2);

@@ -15,7 +15,7 @@
 #include <herd/herd.hpp>
 
 #include "common/process.hpp"
-#include "sweep/command.hpp"
+#include "common/util.hpp"
 #include "sweep/results.hpp"
 
 using namespace std::chrono_literals;
@@ -107,7 +107,7 @@ TEST_CASE("Sweep.Slurm.CommandLineWithAConfigurationFile" * doctest::timeout(300
                                        << "log_directory = \"" << dir << "/logs\"\njobs = 2\n";
   const fs::path cli = fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd";
   REQUIRE(fs::exists(cli));
-  const std::string line = "cd " + herd::sweep::shell_quote(dir) + " && " + herd::sweep::shell_quote(cli.string()) +
+  const std::string line = "cd " + herd::util::shell_quote(dir) + " && " + herd::util::shell_quote(cli.string()) +
                            " sweep --config cluster.toml --grid x=3,1,2 --metric loss --progress lines "
                            "-- 'echo herd-metric loss={x}' 2>&1";
   const herd::ShellResult r = herd::shell(herd::ShellCommand{line});

@@ -108,9 +108,9 @@ TEST_CASE("Slurm.JobScript.RefusesLineBreaksNamingTheOption") {
                                          "tcp://login1:8786");
   CHECK(s.find("#SBATCH --job-name=herd-run\n") != std::string::npos);
   CHECK(s.find("\n\techo indented\n") != std::string::npos);
-  // From a configuration file, too (its parser reads a line at a time, so no newline gets
-  // through it; another control character does, and is refused the same way).
-  std::istringstream in("[pool.cpu]\npartition = \"cpu\x1b[2J\"\n");
+  // From a configuration file, too: TOML refuses a raw control character in a string, but an
+  // escaped one (\u001b, \n) gets through the parser and is refused the same way.
+  std::istringstream in("[pool.cpu]\npartition = \"cpu\\u001b[2J\"\n");
   const auto c = parse_config(in, "c.toml");
   REQUIRE(c.pools.size() == 1);
   CHECK_THROWS_WITH_AS(herd::job_script(c.pools[0].options, "tcp://h:1"),
@@ -173,13 +173,181 @@ jobs = 2
   CHECK(c2.pools[0].adapt_maximum == 10);
 }
 
+TEST_CASE("Slurm.Config.TablesForEnvAndResources") {
+  std::istringstream in(R"(
+[pool.cpu]
+partition = "cpu"
+walltime = 00:30:00          # unquoted: a TOML time, read as Slurm's HH:MM:SS
+
+[pool.cpu.env]
+OMP_NUM_THREADS = "4"
+THREADS = 8
+SCALE = 1.50
+VERBOSE = true
+
+[pool.cpu.resources]
+bigmem = 2
+scratch = 0.5
+
+[pool.a_later_pool]
+env = ["A=1", "B=x=y"]
+resources = ["bigmem=1.5"]
+
+[pool.inline]
+env = { NOTE = "café 🐑", SCALE = 2.50, TINY = 1e-4 }
+)");
+  const auto c = parse_config(in, "tables.toml");
+  REQUIRE(c.pools.size() == 3);
+  const auto& o = c.pools[0].options;  // the file's order, not the names'
+  CHECK(o.pool() == "cpu");
+  CHECK(o.walltime() == "00:30:00");
+  CHECK(o.env() == herd::SlurmOptions::Env{{"OMP_NUM_THREADS", "4"}, {"THREADS", "8"}, {"SCALE", "1.50"}, {"VERBOSE", "true"}});
+  CHECK(o.resources() == herd::SlurmOptions::Resources{{"bigmem", 2.0}, {"scratch", 0.5}});
+  const auto& later = c.pools[1].options;
+  CHECK(later.pool() == "a_later_pool");
+  CHECK(later.env() == herd::SlurmOptions::Env{{"A", "1"}, {"B", "x=y"}});
+  CHECK(later.resources().at("bigmem") == 1.5);
+  // Numbers as written, also after characters of several bytes on the same line.
+  CHECK(c.pools[2].options.env() ==
+        herd::SlurmOptions::Env{{"NOTE", "caf\xc3\xa9 \xf0\x9f\x90\x91"}, {"SCALE", "2.50"}, {"TINY", "1e-4"}});
+}
+
+TEST_CASE("Slurm.Config.WriteThenReadGivesTheSameOptions") {
+  // Strings a shell or a TOML writer could get wrong: quotes of both kinds, backslashes, newlines,
+  // tabs, control characters, Unicode, TOML's own syntax, and empty values.
+  const std::string awkward =
+      "it's \"quoted\" \\ back\\slash\nnew line\ttab \x01 caf\xc3\xa9 \xf0\x9f\x90\x91 [x] = # ''' \"\"\"";
+  herd::jobqueue::SchedulerConfig c;
+  c.listen = "tcp://0.0.0.0:8786";
+  herd::jobqueue::PoolConfig p;
+  p.kind = "slurm";
+  p.options.pool("zeta pool \"q\"")
+      .cores(8)
+      .nthreads(3)
+      .gpus(2)
+      .memory("16G")
+      .partition(awkward)
+      .account("")
+      .qos("high")
+      .walltime("1-02:03:04")
+      .job_name("job\\name")
+      .log_directory("/scratch/\xc3\xa9t\xc3\xa9 logs")
+      .worker_executable("/home/me/bin/train \"v2\"")
+      .warning_signal("USR2")
+      .interface("ib0")
+      .warning_seconds(120)
+      .retire_before(300)
+      .jobs(5)
+      .job_extra_directives({"--constraint=\"a100|h100\"", awkward})
+      .job_script_prologue({"module load cuda/12", "echo \"$HOME\" 'x'\\n", ""})
+      .worker_extra_args({"--load", "/home/me/lib-tasks.so"})
+      .env({{"NOTE", awkward}, {"EMPTY", ""}, {"PATHS", "a:b\\c"}})
+      .resources({{"bigmem", 2}, {"frac", 0.1}, {"huge", 1e300}, {"tiny", 1e-300}});
+  p.adapt_minimum = 1;
+  p.adapt_maximum = 7;
+  p.idle_timeout_s = 42;
+  herd::jobqueue::PoolConfig local;
+  local.kind = "local";
+  local.options.pool("alpha");  // after "zeta..." in the file, as in the configuration
+  c.pools = {p, local};
+
+  const std::string text = herd::jobqueue::to_toml(c);
+  INFO(text);
+  std::istringstream in(text);
+  const auto back = parse_config(in, "generated");
+  CHECK(back.listen == c.listen);
+  REQUIRE(back.pools.size() == 2);
+  const auto& q = back.pools[0];
+  const auto& o = p.options;
+  CHECK(q.kind == "slurm");
+  CHECK(q.options.pool() == o.pool());
+  CHECK(q.options.cores() == 8);
+  CHECK(q.options.nthreads() == 3);
+  CHECK(q.options.gpus() == 2);
+  CHECK(q.options.memory() == o.memory());
+  CHECK(q.options.partition() == awkward);
+  CHECK(q.options.account().empty());
+  CHECK(q.options.qos() == o.qos());
+  CHECK(q.options.walltime() == o.walltime());
+  CHECK(q.options.job_name() == o.job_name());
+  CHECK(q.options.log_directory() == o.log_directory());
+  CHECK(q.options.worker_executable() == o.worker_executable());
+  CHECK(q.options.warning_signal() == "USR2");
+  CHECK(q.options.interface() == "ib0");
+  CHECK(q.options.warning_seconds() == 120);
+  CHECK(q.options.retire_before() == 300);
+  CHECK(q.options.jobs() == 5);
+  CHECK(q.options.job_extra_directives() == o.job_extra_directives());
+  CHECK(q.options.job_script_prologue() == o.job_script_prologue());
+  CHECK(q.options.worker_extra_args() == o.worker_extra_args());
+  CHECK(q.options.env() == o.env());
+  CHECK(q.options.resources() == o.resources());  // exact doubles, not rounded
+  CHECK(q.adapt_minimum == 1);
+  CHECK(q.adapt_maximum == 7);
+  CHECK(q.idle_timeout_s == 42);
+  CHECK(back.pools[1].kind == "local");
+  CHECK(back.pools[1].options.pool() == "alpha");
+  CHECK(back.pools[1].options.log_directory() == local.options.log_directory());
+  CHECK(back.pools[1].adapt_minimum == -1);
+  // The values hold newlines, so no job script can be made of either; both are refused alike.
+  auto refusal = [](const herd::SlurmOptions& so) -> std::string {
+    try {
+      (void)herd::job_script(so, "tcp://h:1");
+    } catch (const std::invalid_argument& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  CHECK(refusal(q.options).find("contains a newline") != std::string::npos);
+  CHECK(refusal(q.options) == refusal(o));
+  // Writing what was read gives the same text again.
+  CHECK(herd::jobqueue::to_toml(back) == text);
+
+  // Bytes that are not UTF-8 cannot be written to TOML: refused by name, not changed.
+  herd::jobqueue::SchedulerConfig bad;
+  bad.pools = {p};
+  bad.pools[0].options.log_directory("/scratch/\xe9t\xe9");  // Latin-1
+  CHECK_THROWS_WITH_AS(herd::jobqueue::to_toml(bad), doctest::Contains("log_directory is not UTF-8"),
+                       std::invalid_argument);
+}
+
 TEST_CASE("Slurm.Config.ErrorsNameTheProblem") {
-  std::istringstream typo("[pool.cpu]\npartiton = \"cpu\"\n");
-  CHECK_THROWS_WITH_AS(parse_config(typo, "c.toml"), doctest::Contains("unknown key 'partiton'"), std::invalid_argument);
-  std::istringstream bad_int("[pool.cpu]\ncores = \"four\"\n");
-  CHECK_THROWS_WITH_AS(parse_config(bad_int, "c.toml"), doctest::Contains("cores must be an integer"), std::invalid_argument);
-  std::istringstream half_adapt("[pool.cpu]\nadapt_minimum = 1\n");
-  CHECK_THROWS_WITH_AS(parse_config(half_adapt, "c.toml"), doctest::Contains("adapt_maximum"), std::invalid_argument);
-  std::istringstream stray("[nonsense]\nx = 1\n");
-  CHECK_THROWS_WITH_AS(parse_config(stray, "c.toml"), doctest::Contains("c.toml"), std::invalid_argument);
+  // Every message starts with file:line:column, then the section, then what is wrong.
+  auto error_of = [](const std::string& text) {
+    std::istringstream in(text);
+    try {
+      (void)parse_config(in, "c.toml");
+    } catch (const std::invalid_argument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("[pool.cpu]\npartiton = \"cpu\"\n") == "c.toml:2:1: [pool.cpu] unknown key 'partiton'");
+  CHECK(error_of("[pool.cpu]\nmemory = \"8G\"\ncores = \"four\"\n") ==
+        "c.toml:3:9: [pool.cpu] cores must be an integer, got the string \"four\"");
+  CHECK(error_of("[pool.cpu]\ncores = 99999999999\n") == "c.toml:2:9: [pool.cpu] cores is out of range: 99999999999");
+  CHECK(error_of("[pool.cpu]\nkind = \"cloud\"\n") == "c.toml:2:8: [pool.cpu] kind must be slurm or local, got 'cloud'");
+  CHECK(error_of("[pool.cpu]\njob_script_prologue = [\"ok\", 3]\n") ==
+        "c.toml:2:30: [pool.cpu] job_script_prologue must be an array of strings, but holds an integer");
+  CHECK(error_of("[pool.cpu]\nenv = [\"NOEQUALS\"]\n") == "c.toml:2:7: [pool.cpu] env: expected NAME=VALUE, got 'NOEQUALS'");
+  CHECK(error_of("[pool.cpu.env]\nA = [1]\n") == "c.toml:2:5: [pool.cpu] env.A must be a string, got an array");
+  CHECK(error_of("[pool.cpu.resources]\nbigmem = \"lots\"\n") ==
+        "c.toml:2:10: [pool.cpu] resources.bigmem must be a number, got the string \"lots\"");
+  CHECK(error_of("[pool.cpu]\nresources = [\"bigmem=lots\"]\n") ==
+        "c.toml:2:13: [pool.cpu] resources: amount of 'bigmem' is not a number");
+  CHECK(error_of("[pool.cpu]\nadapt_minimum = 1\n") ==
+        "c.toml:1:7: [pool.cpu] adapt_minimum and adapt_maximum go together, minimum <= maximum");
+  CHECK(error_of("[scheduler]\nlisten = \"tcp://*:1\"\nport = 1\n") == "c.toml:3:1: [scheduler] unknown key 'port'");
+  CHECK(error_of("\n[nonsense]\nx = 1\n") ==
+        "c.toml:2:2: unexpected key 'nonsense' (sections are [scheduler] and [pool.NAME])");
+  // Errors of TOML itself, from toml++, with their place.
+  CHECK(error_of("[pool.cpu]\ncores = 4\ncores = 5\n").rfind("c.toml:3:", 0) == 0);
+  const std::string unterminated = error_of("[pool.cpu]\nmemory = \"8G\n");
+  CHECK(unterminated.rfind("c.toml:2:", 0) == 0);
+  CHECK(unterminated.find("string") != std::string::npos);
+  // Columns count characters, not bytes (the é before is one).
+  CHECK(error_of("[pool.cpu]\npartition = \"caf\xc3\xa9\" junk\n").rfind("c.toml:2:20: ", 0) == 0);
+  // A missing file is named.
+  CHECK_THROWS_WITH_AS(herd::jobqueue::load_config("/nonexistent/cluster.toml"),
+                       doctest::Contains("/nonexistent/cluster.toml"), std::invalid_argument);
 }

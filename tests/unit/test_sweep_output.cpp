@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -15,7 +16,9 @@
 #include "herd/shell.hpp"
 #include "sweep/command.hpp"
 #include "common/json.hpp"
+#include "common/util.hpp"
 #include "sweep/metrics.hpp"
+#include "sweep/progress.hpp"
 #include "sweep/results.hpp"
 
 using namespace herd::sweep;
@@ -92,6 +95,10 @@ TEST_CASE("Sweep.Metrics.MalformedOutputIsAFailureWithTheReason" * doctest::time
   CHECK(parse_metrics("herd-metrics are great\nherd-metricloss=1\n").error.empty());
   CHECK(parse_metrics("{\"loss\": oops}\nlast line\n").error.empty());
   CHECK(parse_metrics("").final.empty());
+  // A JSON object with bytes that are not UTF-8 (a Latin-1 name) still gives its metrics.
+  const ParsedMetrics latin1 = parse_metrics("{\"loss\": 0.25, \"run\": \"caf\xe9\"}\n");
+  CHECK(latin1.error.empty());
+  CHECK(latin1.final.at("loss") == 0.25);
 }
 
 TEST_CASE("Sweep.Metrics.TruncatedOutputSkipsTheCutLine" * doctest::timeout(10)) {
@@ -111,8 +118,8 @@ TEST_CASE("Sweep.Command.PlaceholdersAndQuoting" * doctest::timeout(10)) {
   CHECK_THROWS_WITH_AS(fill_template("--lr {lrr}", v, true), doctest::Contains("{lrr}"), std::invalid_argument);
   // Through a real shell: each value stays one word, nothing is expanded.
   CHECK(sh_words(fill_template("{name} {empty} {glob} {lr}", v, true)) == "[it's a b]\n[]\n[*]\n[0.01]\n");
-  CHECK(shell_quote("a$(rm -rf x)`b`") == "'a$(rm -rf x)`b`'");
-  CHECK(shell_quote("-3.5e-4") == "-3.5e-4");
+  CHECK(herd::util::shell_quote("a$(rm -rf x)`b`") == "'a$(rm -rf x)`b`'");
+  CHECK(herd::util::shell_quote("-3.5e-4") == "-3.5e-4");
 }
 
 TEST_CASE("Sweep.Command.ValuesAreNeverEvaluatedByTheShell" * doctest::timeout(30)) {
@@ -164,28 +171,54 @@ TEST_CASE("Sweep.Command.ValuesAreNeverEvaluatedByTheShell" * doctest::timeout(3
 }
 
 TEST_CASE("Sweep.Json.RoundTrip" * doctest::timeout(10)) {
-  JsonWriter w;
-  w.field("s", "a\"b\\c\n\t\x01")
-      .field("n", 0.1)
-      .field("big", 1e300)
-      .field("nan", std::nan(""))
-      .field("yes", true)
-      .field("p", std::map<std::string, std::string>{{"k", "v"}})
-      .field("h", std::map<std::string, std::vector<double>>{{"loss", {1, 0.5}}});
-  const Json doc = parse_json(w.str());
-  CHECK(doc.find("s")->string() == "a\"b\\c\n\t\x01");
-  CHECK(doc.find("n")->number() == 0.1);
-  CHECK(doc.find("big")->number() == 1e300);
-  CHECK(doc.find("nan")->is_null());
-  CHECK(std::get<bool>(doc.find("yes")->value));
-  CHECK(doc.find("p")->find("k")->string() == "v");
-  CHECK(doc.find("h")->find("loss")->array().size() == 2);
-  CHECK(parse_json(R"("\u00e9\ud83d\ude00")").string() == "\xc3\xa9\xf0\x9f\x98\x80");
-  CHECK_THROWS_AS(parse_json("{\"a\": 1"), std::invalid_argument);
-  CHECK_THROWS_AS(parse_json("[1,]"), std::invalid_argument);
-  CHECK_THROWS_AS(parse_json(std::string(1000, '[')), std::invalid_argument);  // too deep, not a crash
-  CHECK(format_double(0.1) == "0.1");
-  CHECK(format_double(32) == "32");
+  // A results line with every awkward value a run can leave: quotes, backslashes, control
+  // characters, Unicode, bytes that are not UTF-8 (a program's raw output), NaN and infinity.
+  RunRecord r;
+  r.result.id = "t\"1\\";
+  r.result.index = 7;
+  r.result.params = {{"name", "a\"b\\c\n\t\x01\u00e9\U0001f600"}, {"lr", "1e-4"}};
+  r.result.budget = "3";
+  r.result.status = herd::TrialStatus::failed;
+  r.final = false;
+  r.result.metrics = {{"loss", 0.1}, {"big", 1e300}, {"nan", std::nan("")}, {"inf", HUGE_VAL}};
+  r.result.history = {{"loss", {1, 0.5}}};
+  r.result.exit_code = -3;
+  r.result.wall_time_s = 1.25;
+  r.result.attempts = 2;
+  r.stderr_tail = std::string("bad \xff\xfe bytes\n");
+  const std::string line = to_json_line(r);
+  CHECK(line.find('\n') == std::string::npos);  // one line
+  CHECK(line.rfind("{\"trial\":", 0) == 0);     // members in the order written
+  const RunRecord back = from_json_line(line);
+  CHECK(back.result.id == r.result.id);
+  CHECK(back.result.index == 7);
+  CHECK(back.result.params == r.result.params);
+  CHECK(back.result.budget == "3");
+  CHECK(back.result.status == herd::TrialStatus::failed);
+  CHECK(!back.final);
+  CHECK(back.result.metrics.at("loss") == 0.1);
+  CHECK(back.result.metrics.at("big") == 1e300);
+  CHECK(std::isnan(back.result.metrics.at("nan")));  // JSON has no NaN: null, read back as NaN
+  CHECK(std::isnan(back.result.metrics.at("inf")));
+  CHECK(back.result.history.at("loss") == std::vector<double>{1, 0.5});
+  CHECK(back.result.exit_code == -3);
+  CHECK(back.result.wall_time_s == 1.25);
+  CHECK(back.result.attempts == 2);
+  CHECK(back.stderr_tail == "bad \xef\xbf\xbd\xef\xbf\xbd bytes\n");  // U+FFFD for each bad byte
+  // A line of an older herd, which wrote such bytes as they were, reads the same way.
+  CHECK(from_json_line("{\"trial\":\"a\",\"params\":{},\"status\":\"ok\",\"stderr_tail\":\"x\xffy\"}").stderr_tail ==
+        "x\xef\xbf\xbdy");
+
+  using herd::json::parse;
+  CHECK(parse(R"("\u00e9\ud83d\ude00")") == "\xc3\xa9\xf0\x9f\x98\x80");
+  CHECK_THROWS_WITH_AS(parse("{\"a\": 1"), doctest::Contains("line 1, column 8"), std::invalid_argument);
+  CHECK_THROWS_AS(parse("[1,]"), std::invalid_argument);
+  CHECK_THROWS_AS(parse("[1e999]"), std::invalid_argument);
+  CHECK_THROWS_AS(parse(std::string(1000, '[')), std::invalid_argument);
+  // Deep nesting from a program's output is read without recursion, not a crash.
+  CHECK(parse(std::string(100000, '[') + std::string(100000, ']')).is_array());
+  CHECK(herd::util::format_double(0.1) == "0.1");
+  CHECK(herd::util::format_double(32) == "32");
 }
 
 TEST_CASE("Sweep.Results.CsvAndJsonLinesAndACutLine" * doctest::timeout(10)) {
@@ -247,4 +280,50 @@ TEST_CASE("Sweep.Results.CsvAndJsonLinesAndACutLine" * doctest::timeout(10)) {
   CHECK(again.previous().size() == 3);
   CHECK(again.unreadable_lines() == 1);
   std::filesystem::remove_all(std::filesystem::path(prefix).parent_path());
+}
+
+TEST_CASE("Sweep.Progress.LinesOrABarRedrawnInPlace" * doctest::timeout(10)) {
+  herd::TrialResult a;
+  a.id = "aaaa";
+  a.params = {{"lr", "0.1"}};
+  a.status = herd::TrialStatus::ok;
+  a.metrics = {{"loss", 0.5}};
+  a.wall_time_s = 1.25;
+  herd::TrialResult b = a;
+  b.status = herd::TrialStatus::failed;
+  b.error = "exit code 3";
+  Counts c;
+  c.total = 2;
+  {
+    // Not a terminal: a line per trial, counted.
+    std::ostringstream out;
+    ProgressView view(herd::Progress::automatic, out, false, {"lr"}, "loss");
+    CHECK(view.mode() == herd::Progress::lines);
+    c.ok = 1;
+    view.trial_done(a, c, false);
+    c.failed = 1;
+    view.trial_done(b, c, false);
+    view.finish(c);
+    CHECK(out.str() == "[1/2] ok      lr=0.1  loss=0.5  1.2 s\n"
+                       "[2/2] failed  lr=0.1  loss=0.5  (exit code 3)  1.2 s\n");
+  }
+  {
+    // A terminal: the bar redrawn in place; only the failure gets a line of its own, above it.
+    std::ostringstream out;
+    ProgressView view(herd::Progress::automatic, out, true, {"lr"}, "loss");
+    CHECK(view.mode() == herd::Progress::bar);
+    c = Counts{};
+    c.total = 2;
+    c.ok = 1;
+    view.trial_done(a, c, false);
+    c.failed = 1;
+    view.trial_done(b, c, false);
+    view.finish(c);
+    const std::string s = out.str();
+    CHECK(s.rfind("\r[############------------] 1/2 ok 1, running 0, ", 0) == 0);
+    CHECK(s.find("\r\033[Kfailed  lr=0.1  loss=0.5  (exit code 3)  1.2 s\n\r[########################] 2/2 ok 1, failed 1") !=
+          std::string::npos);
+    CHECK(s.back() == '\n');
+    CHECK(std::count(s.begin(), s.end(), '\n') == 2);
+  }
 }
