@@ -129,7 +129,14 @@ std::vector<std::string> Pool::poll(std::vector<std::pair<std::string, std::stri
       if (jobs_.count(job.id)) job_ended(job, cancelled_.count(job.id) > 0);
       jobs_.erase(job.id);
       cancelled_.erase(job.id);
+      requeued_.erase(job.id);
     } else if (auto it = jobs_.find(job.id); it != jobs_.end()) {
+      // Running, then pending again: the batch system requeued it (a node failure, scontrol
+      // requeue). Its worker may still be registered, silent on a dead node, until it is
+      // declared lost; by then the job may run again elsewhere.
+      if (it->second.state == jobqueue::JobState::running && job.state == jobqueue::JobState::pending) {
+        requeued_.insert(job.id);
+      }
       it->second = job;
     }
   }
@@ -139,6 +146,9 @@ std::vector<std::string> Pool::poll(std::vector<std::pair<std::string, std::stri
 void Pool::worker_left(const std::string& job_id) {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || cancelled_.count(job_id)) return;
+  // The worker of an incarnation the batch system already requeued: the job is its next one,
+  // pending or already running (perhaps with a worker of its own), and stays.
+  if (requeued_.erase(job_id) > 0) return;
   // Pending again means requeued: that is the job's next incarnation, not the worker we lost.
   // Completing means it is ending anyway, and may be on its way back to the queue (requeue):
   // cancelling it then would kill the next incarnation.
@@ -153,6 +163,7 @@ void Pool::close() {
   queue_->close();
   jobs_.clear();
   cancelled_.clear();
+  requeued_.clear();
 }
 
 protocol::PoolStatus Pool::status(std::uint32_t connected_workers) const {

@@ -94,6 +94,7 @@ class Pool {
   std::unique_ptr<jobqueue::JobQueue> queue_;
   std::map<std::string, jobqueue::JobInfo> jobs_;  // live jobs
   std::set<std::string> cancelled_;                // asked to stop; not capacity
+  std::set<std::string> requeued_;                 // requeued since their worker connected
   std::uint32_t desired_ = 0;
   int consecutive_failures_ = 0;
   Clock::time_point paused_until_{};

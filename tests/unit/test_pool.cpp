@@ -59,6 +59,36 @@ TEST_CASE("Pool.Replaces.EndedAndLeavingJobs") {
   CHECK(s.submissions == std::vector<std::size_t>{2, 1, 1});
 }
 
+TEST_CASE("Pool.Requeue.LostWorkerOfAnEarlierIncarnationKeepsTheJob") {
+  FakeJobQueue::State s;
+  Pool pool = make(s);
+  pool.scale(2);
+  (void)pool.step(0, -1, {});
+  run_all(s);
+  (void)pool.poll();
+  const std::vector<PoolWorker> both = {{1, "job0", false, {}, false}, {2, "job1", false, {}, false}};
+  (void)pool.step(0, -1, both);
+  // Slurm requeues job0 (its node failed) while its worker is still registered, silent.
+  s.jobs["job0"].state = State::pending;
+  (void)pool.poll();
+  (void)pool.step(0, -1, both);
+  CHECK(s.submissions == std::vector<std::size_t>{2});  // the requeued job is still capacity
+  // It runs again elsewhere, and only then is the old worker declared lost: the job stays.
+  s.jobs["job0"].state = State::running;
+  (void)pool.poll();
+  pool.worker_left("job0");
+  CHECK(s.cancelled.empty());
+  (void)pool.poll();
+  (void)pool.step(0, -1, {{2, "job1", false, {}, false}, {3, "job0", false, {}, false}});
+  CHECK(s.submissions == std::vector<std::size_t>{2});
+  // The new incarnation's own worker dying is a loss like any other: its job goes.
+  pool.worker_left("job0");
+  CHECK(s.cancelled == std::vector<std::string>{"job0"});
+  // A lost worker of a job never requeued: the job is cancelled, as before.
+  pool.worker_left("job1");
+  CHECK(s.cancelled == std::vector<std::string>{"job0", "job1"});
+}
+
 TEST_CASE("Pool.Failures.PauseInsteadOfStorm") {
   FakeJobQueue::State s;
   s.refuse = "sbatch: error: invalid partition specified: nope";
