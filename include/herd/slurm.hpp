@@ -76,6 +76,9 @@ class SlurmOptions {
   HERD_SLURM_SETTER(int, retire_before)
   /// Jobs to start with (scale() changes it later).
   HERD_SLURM_SETTER(int, jobs)
+  /// Network interface every worker listener binds and advertises (data port, gang ring, NCCL),
+  /// e.g. "ib0" (dask-jobqueue's interface; "" = the interface that routes to the scheduler).
+  HERD_SLURM_SETTER(std::string, interface)
 #undef HERD_SLURM_SETTER
 
  private:
@@ -94,6 +97,7 @@ class SlurmOptions {
   int warning_seconds_ = 60;
   int retire_before_ = 60;
   int jobs_ = 0;
+  std::string interface_;
 };
 
 /// @brief The exact batch script a pool submits (the array size is passed to sbatch as

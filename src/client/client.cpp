@@ -505,18 +505,22 @@ void ClientCore::on_not_there(const std::string& address, TaskId id) {
 }
 
 void ClientCore::on_fetch_failed(const std::string& address, const std::vector<TaskId>& ids, const std::string& why) {
-  std::lock_guard lock(mu_);
-  for (TaskId id : ids) {
-    auto it = states_.find(id);
-    if (it == states_.end()) continue;
-    FutureState& s = *it->second;
-    s.fetching = false;
-    s.status = Status::erred;
-    s.error = std::make_unique<protocol::ErrorInfo>(protocol::ErrorInfo{
-        "herd::ConnectionError", "its result could not be fetched from " + address + ": " + why, s.key(), ""});
-    finish_locked(s);
+  // The holder did not answer (a host out of reach, a partition): the scheduler points us at
+  // another holder, has another worker copy it, or fails it with the reason. Until then the
+  // future waits, with no location.
+  HERD_LOG(warning) << "could not fetch " << ids.size() << " result(s) from " << address << ": " << why;
+  std::vector<TaskId> asked;
+  {
+    std::lock_guard lock(mu_);
+    for (TaskId id : ids) {
+      auto it = states_.find(id);
+      if (it == states_.end()) continue;
+      it->second->fetching = false;
+      it->second->location = 0;
+      asked.push_back(id);
+    }
   }
-  cv_.notify_all();
+  if (!asked.empty()) protocol::send<MessageType::fetch_failed>(sched_, "", {asked, address, why});  // I/O thread
 }
 
 // ---- free functions used by the templates in client.hpp / future.hpp ----

@@ -55,6 +55,7 @@ const std::map<std::string, Setter>& setters() {
     str("log_directory", &SlurmOptions::log_directory);
     str("worker_executable", &SlurmOptions::worker_executable);
     str("warning_signal", &SlurmOptions::warning_signal);
+    str("interface", &SlurmOptions::interface);
     num("cores", &SlurmOptions::cores);
     num("nthreads", &SlurmOptions::nthreads);
     num("gpus", &SlurmOptions::gpus);
@@ -175,6 +176,7 @@ std::string to_toml(const SchedulerConfig& c) {
     str("log_directory", o.log_directory());
     str("worker_executable", o.worker_executable());
     str("warning_signal", o.warning_signal());
+    str("interface", o.interface());
     s << "warning_seconds = " << o.warning_seconds() << "\nretire_before = " << o.retire_before()
       << "\njobs = " << o.jobs() << "\n";
     if (!o.job_extra_directives().empty()) s << "job_extra_directives = " << toml_list(o.job_extra_directives()) << "\n";

@@ -119,6 +119,7 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
     resources += (resources.empty() ? "" : ",") + r + "=" + a.str();
   }
   if (!resources.empty()) args.insert(args.end(), {"--resources", resources});
+  if (!o.interface().empty()) args.insert(args.end(), {"--interface", o.interface()});
   args.insert(args.end(), o.worker_extra_args().begin(), o.worker_extra_args().end());
   for (const auto& a : args) {
     if (a.find(' ') != std::string::npos) {

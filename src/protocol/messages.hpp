@@ -52,6 +52,7 @@ using TaskId = std::uint64_t;
   X(gang_join, 14, GangJoinRequest)         /* worker -> scheduler: a member wants the others */    \
   X(logs_request, 15, LogsRequest)          /* client -> scheduler (`herd logs`) */                \
   X(worker_logs_reply, 16, LogsReply)       /* worker -> scheduler (answers logs_fetch) */         \
+  X(fetch_failed, 17, FetchFailedEvent)     /* client -> scheduler: a result's holder did not answer */ \
   /* scheduler -> client|worker */                                                                \
   X(hello_reply, 20, HelloReply)                                                                   \
   X(task_updates, 21, TaskUpdatesEvent)     /* scheduler -> client */                              \
@@ -224,7 +225,20 @@ inline constexpr std::size_t kInlineResultBytes = 4096;
 struct TaskResultsEvent {
   std::vector<TaskResult> results;  // finished tasks, in completion order
   std::vector<TaskId> acquired;     // inputs this worker fetched from peers and now holds too
-  MSGPACK_DEFINE(results, acquired);
+  std::vector<DepLocation> acquire_failed;  // copies asked for (acquire_keys) that no holder
+                                            //   listed here gave (they did not answer or no
+                                            //   longer had it)
+  MSGPACK_DEFINE(results, acquired, acquire_failed);
+};
+
+/// The client could not fetch these results from the data port at `address` (it did not
+/// answer within the timeout). The scheduler points the client at another holder, has another
+/// worker fetch a copy, or fails them with the reason.
+struct FetchFailedEvent {
+  std::vector<TaskId> ids;
+  std::string address;  // the data port that did not answer
+  std::string why;      // e.g. "no data from tcp://10.0.0.7:4411 for 10000 ms"
+  MSGPACK_DEFINE(ids, address, why);
 };
 
 struct TaskUpdate {

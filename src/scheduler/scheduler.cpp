@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/logging.hpp"
+#include "common/net.hpp"
 #include "herd/error.hpp"
 #include "scheduler/http_server.hpp"
 
@@ -82,12 +83,11 @@ Scheduler::~Scheduler() {
 std::string Scheduler::bind() {
   socket_.bind(options_.listen);
   address_ = socket_.get(zmq::sockopt::last_endpoint);
-  // A wildcard bind reports 0.0.0.0; peers need a name they can reach.
-  if (const auto pos = address_.find("0.0.0.0"); pos != std::string::npos) {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    address_.replace(pos, 7, host);
-  }
+  // A wildcard bind reports 0.0.0.0; peers on other hosts need a name or address they can
+  // reach: the host name when it resolves to one that is not loopback (on Debian it resolves
+  // to 127.0.1.1 on the host itself), else the first outside interface's address. To choose,
+  // bind one interface: --listen tcp://ib0:* (ZeroMQ binds an interface by name).
+  if (const auto pos = address_.find("0.0.0.0"); pos != std::string::npos) address_.replace(pos, 7, net::reachable_host());
   start_dashboard();
   return address_;
 }
@@ -341,6 +341,11 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       protocol::StatusReply reply = status_snapshot(std::min<std::uint32_t>(req.max_events, 10000));
       reply.request_id = req.request_id;
       protocol::send<MessageType::status_reply>(socket_, msg.identity, reply);
+      break;
+    }
+    case MessageType::fetch_failed: {
+      protocol::FetchFailedEvent ev;
+      if (protocol::decode<MessageType::fetch_failed>(msg, ev, error)) state_.client_fetch_failed(id, ev);
       break;
     }
     case MessageType::goodbye:

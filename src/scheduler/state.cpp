@@ -213,6 +213,7 @@ WorkerId SchedulerState::add_worker(const protocol::HelloRequest& hello, const N
     ++s.offered_by;
   }
   refresh(w);
+  by_address_[w.address] = id;
   out_.cluster_changed = true;
   HERD_LOG(info) << "worker " << w.name << " (" << w.address << ", " << w.nthreads << " threads) registered as #" << id;
   // Scatters that waited for a first worker.
@@ -285,6 +286,7 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   const std::string name = w.name;
   const WorkerRec gone = std::move(w);
   workers_.erase(it);
+  if (auto a = by_address_.find(gone.address); a != by_address_.end() && a->second == id) by_address_.erase(a);
   gang_worker_lost(gone, processing);
   graph_.worker_lost(id, processing, held, options_.allowed_failures, fx_, count_deaths, name);
   out_.workers.erase(id);  // nothing more to send it (a shutdown already queued is kept below)
@@ -346,6 +348,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
         out_.journal.emplace_back(t->key, r.inline_data);
       }
       graph_.finished(r.id, w.id, r.nbytes, fx_);
+      if (!trouble_.empty()) trouble_.erase(r.id);
       if (t = graph_.find(r.id); t != nullptr && t->in_memory() &&
                                  std::find(t->who_has.begin(), t->who_has.end(), w.id) != t->who_has.end()) {
         w.has.insert(r.id);
@@ -354,7 +357,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
     } else if (r.handed_back) {
       graph_.requeue(r.id, fx_);  // unstarted task given back (retiring, stolen, cancelled)
     } else if (r.missing_input) {
-      graph_.input_missing(r.id, fx_);
+      missing_input(w, r);
     } else {
       r.error.worker = w.name;
       graph_.failed(r.id, std::move(r.error), fx_);
@@ -363,8 +366,15 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
   if (w.processing.empty()) w.idle_since = now.mono;
   for (TaskId tid : ev.acquired) {
     graph_.add_holder(tid, w.id);
-    if (const Task* t = graph_.find(tid); t != nullptr && t->in_memory()) w.has.insert(tid);
-    else out(w.id).free.push_back(tid);
+    if (const Task* t = graph_.find(tid); t != nullptr && t->in_memory()) {
+      w.has.insert(tid);
+      if (!relocations_.empty()) relocated(tid, w.id);
+    } else {
+      out(w.id).free.push_back(tid);
+    }
+  }
+  for (const auto& loc : ev.acquire_failed) {
+    if (relocations_.count(loc.id)) relocation_failed(loc.id, "worker " + w.name + " could not copy it either");
   }
   refresh(w);
   apply(fx_);
@@ -599,7 +609,7 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now) 
       if (dep == nullptr) continue;
       for (WorkerId h : dep->who_has) {
         WorkerRec* w = find_worker(h);
-        if (w == nullptr || w->free_pos[s.id] < 0 || !fits_time(*w)) continue;
+        if (w == nullptr || w->free_pos[s.id] < 0 || !fits_time(*w) || avoided(t, h)) continue;
         std::uint64_t bytes = 0;
         for (TaskId d2 : t.deps) {
           if (const Task* x = graph_.find(d2); x != nullptr && w->has.count(d2)) bytes += x->nbytes + 1;
@@ -613,15 +623,20 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now) 
     if (best != nullptr) return best;
   }
   // A worker with an idle thread first, else one with room in its queue: round robin.
+  WorkerRec* fallback = nullptr;  // an avoided one, if nothing else is free
   for (std::vector<WorkerId>* list : {&s.open, &s.free}) {
     std::size_t& cursor = list == &s.open ? s.open_cursor : s.cursor;
     for (std::size_t n = 0; n < list->size(); ++n) {
       if (cursor >= list->size()) cursor = 0;
       WorkerRec& w = workers_.at((*list)[cursor++]);
-      if (fits_time(w)) return &w;
+      if (!fits_time(w)) continue;
+      if (!avoided(t, w.id)) return &w;
+      if (fallback == nullptr) fallback = &w;
     }
   }
-  return nullptr;
+  // Only workers that could not fetch its inputs are free: one tries again (the task fails
+  // after allowed_failures such reports, so this cannot loop).
+  return fallback;
 }
 
 void SchedulerState::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
@@ -842,6 +857,156 @@ void SchedulerState::record_run(const Task* t, const WorkerRec& w, const protoco
   if (c.events.size() > kMaxEvents) c.events.pop_front();
 }
 
+// ---- results out of reach ----------------------------------------------------------------
+
+bool SchedulerState::avoided(const Task& t, WorkerId w) const {
+  if (trouble_.empty()) return false;
+  auto it = trouble_.find(t.id);
+  return it != trouble_.end() && std::find(it->second.avoid.begin(), it->second.avoid.end(), w) != it->second.avoid.end();
+}
+
+void SchedulerState::drop_holder(TaskId id, WorkerId holder) {
+  WorkerRec* h = find_worker(holder);
+  if (h == nullptr || !h->has.count(id)) return;
+  h->has.erase(id);
+  out(holder).free.push_back(id);
+  graph_.remove_holder(id, holder, fx_);  // the last copy gone: computed again from its recipe
+}
+
+void SchedulerState::missing_input(WorkerRec& w, protocol::TaskResult& r) {
+  Task* t = graph_.find(r.id);
+  if (t == nullptr || t->status != TaskStatus::processing || t->worker != w.id) return;
+  // Holders that said they no longer have it are holders no more.
+  for (const auto& loc : r.not_held) {
+    for (const auto& address : loc.holders) {
+      if (auto h = by_address_.find(address); h != by_address_.end()) drop_holder(loc.id, h->second);
+    }
+  }
+  if (!r.unreachable.empty()) {
+    // Holders this worker could not reach (alive, as far as the scheduler hears): the task runs
+    // elsewhere; a copy that two workers could not reach is given up on and computed again
+    // where it can be fetched; after allowed_failures reports the task fails, naming them.
+    FetchTrouble& tr = trouble_[r.id];
+    ++tr.reports;
+    if (std::find(tr.avoid.begin(), tr.avoid.end(), w.id) == tr.avoid.end()) tr.avoid.push_back(w.id);
+    tr.log += (tr.log.empty() ? "" : "; ") + std::string("on ") + w.name + " (" + w.host + "): " + r.error.message;
+    for (const auto& loc : r.unreachable) {
+      for (const auto& address : loc.holders) {
+        auto h = by_address_.find(address);
+        if (h == by_address_.end()) continue;  // gone: the graph knows already
+        auto& who = unreachable_holders_[{loc.id, h->second}];
+        if (std::find(who.begin(), who.end(), w.id) == who.end()) who.push_back(w.id);
+        if (who.size() >= 2) {
+          HERD_LOG(warning) << "input " << loc.id << " on " << address << " is out of reach of " << who.size()
+                            << " workers: computing it again elsewhere";
+          unreachable_holders_.erase({loc.id, h->second});
+          drop_holder(loc.id, h->second);
+        }
+      }
+    }
+    if (tr.reports > options_.allowed_failures) {
+      const std::string key = graph_.key_of(*t);
+      const std::string log = tr.log;
+      const std::uint32_t reports = tr.reports;
+      trouble_.erase(r.id);
+      graph_.fail(r.id, {"herd::MissingInput",
+                         "task " + key + " could not fetch its inputs in " + std::to_string(reports) + " tries: " + log, key,
+                         w.name},
+                  fx_);
+      return;
+    }
+  }
+  graph_.input_missing(r.id, fx_);
+}
+
+void SchedulerState::tell_client(ClientId c, const Task& t, WorkerId holder) {
+  const WorkerRec* hw = worker(holder);
+  if (hw == nullptr || clients_.count(c) == 0) return;
+  ClientOut& co = out_.clients[c];
+  auto found = co.address_index.find(holder);
+  if (found == co.address_index.end()) {
+    found = co.address_index.emplace(holder, static_cast<std::int32_t>(co.updates.addresses.size())).first;
+    co.updates.addresses.push_back(hw->address);
+  }
+  protocol::TaskUpdate u;
+  u.id = t.id;
+  u.state = static_cast<std::uint8_t>(protocol::TaskState::memory);
+  u.nbytes = t.nbytes;
+  u.location = found->second;
+  co.updates.updates.push_back(std::move(u));
+}
+
+void SchedulerState::client_fetch_failed(ClientId c, const protocol::FetchFailedEvent& ev) {
+  const auto bad = by_address_.find(ev.address);
+  const WorkerId bad_id = bad == by_address_.end() ? kNoWorker : bad->second;
+  for (TaskId id : ev.ids) {
+    const Task* t = graph_.find(id);
+    if (t == nullptr || t->client != c || !t->in_memory()) continue;  // it hears when it is back
+    // Another holder: try there.
+    WorkerId other = kNoWorker;
+    for (WorkerId h : t->who_has) {
+      if (h != bad_id) other = h;
+    }
+    if (other != kNoWorker) {
+      tell_client(c, *t, other);
+      continue;
+    }
+    Relocation& rel = relocations_[id];
+    if (std::find(rel.clients.begin(), rel.clients.end(), c) == rel.clients.end()) rel.clients.push_back(c);
+    rel.address = ev.address;
+    rel.why = ev.why;
+    if (++rel.attempts > 2) {
+      relocation_failed(id, "it could not be copied to another worker the client reaches");
+      continue;
+    }
+    // Another worker copies it; the client is pointed there once it has it.
+    WorkerRec* via = nullptr;
+    for (auto& [wid, w] : workers_) {
+      if (wid == bad_id || w.retiring) continue;
+      if (via == nullptr || w.has.size() < via->has.size()) via = &w;
+    }
+    if (via == nullptr) {
+      relocation_failed(id, "no other worker is connected to copy it");
+      continue;
+    }
+    out(via->id).acquire.push_back({id, {ev.address}});
+  }
+  apply(fx_);
+  check();
+}
+
+void SchedulerState::relocated(TaskId id, WorkerId holder) {
+  auto it = relocations_.find(id);
+  if (it == relocations_.end()) return;
+  const Task* t = graph_.find(id);
+  if (t != nullptr) {
+    for (ClientId c : it->second.clients) tell_client(c, *t, holder);
+  }
+  relocations_.erase(it);
+}
+
+void SchedulerState::relocation_failed(TaskId id, const std::string& why) {
+  auto it = relocations_.find(id);
+  if (it == relocations_.end()) return;
+  const Relocation rel = std::move(it->second);
+  relocations_.erase(it);
+  const Task* t = graph_.find(id);
+  if (t == nullptr) return;
+  const WorkerRec* holder = nullptr;
+  if (auto h = by_address_.find(rel.address); h != by_address_.end()) holder = worker(h->second);
+  const std::string where = rel.address + (holder != nullptr ? " (worker " + holder->name + " on " + holder->host + ")" : "");
+  for (ClientId c : rel.clients) {
+    if (clients_.count(c) == 0) continue;
+    protocol::TaskUpdate u;
+    u.id = id;
+    u.state = static_cast<std::uint8_t>(protocol::TaskState::erred);
+    u.error = {"herd::ConnectionError", "the result of " + graph_.key_of(*t) + " could not be fetched from " + where + ": " +
+                                            rel.why + "; " + why,
+               graph_.key_of(*t), holder != nullptr ? holder->name : ""};
+    out_.clients[c].updates.updates.push_back(std::move(u));
+  }
+}
+
 // ---- pools --------------------------------------------------------------------------------
 
 std::size_t SchedulerState::backlog(const std::map<std::string, double>& offers_map) const {
@@ -906,6 +1071,18 @@ void SchedulerState::tick(const Now& now) {
     refresh_all();
   }
   progress_retirements(now);
+  for (auto it = trouble_.begin(); it != trouble_.end();) {
+    const Task* t = graph_.find(it->first);
+    it = t == nullptr || !t->unfinished() ? trouble_.erase(it) : std::next(it);
+  }
+  for (auto it = relocations_.begin(); it != relocations_.end();) {
+    const Task* t = graph_.find(it->first);
+    it = t == nullptr || !t->in_memory() ? relocations_.erase(it) : std::next(it);
+  }
+  for (auto it = unreachable_holders_.begin(); it != unreachable_holders_.end();) {
+    const Task* t = graph_.find(it->first.first);
+    it = t == nullptr || !t->in_memory() ? unreachable_holders_.erase(it) : std::next(it);
+  }
   check();
 }
 

@@ -228,6 +228,9 @@ class SchedulerState {
   void release(ClientId id, const std::vector<TaskId>& ids);
   void cancel(ClientId id, const std::vector<TaskId>& ids);
   bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
+  /// The client could not fetch these results from `address`: point it at another holder, or
+  /// have another worker copy them and point it there, or fail them with the reason (bounded).
+  void client_fetch_failed(ClientId id, const protocol::FetchFailedEvent& ev);
 
   // ---- pools -------------------------------------------------------------------------------
   /// Ready and processing tasks that a worker offering `offers` could run (an adaptive pool's
@@ -307,6 +310,13 @@ class SchedulerState {
   void note_unrunnable(Shape& s);
   void steal(const Now& now);
   void record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r, const Now& now);
+  // Inputs and results that could not be fetched (a holder out of reach, or that lost them).
+  void missing_input(WorkerRec& w, protocol::TaskResult& r);
+  void drop_holder(TaskId id, WorkerId holder);
+  bool avoided(const Task& t, WorkerId w) const;
+  void relocated(TaskId id, WorkerId holder);
+  void relocation_failed(TaskId id, const std::string& why);
+  void tell_client(ClientId c, const Task& t, WorkerId holder);
   void progress_retirements(const Now& now);
   void remove_worker(WorkerId id, const std::string& why, bool count_deaths);
 
@@ -339,6 +349,22 @@ class SchedulerState {
   std::vector<TaskId> too_long_;             // ready tasks whose duration fits no worker now
   std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
   std::unordered_map<TaskId, std::vector<char>> inline_results_;    // this event's small results
+  std::unordered_map<std::string, WorkerId> by_address_;             // data port -> worker
+  struct FetchTrouble {                      // a task whose inputs its workers could not fetch
+    std::vector<WorkerId> avoid;             // not placed on them again (while others can)
+    std::uint32_t reports = 0;
+    std::string log;                         // what they said, for the error if it never works
+  };
+  std::unordered_map<TaskId, FetchTrouble> trouble_;
+  // (input, holder) -> workers that could not reach that holder for it; two make the copy
+  // count as out of reach, and the input is computed again where it can be fetched.
+  std::map<std::pair<TaskId, WorkerId>, std::vector<WorkerId>> unreachable_holders_;
+  struct Relocation {                        // a result the client could not fetch
+    std::vector<ClientId> clients;
+    std::string address, why;                // the holder that did not answer, and how
+    std::uint32_t attempts = 0;
+  };
+  std::unordered_map<TaskId, Relocation> relocations_;
   WorkerId next_worker_id_ = 1;
   ClientId next_client_index_ = 1;
   double avg_task_us_ = -1;                  // moving average of run time; < 0 until one finishes

@@ -15,6 +15,7 @@
 
 #include "task/this_task.hpp"
 #include "common/logging.hpp"
+#include "common/net.hpp"
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
 #include "task/log_capture.hpp"
@@ -111,19 +112,32 @@ Worker::Worker(WorkerOptions options)
       throw std::runtime_error("cannot load task library " + lib + ": " + ::dlerror());
     }
   }
-  std::string host = options_.listen_host;
-  if (host.empty()) {
-    const bool loopback = options_.scheduler.find("127.0.0.1") != std::string::npos ||
-                          options_.scheduler.find("localhost") != std::string::npos;
-    host = loopback ? "127.0.0.1" : "0.0.0.0";
+  // Every listener (the data port, gang members' ring and NCCL) binds the interface that
+  // routes to the scheduler, and advertises its address: what other hosts can reach. The host
+  // name is no guide (on Debian it resolves to 127.0.1.1 on the host itself). --interface or
+  // --listen-host decide instead.
+  std::string host;
+  if (!options_.interface.empty()) {
+    host = net::interface_address(options_.interface);
+    // NCCL's own sockets: the same interface, unless the user chose one for NCCL.
+    ::setenv("NCCL_SOCKET_IFNAME", options_.interface.c_str(), 0);
+  } else if (!options_.listen_host.empty()) {
+    host = net::bind_host(options_.listen_host);
+  } else {
+    const std::string routed = net::route_address(net::endpoint_host(options_.scheduler));
+    host = routed.empty() ? "0.0.0.0" : net::is_loopback(routed) ? "127.0.0.1" : routed;
   }
   data_.set(zmq::sockopt::sndhwm, 0);
   data_.set(zmq::sockopt::linger, 0);
-  data_.bind("tcp://" + host + ":*");
+  try {
+    data_.bind("tcp://" + host + ":*");
+  } catch (const zmq::error_t& e) {
+    throw std::runtime_error("cannot bind the data port on " + host + ": " + e.what());
+  }
   data_address_ = data_.get(zmq::sockopt::last_endpoint);
-  ring_host_ = host == "0.0.0.0" ? hostname() : host;
+  ring_host_ = host == "0.0.0.0" ? net::reachable_host() : host;
   if (const auto pos = data_address_.find("0.0.0.0"); pos != std::string::npos) {
-    data_address_.replace(pos, 7, hostname());
+    data_address_.replace(pos, 7, net::reachable_host());
   }
   // Executors (and the memory monitor) wake the I/O thread through an eventfd: one write(2),
   // cheaper than an inproc ZeroMQ message (bench/README.md, "Profile: the round trip").
@@ -419,6 +433,7 @@ void Worker::carry_out() {
   }
   for (auto& r : out.results) results_out_.push_back(std::move(r));
   acquired_out_.insert(acquired_out_.end(), out.acquired.begin(), out.acquired.end());
+  acquire_failed_out_.insert(acquire_failed_out_.end(), out.acquire_failed.begin(), out.acquire_failed.end());
   out.clear();
   flush_results();
 }
@@ -606,10 +621,11 @@ void Worker::drain_completions() {
 }
 
 void Worker::flush_results() {
-  if (results_out_.empty() && acquired_out_.empty()) return;
+  if (results_out_.empty() && acquired_out_.empty() && acquire_failed_out_.empty()) return;
   protocol::TaskResultsEvent ev;
   ev.results.swap(results_out_);
   ev.acquired.swap(acquired_out_);
+  ev.acquire_failed.swap(acquire_failed_out_);
   protocol::send<MessageType::task_results>(sched_, "", ev);
 }
 

@@ -34,7 +34,9 @@ struct WorkerOptions {
   std::string name;                         // "" = host:pid
   std::uint32_t nthreads = 1;               // task slots
   std::map<std::string, double> resources;  // custom resources it offers
-  std::string listen_host;                  // interface for the data port ("" = guess)
+  std::string listen_host;                  // host/address (or interface) every listener binds
+                                            //   ("" = the one that routes to the scheduler)
+  std::string interface;                    // network interface every listener binds, e.g. ib0
   std::vector<std::string> load;            // task libraries to dlopen
   std::uint64_t memory_limit = 0;           // bytes of RSS (0 = Slurm's job memory, or none)
   Config config = Config::from_env();
@@ -108,6 +110,7 @@ class Worker {
   // I/O side.
   std::vector<protocol::TaskResult> results_out_;
   std::vector<protocol::TaskId> acquired_out_;
+  std::vector<protocol::DepLocation> acquire_failed_out_;
   Clock::time_point last_from_scheduler_;
   std::int64_t end_time_ = 0;           // unix seconds when the batch job ends (0 = never)
   std::int64_t retire_before_s_ = 60;   // ask to retire this long before end_time_

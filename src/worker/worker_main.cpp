@@ -30,7 +30,10 @@ int worker_main(const std::vector<std::string>& args) {
                  "resident memory at which the running task fails and the worker leaves, e.g. 4G "
                  "(default: 95% of Slurm's job memory, else none)");
   app.add_option("--listen-host", options.listen_host,
-                 "interface for the data port (default: loopback for a local scheduler, else all)");
+                 "address (or interface name) its listeners bind and advertise (default: the "
+                 "address of the interface that routes to the scheduler)");
+  app.add_option("--interface", options.interface,
+                 "network interface its listeners (data port, gang ring, NCCL) bind, e.g. ib0 or eth0");
   app.footer("Environment:\n" + Config::describe());
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {

@@ -200,6 +200,7 @@ void WorkerState::input_unavailable(TaskId dep) {
     detail += (detail.empty() ? "" : "; ") + a + " no longer holds it";
   }
   if (gone.holders.empty()) detail = "the scheduler named no holder";
+  if (gone.acquire) out_.acquire_failed.push_back({dep, gone.holders});
   for (TaskId id : gone.tasks) {
     auto p = pending_.find(id);
     if (p == pending_.end()) continue;

@@ -43,13 +43,17 @@ struct WorkerInstructions {
   std::vector<TaskId> free;                          // drop these results from the store
   std::vector<protocol::TaskResult> results;         // report these to the scheduler
   std::vector<TaskId> acquired;                      // copies fetched, to report
-  bool empty() const { return fetch.empty() && run.empty() && free.empty() && results.empty() && acquired.empty(); }
+  std::vector<protocol::DepLocation> acquire_failed;  // copies asked for that no holder gave
+  bool empty() const {
+    return fetch.empty() && run.empty() && free.empty() && results.empty() && acquired.empty() && acquire_failed.empty();
+  }
   void clear() {
     fetch.clear();
     run.clear();
     free.clear();
     results.clear();
     acquired.clear();
+    acquire_failed.clear();
   }
 };
 

@@ -437,3 +437,122 @@ TEST_CASE("TaskGraph.Transitions.IllegalMoveThrowsInStrictMode") {
   CHECK_THROWS_AS(g.started(1, 3), std::logic_error);  // memory -> processing is not a move
   CHECK(g.illegal_transitions() == 1);
 }
+
+namespace {
+herd::protocol::TaskResult unreachable_result(TaskId task, TaskId input, const std::string& holder) {
+  herd::protocol::TaskResult r;
+  r.id = task;
+  r.missing_input = true;
+  r.unreachable.push_back({input, {holder}});
+  r.error = {"herd::MissingInput", "input could not be fetched: could not reach " + holder, "", ""};
+  return r;
+}
+}  // namespace
+
+TEST_CASE("SchedulerState.Unreachable.PlacedElsewhereThenInputRecomputed") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1, {{"x", 1}});
+  const WorkerId b = h.add_worker("b", 1, {{"y", 1}});
+  const WorkerId c = h.add_worker("c", 1, {{"y", 1}});
+  const TaskId in = h.submit("load", {{"x", 1}});  // only a can make it
+  h.turn();
+  REQUIRE(h.where(in) == a);
+  h.finish(a, 1 << 20);
+  const TaskId use = h.submit("use", {{"y", 1}}, {in});  // only b or c can use it
+  h.turn();
+  const WorkerId first = h.where(use);
+  REQUIRE((first == b || first == c));
+  const WorkerId second_expected = first == b ? c : b;
+  // The first cannot reach a: the task goes to the other, never back to the first.
+  h.workers.at(first).running.clear();
+  herd::protocol::TaskResultsEvent ev;
+  ev.results.push_back(unreachable_result(use, in, "tcp://a:1"));
+  h.state.task_results(first, ev, h.now);
+  h.turn();
+  REQUIRE(h.where(use) == second_expected);
+  CHECK(h.status(in) == TaskStatus::memory);  // one worker's trouble: the copy on a stands
+  // The second cannot reach a either: the copy there counts as out of reach, a frees it, and
+  // the input is computed again (on a, the only one that can).
+  h.workers.at(second_expected).running.clear();
+  herd::protocol::TaskResultsEvent ev2;
+  ev2.results.push_back(unreachable_result(use, in, "tcp://a:1"));
+  h.state.task_results(second_expected, ev2, h.now);
+  h.turn();
+  CHECK(h.status(in) == TaskStatus::processing);
+  CHECK(h.where(in) == a);
+  CHECK(h.status(use) == TaskStatus::waiting);
+}
+
+TEST_CASE("SchedulerState.Unreachable.FailsAfterAllowedReportsNamingTheHolder") {
+  StateOptions o;
+  o.allowed_failures = 1;
+  Harness h(o);
+  const WorkerId a = h.add_worker("a", 1);
+  const TaskId in = h.submit("load");
+  h.turn();
+  h.finish(a, 100);
+  const WorkerId b = h.add_worker("b", 1, {{"b", 1}});
+  const TaskId use = h.submit("use", {{"b", 1}}, {in});  // only b can run it
+  h.turn();
+  REQUIRE(h.where(use) == b);
+  for (int i = 0; i < 2; ++i) {
+    h.workers.at(b).running.clear();
+    h.workers.at(b).queue.clear();
+    herd::protocol::TaskResultsEvent ev;
+    ev.results.push_back(unreachable_result(use, in, "tcp://a:1"));
+    h.state.task_results(b, ev, h.now);
+    h.turn();
+  }
+  REQUIRE(h.status(use) == TaskStatus::erred);
+  CHECK(h.task(use)->error->message.find("could not reach tcp://a:1") != std::string::npos);
+  CHECK(h.task(use)->error->message.find("in 2 tries") != std::string::npos);
+}
+
+TEST_CASE("SchedulerState.ClientFetchFailed.AnotherHolderThenACopyThenAClearError") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const WorkerId b = h.add_worker("b", 1);
+  const TaskId t = h.submit("f");
+  h.turn();
+  const WorkerId holder = h.where(t);
+  const WorkerId other = holder == a ? b : a;
+  h.finish(holder, 1 << 20);
+  h.updates.clear();
+  // The client could not reach the holder: another worker copies it, the client is told.
+  h.state.client_fetch_failed(h.client, {{t}, h.state.worker(holder)->address, "no data for 10000 ms"});
+  Outbox& out = h.state.outbox();
+  REQUIRE(out.workers.count(other));
+  REQUIRE(out.workers.at(other).acquire.size() == 1);
+  out.clear();
+  herd::protocol::TaskResultsEvent ev;
+  ev.acquired.push_back(t);
+  h.state.task_results(other, ev, h.now);
+  REQUIRE(out.clients.count(h.client));
+  const auto& u = out.clients.at(h.client).updates;
+  REQUIRE(u.updates.size() == 1);
+  CHECK(u.updates[0].state == static_cast<std::uint8_t>(herd::protocol::TaskState::memory));
+  CHECK(u.addresses.at(static_cast<std::size_t>(u.updates[0].location)) == h.state.worker(other)->address);
+  out.clear();
+  // Now two holders: a failure at one points the client at the other, at once.
+  h.state.client_fetch_failed(h.client, {{t}, h.state.worker(other)->address, "no data"});
+  REQUIRE(out.clients.count(h.client));
+  CHECK(out.clients.at(h.client).updates.addresses.at(0) == h.state.worker(holder)->address);
+  out.clear();
+  // A result on one worker that no other can copy: a clear error naming the holder.
+  const TaskId t2 = h.submit("g");
+  h.turn();
+  const WorkerId holder2 = h.where(t2);
+  h.finish(holder2, 1 << 20);
+  const WorkerId other2 = holder2 == a ? b : a;
+  h.state.client_fetch_failed(h.client, {{t2}, h.state.worker(holder2)->address, "no data for 10000 ms"});
+  out.clear();
+  herd::protocol::TaskResultsEvent failed;
+  failed.acquire_failed.push_back({t2, {h.state.worker(holder2)->address}});
+  h.state.task_results(other2, failed, h.now);
+  REQUIRE(out.clients.count(h.client));
+  const auto& e = out.clients.at(h.client).updates.updates;
+  REQUIRE(e.size() == 1);
+  CHECK(e[0].state == static_cast<std::uint8_t>(herd::protocol::TaskState::erred));
+  CHECK(e[0].error.message.find("could not be fetched from " + h.state.worker(holder2)->address) != std::string::npos);
+  CHECK(e[0].error.message.find("could not copy it either") != std::string::npos);
+}
