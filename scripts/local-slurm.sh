@@ -123,8 +123,11 @@
 #   slurmctld waits for a failed ping for MessageTimeout, and sets a node DOWN only on the ping
 #   cycle after SlurmdTimeout has passed since its last answer (ping_nodes.c). A link down for
 #   longer than that (~20 s) does the same (its jobs are requeued: JobRequeue=1); after
-#   link-up or revive the node is back in 1-3 s by itself (ReturnToService=2). The smoke test
-#   (ctest -L multinode) takes ~35 s, the crash case ~20 s of it.
+#   link-up or revive the node is back in 1-3 s by itself (ReturnToService=2). The bed's smoke
+#   test (test_multinode_bed) takes ~35 s, the crash case ~20 s of it; herd's own multinode
+#   tests (test_multinode_herd) ~2.5-3 min. A node that is frozen with its cable out is `down*`
+#   after 12-18 s; the jobs it ran are then NODE_FAIL and requeued, and Slurm kills what is left
+#   of them there when the node comes back.
 # * freeze stops every process of HOST where it is (the cgroup's freezer, cgroup.freeze; what
 #   else runs in its network namespace gets SIGSTOP), as a hung node does: slurmd and the jobs
 #   answer nothing, connections stay open, and after thaw every process goes on from where it
