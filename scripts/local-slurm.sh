@@ -15,11 +15,14 @@
 #@                                            # /etc/hosts; your environment; CMD's exit code)
 #@  scripts/local-slurm.sh link-down HOST | link-up HOST     # pull / plug HOST's cable (silent)
 #@  scripts/local-slurm.sh crash HOST | revive HOST          # SIGKILL all of HOST / start it again
+#@  scripts/local-slurm.sh freeze HOST | thaw HOST           # stop every process of HOST where it
+#@                                            # is (a hung node) / let them all go on
 #@  scripts/local-slurm.sh slow HOST RATE [DELAY] | unslow HOST  # e.g. slow node2 20mbit
 #@  scripts/local-slurm.sh partition HOST_A HOST_B            # drop traffic between the two hosts
 #@  scripts/local-slurm.sh heal [HOST_A HOST_B]               # undo one partition, or all of them
 #@  scripts/local-slurm.sh repair          # undo every fault: links up, full speed, no partition,
-#@                                        # crashed hosts revived; wait until every node is usable
+#@                                        # frozen hosts thawed, crashed hosts revived; wait until
+#@                                        # every node is usable
 #
 # Environment (all optional; change them only while the cluster is stopped):
 #   HERD_SLURM_DIR              one-node state directory         (default /tmp/herd-slurm)
@@ -120,8 +123,16 @@
 #   slurmctld waits for a failed ping for MessageTimeout, and sets a node DOWN only on the ping
 #   cycle after SlurmdTimeout has passed since its last answer (ping_nodes.c). A link down for
 #   longer than that (~20 s) does the same (its jobs are requeued: JobRequeue=1); after
-#   link-up or revive the node is back in 1-3 s by itself (ReturnToService=2). The smoke test
-#   (ctest -L multinode) takes ~35 s, the crash case ~20 s of it.
+#   link-up or revive the node is back in 1-3 s by itself (ReturnToService=2). The bed's smoke
+#   test (test_multinode_bed) takes ~35 s, the crash case ~20 s of it; herd's own multinode
+#   tests (test_multinode_herd) ~2.5-3 min. A node that is frozen with its cable out is `down*`
+#   after 12-18 s; the jobs it ran are then NODE_FAIL and requeued, and Slurm kills what is left
+#   of them there when the node comes back.
+# * freeze stops every process of HOST where it is (the cgroup's freezer, cgroup.freeze; what
+#   else runs in its network namespace gets SIGSTOP), as a hung node does: slurmd and the jobs
+#   answer nothing, connections stay open, and after thaw every process goes on from where it
+#   was, with all that it believed then: a node that was given up for lost comes back stale.
+#   With link-down first, nothing at all leaves it (no FIN, no RST) until link-up + thaw.
 # * Slurm quirks met: srun and sbatch -N 2 work across hosts although each host calls itself
 #   127.0.1.1, because slurmd answers at the address a request came from, and NodeAddr gives
 #   slurmctld the nodes' real addresses. munged's credentials carry origin 127.0.1.1 (login);
@@ -170,7 +181,7 @@ case "$VERB" in
                 *) die "$VERB: unknown argument '$1' ($VERB [--multi])" ;;
             esac
         done ;;
-    exec | link-down | link-up | crash | revive | slow | unslow | partition | heal | repair)
+    exec | link-down | link-up | crash | revive | freeze | thaw | slow | unslow | partition | heal | repair)
         MULTI=1
         ARGS=("$@") ;;
     -h | --help | help | "") usage ;;
@@ -493,6 +504,40 @@ kill_host() {
     done
     [[ -z "$(host_pids "$h")" ]] || log "warning: processes left on $h: $(host_pids "$h" | tr '\n' ' ')"
     echo "$n"
+}
+
+# Pids of HOST's network namespace that are not in its cgroup (what the freezer cannot reach).
+ns_only_pids() {
+    local h=$1
+    ns_exists "$(host_ns "$h")" || return 0
+    local in_cg=""
+    [[ -n $CG_DIR && -r $CG_DIR/$h/cgroup.procs ]] && in_cg="$(cat "$CG_DIR/$h/cgroup.procs")"
+    ip netns pids "$(host_ns "$h")" 2>/dev/null | grep -vx -e "$$" -e "$BASHPID" | grep -vxF -f <(echo "$in_cg") || true
+}
+
+# "1" if HOST is frozen (its cgroup's freezer is on), else "0".
+frozen_state() {
+    local f="$CG_DIR/$1/cgroup.freeze"
+    if [[ -n $CG_DIR && -r $f ]]; then cat "$f"; else echo 0; fi
+}
+
+# Stops (1) or lets go on (0) every process of HOST: the cgroup's freezer, and SIGSTOP/SIGCONT
+# for anything in its namespace outside the cgroup.
+freeze_host() {
+    local h=$1 on=$2 i pids
+    if [[ -n $CG_DIR && -e $CG_DIR/$h/cgroup.freeze ]]; then
+        echo "$on" >"$CG_DIR/$h/cgroup.freeze" || die "could not write $CG_DIR/$h/cgroup.freeze"
+        # The freezer takes effect asynchronously: cgroup.events says when every task is there.
+        for ((i = 0; i < 100; i++)); do
+            grep -qx "frozen $on" "$CG_DIR/$h/cgroup.events" 2>/dev/null && break
+            sleep 0.02
+        done
+    fi
+    pids="$(ns_only_pids "$h")"
+    if [[ -n $pids ]]; then
+        # shellcheck disable=SC2086
+        if ((on)); then kill -STOP $pids 2>/dev/null || true; else kill -CONT $pids 2>/dev/null || true; fi
+    fi
 }
 
 write_hosts_files() {
@@ -1233,6 +1278,14 @@ all_up_any() {
 # cgroups. Works on a partial start, and on leftovers of a run with another node count.
 teardown_multi() {
     local f h
+    # A frozen host's daemons could not hear SIGTERM: let everything go on first.
+    if [[ -n $CG_DIR && -d $CG_DIR ]]; then
+        for f in "$CG_DIR"/*/; do
+            [[ -d $f ]] || continue
+            h="$(basename "$f")"
+            [[ $(frozen_state "$h") == 1 ]] && freeze_host "$h" 0
+        done
+    fi
     # Daemons first, gently, so that slurmctld saves its state and MariaDB shuts down cleanly.
     if ns_exists "$(host_ns login)"; then
         [[ -n "$(recorded_nodes)" ]] && set_nodes "$(recorded_nodes)"
@@ -1315,7 +1368,8 @@ cmd_status_multi() {
     local h
     for h in "${HOSTS[@]}"; do
         printf '%-8s %-15s %-5s %-16s %-16s %s\n' "$h" "$(host_addr "$h")" "$(link_state "$h")" \
-            "$(slow_state "$h")" "$(blocked_of "$h")" "$(host_pids "$h" | grep -c . || true)"
+            "$(slow_state "$h")" "$(blocked_of "$h")" \
+            "$(host_pids "$h" | grep -c . || true)$([[ $(frozen_state "$h") == 1 ]] && echo ' (frozen)')"
     done
     local name pidfile pid
     while read -r name pidfile; do
@@ -1390,12 +1444,30 @@ cmd_crash() {
     log "crashed $h: $n processes killed (revive: $PROG revive $h)"
 }
 
+cmd_freeze() {
+    need_cluster
+    local h="${ARGS[0]:-}"
+    need_host "$h"
+    ((${#ARGS[@]} == 1)) || die "$VERB HOST: one host"
+    [[ -n $CG_DIR && -e $CG_DIR/$h/cgroup.freeze ]] \
+        || log "warning: no cgroup freezer for $h; only SIGSTOP/SIGCONT of its namespace's processes"
+    if [[ $VERB == freeze ]]; then
+        freeze_host "$h" 1
+        log "froze $h: $(host_pids "$h" | grep -c . || true) processes stopped where they were (thaw: $PROG thaw $h)"
+    else
+        freeze_host "$h" 0
+        log "thawed $h: its processes go on"
+    fi
+}
+
 cmd_revive() {
     need_cluster
     local h="${ARGS[0]:-}"
     need_host "$h"
     ((${#ARGS[@]} == 1)) || die "revive HOST: one host"
     local t0=$SECONDS
+    # A crashed host may have been frozen first: what starts there now must not freeze at once.
+    [[ $(frozen_state "$h") == 1 ]] && freeze_host "$h" 0
     if [[ $h == login ]]; then
         start_munged
         if [[ $ACCOUNTING == 1 ]]; then
@@ -1531,6 +1603,10 @@ cmd_repair() {
             tc -n "$(host_ns "$h")" qdisc del dev eth0 root 2>/dev/null || true
             done+=("unslow $h")
         fi
+        if [[ $(frozen_state "$h") == 1 ]]; then
+            freeze_host "$h" 0
+            done+=("thaw $h")
+        fi
         if in_ns "$(host_ns "$h")" nft list table inet herd_faults >/dev/null 2>&1; then
             [[ $(blocked_of "$h") != - ]] && done+=("heal $h")
             in_ns "$(host_ns "$h")" nft delete table inet herd_faults
@@ -1566,6 +1642,7 @@ if ((MULTI)); then
         link-down | link-up) cmd_link ;;
         crash) cmd_crash ;;
         revive) cmd_revive ;;
+        freeze | thaw) cmd_freeze ;;
         slow) cmd_slow ;;
         unslow) cmd_unslow ;;
         partition) cmd_partition ;;

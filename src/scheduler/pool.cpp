@@ -217,7 +217,14 @@ PoolState::Ended PoolState::polled(Clock::time_point now, const jobqueue::PollRe
       cancelled_.erase(job.id);
       to_cancel_.erase(job.id);
       stalled_since_.erase(job.id);
+      requeued_.erase(job.id);
     } else if (auto it = jobs_.find(job.id); it != jobs_.end()) {
+      // Running, then pending again: the batch system requeued it (a node failure, scontrol
+      // requeue). Its worker may still be registered, silent on a dead node, until it is
+      // declared lost; by then the job may run again elsewhere.
+      if (it->second.state == jobqueue::JobState::running && job.state == jobqueue::JobState::pending) {
+        requeued_.insert(job.id);
+      }
       it->second = job;
       if (jobqueue::stalled(job)) {
         stalled_since_.emplace(job.id, now);
@@ -252,6 +259,9 @@ void PoolState::worker_left(Clock::time_point now, const std::string& job_id, bo
   }
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || cancelled_.count(job_id)) return;
+  // The worker of an incarnation the batch system already requeued: the job is its next one,
+  // pending or already running (perhaps with a worker of its own), and stays.
+  if (requeued_.erase(job_id) > 0) return;
   // Pending again means requeued: that is the job's next incarnation, not the worker we lost.
   // Completing means it is ending anyway, and may be on its way back to the queue (requeue):
   // cancelling it then would kill the next incarnation. A suspended job whose worker we let go
@@ -282,6 +292,7 @@ void PoolState::clear_jobs() {
   worked_.clear();
   undecided_.clear();
   stalled_since_.clear();
+  requeued_.clear();
 }
 
 protocol::PoolStatus PoolState::status(std::uint32_t connected_workers, Clock::time_point now) const {

@@ -142,6 +142,7 @@ class PoolState {
   PoolPolicy policy_;
   std::map<std::string, jobqueue::JobInfo> jobs_;  // live jobs
   std::set<std::string> cancelled_;                // asked to stop (or about to be); not capacity
+  std::set<std::string> requeued_;                 // requeued since their worker connected
   std::uint32_t desired_ = 0;
   // Submissions.
   bool submitting_ = false;

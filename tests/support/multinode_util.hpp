@@ -54,10 +54,11 @@ inline void verb(const std::vector<std::string>& args) {
   REQUIRE_MESSAGE(r.ok(), "local-slurm.sh " << args.front() << " failed: " << r.stderr_tail);
 }
 
-/// Undoes a fault on destruction (a script verb). Movable, not copyable.
+/// Undoes a fault on destruction (script verbs, in order). Movable, not copyable.
 class Fault {
  public:
-  explicit Fault(std::vector<std::string> undo) : undo_(std::move(undo)) {}
+  explicit Fault(std::vector<std::string> undo) { undo_.push_back(std::move(undo)); }
+  explicit Fault(std::vector<std::vector<std::string>> undo) : undo_(std::move(undo)) {}
   Fault(Fault&& other) noexcept : undo_(std::move(other.undo_)) { other.undo_.clear(); }
   Fault& operator=(Fault&&) = delete;
   Fault(const Fault&) = delete;
@@ -66,19 +67,20 @@ class Fault {
 
   /// Undo now (idempotent).
   void undo() noexcept {
-    if (undo_.empty()) return;
-    auto args = std::move(undo_);
+    auto steps = std::move(undo_);
     undo_.clear();
-    try {
-      auto r = script_run(args);
-      if (!r.ok()) std::fprintf(stderr, "bed: undo '%s' failed: %s\n", args.front().c_str(), r.stderr_tail.c_str());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "bed: undo '%s' failed: %s\n", args.front().c_str(), e.what());
+    for (const auto& args : steps) {
+      try {
+        auto r = script_run(args);
+        if (!r.ok()) std::fprintf(stderr, "bed: undo '%s' failed: %s\n", args.front().c_str(), r.stderr_tail.c_str());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bed: undo '%s' failed: %s\n", args.front().c_str(), e.what());
+      }
     }
   }
 
  private:
-  std::vector<std::string> undo_;
+  std::vector<std::vector<std::string>> undo_;
 };
 
 /// HOST's link goes down (silent: no RST, TCP connections hang) until the guard goes.
@@ -91,6 +93,30 @@ class Fault {
 [[nodiscard]] inline Fault crash(const std::string& host) {
   verb({"crash", host});
   return Fault{{"revive", host}};
+}
+
+/// Every process of HOST stops where it is (the cgroup freezer: a hung node) until the guard
+/// goes; then they all go on, with whatever they believed before.
+[[nodiscard]] inline Fault freeze(const std::string& host) {
+  verb({"freeze", host});
+  return Fault{{"thaw", host}};
+}
+
+/// HOST vanishes as a crashed node does: its cable out first (so that nothing it sends, not
+/// even a reset, gets out), then every process on it killed. The guard plugs the cable back in,
+/// then revives the host (slurmd must reach slurmctld to register).
+[[nodiscard]] inline Fault vanish(const std::string& host) {
+  verb({"link-down", host});
+  verb({"crash", host});
+  return Fault{std::vector<std::vector<std::string>>{{"link-up", host}, {"revive", host}}};
+}
+
+/// HOST hangs: its cable out, then every process on it frozen where it is. The guard plugs the
+/// cable back in and lets the processes go on: whatever they believed, they come back with.
+[[nodiscard]] inline Fault hang(const std::string& host) {
+  verb({"link-down", host});
+  verb({"freeze", host});
+  return Fault{std::vector<std::vector<std::string>>{{"link-up", host}, {"thaw", host}}};
 }
 
 /// HOST's link runs at `rate` (tc words: 20mbit) each way until the guard goes.
@@ -155,6 +181,34 @@ class Job {
  private:
   std::string id_;
 };
+
+/// Processes of HOST (its cgroup, as the script makes it: <cgroup2 root>/<prefix>hosts/HOST)
+/// whose executable is `exe` (all of them when `exe` is empty).
+inline std::vector<int> host_processes(const std::string& host, const std::string& exe = "") {
+  std::string root;
+  {
+    std::istringstream mounts(read_file("/proc/self/mounts"));
+    for (std::string dev, dir, type, rest; mounts >> dev >> dir >> type && std::getline(mounts, rest);) {
+      if (type == "cgroup2") {
+        root = dir;
+        break;
+      }
+    }
+  }
+  std::vector<int> out;
+  if (root.empty()) return out;
+  std::istringstream procs(read_file(root + "/" + env_value("HERD_SLURM_NETNS_PREFIX", "herd-") + "hosts/" + host + "/cgroup.procs"));
+  for (int pid; procs >> pid;) {
+    if (!exe.empty()) {
+      char buf[4096] = {};
+      const std::string link = "/proc/" + std::to_string(pid) + "/exe";
+      const ssize_t n = ::readlink(link.c_str(), buf, sizeof buf - 1);
+      if (n <= 0 || std::string(buf, static_cast<std::size_t>(n)) != exe) continue;
+    }
+    out.push_back(pid);
+  }
+  return out;
+}
 
 /// Lines of a file that start with `prefix`.
 inline std::vector<std::string> lines_with(const std::string& path, const std::string& prefix) {

@@ -146,6 +146,36 @@ TEST_CASE("Pool.Replaces.EndedAndLeavingJobs") {
   CHECK(s.submissions[2].second == 1);
 }
 
+TEST_CASE("Pool.Requeue.LostWorkerOfAnEarlierIncarnationKeepsTheJob") {
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  s.run_all();
+  s.step(1.0);  // poll: both run
+  const std::vector<PoolWorker> both = {{1, "job0", true, at(1), false}, {2, "job1", true, at(1), false}};
+  s.step(2.0, 0, -1, both);
+  // Slurm requeues job0 (its node failed) while its worker is still registered, silent.
+  s.set("job0", State::pending, "PENDING", "BeginTime");
+  s.step(3.0, 0, -1, both);  // poll sees it pending again
+  s.step(4.0, 0, -1, both);
+  CHECK(s.submissions.size() == 1);  // the requeued job is still capacity
+  // It runs again elsewhere, and only then is the old worker declared lost: the job stays.
+  s.set("job0", State::running, "RUNNING");
+  s.step(5.0, 0, -1, both);
+  s.pool.worker_left(at(5.5), "job0");
+  s.step(7.0, 0, -1, {{2, "job1", true, at(1), false}});
+  CHECK(s.cancels.empty());
+  s.step(8.0, 0, -1, {{2, "job1", true, at(1), false}, {3, "job0", true, at(8), false}});
+  CHECK(s.submissions.size() == 1);
+  // The new incarnation's own worker dying is a loss like any other: its job goes.
+  s.pool.worker_left(at(9.0), "job0");
+  // A lost worker of a job never requeued: the job is cancelled, as before.
+  s.pool.worker_left(at(9.1), "job1");
+  s.step(11.0, 0, -1, {});
+  REQUIRE(s.cancels.size() == 1);
+  CHECK(s.cancels[0] == std::vector<std::string>{"job0", "job1"});
+}
+
 TEST_CASE("Pool.Failures.PauseInsteadOfStorm") {
   Sim s;
   s.refuse = "sbatch: error: invalid partition specified: nope";
