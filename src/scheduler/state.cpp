@@ -93,9 +93,9 @@ std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& reso
       // No task needed it before, so what a worker offers of it is all free.
       for (auto& [id, w] : workers_) {
         auto have = w.resources.find(name);
-        const double amount = have == w.resources.end() ? 0.0 : have->second;
-        w.offered.push_back(amount);
-        w.free.push_back(amount);
+        const double offered = have == w.resources.end() ? 0.0 : have->second;
+        w.offered.push_back(offered);
+        w.free.push_back(offered);
       }
     }
     s.need_ids.emplace_back(it->second, amount);
