@@ -470,7 +470,7 @@ std::string json_run(const Config& c, const Result& r) {
                                                          {"clear", &r.clear}};
   for (const auto& [name, m] : phases) o << ",\"" << name << "_us_per_task\":" << m->cpu * 1e6 / n;
   o << ",\"sim_s\":" << r.sim_s << ",\"run_wall_s\":" << r.total_wall_s << ",\"peak_pending\":" << r.peak_pending
-    << ",\"peak_rss_bytes\":" << r.peak_rss << ",\"ok\":" << (r.error.empty() ? "true" : "false");
+    << ",\"peak_rss_bytes\":" << r.peak_rss << ",\"pid\":" << ::getpid() << ",\"ok\":" << (r.error.empty() ? "true" : "false");
   if (!r.error.empty()) {
     std::string e;
     for (char ch : r.error) e += (ch == '"' || ch == '\\') ? ' ' : ch;
