@@ -35,9 +35,20 @@ protocol::TaskState wire_state(TaskStatus s) {
 }
 
 std::string TaskGraph::display_key(const std::string& function, TaskId id) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "-%llx", static_cast<unsigned long long>(id));
-  return function + buf;
+  // "<function>-<id in lowercase hex>", as the client writes it (snprintf "%llx" costs more
+  // than the rest of a task's dispatch; this is one allocation and a few shifts).
+  char hex[16];
+  int n = 0;
+  do {
+    hex[n++] = "0123456789abcdef"[id & 0xf];
+    id >>= 4;
+  } while (id != 0);
+  std::string out;
+  out.reserve(function.size() + 1 + static_cast<std::size_t>(n));
+  out.append(function);
+  out.push_back('-');
+  while (n > 0) out.push_back(hex[--n]);
+  return out;
 }
 
 std::string TaskGraph::key_of(const Task& t) const {
@@ -166,7 +177,8 @@ void TaskGraph::make_runnable(Task& t, Effects& fx) {
 
 void TaskGraph::ensure_data(Task& t, Effects& fx) {
   // Iterative: a long chain whose data was all released must not recurse deeply.
-  std::vector<TaskId> stack{t.id};
+  std::vector<TaskId>& stack = ensure_stack_;
+  stack.assign(1, t.id);
   while (!stack.empty()) {
     Task* cur = find(stack.back());
     stack.pop_back();
@@ -236,10 +248,10 @@ void TaskGraph::became_memory(Task& t, Effects& fx) {
       fx.ready.push_back(d);
     }
   }
-  // t no longer needs its inputs' data.
-  const std::vector<TaskId> deps = t.deps;
-  for (TaskId d : deps) {
-    if (Task* dep = find(d)) {
+  // t no longer needs its inputs' data. (Forgetting an input never touches t: t is still its
+  // dependent.)
+  for (std::size_t i = 0; i < t.deps.size(); ++i) {
+    if (Task* dep = find(t.deps[i])) {
       if (dep->waiters > 0) --dep->waiters;
       maybe_forget(*dep, fx);
     }
@@ -390,7 +402,9 @@ void TaskGraph::free_data(Task& t, Effects& fx) {
 }
 
 void TaskGraph::maybe_forget(Task& start, Effects& fx) {
-  std::vector<TaskId> work{start.id};
+  if (start.wanted) return;
+  std::vector<TaskId>& work = forget_work_;  // empty between calls; no allocation per call
+  work.assign(1, start.id);
   while (!work.empty()) {
     Task* t = find(work.back());
     work.pop_back();

@@ -156,6 +156,7 @@ class TaskGraph {
   const std::unordered_map<TaskId, Task>& tasks() const { return tasks_; }
 
   const std::string& function_name(const Task& t) const { return functions_[t.function]; }
+  const std::string& function_name(std::uint32_t index) const { return functions_[index]; }
   /// The user's key, else "<function>-<id in hex>".
   std::string key_of(const Task& t) const;
   static std::string display_key(const std::string& function, TaskId id);
@@ -191,6 +192,7 @@ class TaskGraph {
   std::unordered_map<std::string, std::uint32_t> function_index_;
   std::uint64_t illegal_ = 0;
   bool strict_ = false;
+  std::vector<TaskId> forget_work_, ensure_stack_;  // maybe_forget's and ensure_data's work lists
 };
 
 }  // namespace herd::scheduler
