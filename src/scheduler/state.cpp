@@ -194,6 +194,8 @@ WorkerId SchedulerState::add_worker(const protocol::HelloRequest& hello, const N
   w.end_time = hello.end_time;
   w.gpus = hello.gpus;
   w.memory_limit = hello.memory_limit;
+  if (worker_names_.size() <= id) worker_names_.resize(id + 1u);
+  worker_names_[id] = w.name;
   w.last_seen = now.mono;
   w.idle_since = now.mono;
   for (const auto& [name, amount] : hello.resources) {
@@ -348,7 +350,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
       if (t = graph_.find(r.id); t != nullptr && t->in_memory() &&
                                  std::find(t->who_has.begin(), t->who_has.end(), w.id) != t->who_has.end()) {
         w.has.insert(r.id);
-        if (!r.inline_data.empty() && t->wanted) inline_results_[r.id] = std::move(r.inline_data);
+        keep_inline(r.id, r.inline_data);
       }
     } else if (r.handed_back) {
       graph_.requeue(r.id, fx_);  // unstarted task given back (retiring, stolen, cancelled)
@@ -499,6 +501,13 @@ void SchedulerState::dispatch_scatter(TaskId id, zmq::message_t payload) {
 
 // ---- effects ------------------------------------------------------------------------------
 
+void SchedulerState::keep_inline(TaskId id, std::vector<char>& data) {
+  // Only for the notice graph_.finished() just queued (the client wants the result): apply()
+  // puts it into that notice's update.
+  if (data.empty() || fx_.notify.empty() || fx_.notify.back() != id) return;
+  inline_results_.emplace_back(fx_.notify.size() - 1, std::move(data));
+}
+
 void SchedulerState::apply(Effects& fx) {
   for (TaskId id : fx.ready) {
     const Task* t = graph_.find(id);
@@ -506,10 +515,20 @@ void SchedulerState::apply(Effects& fx) {
     if (t->deaths > 0 && t->gang == 0) suspects_.push_back(id);
     else push_ready(*t);
   }
-  for (TaskId id : fx.notify) {
+  std::size_t next_inline = 0;  // inline_results_ is in the order of the notices it belongs to
+  ClientId last_client = 0;
+  ClientOut* last_out = nullptr;
+  for (std::size_t i = 0; i < fx.notify.size(); ++i) {
+    const TaskId id = fx.notify[i];
+    while (next_inline < inline_results_.size() && inline_results_[next_inline].first < i) ++next_inline;
     const Task* t = graph_.find(id);
-    if (t == nullptr || clients_.count(t->client) == 0) continue;
-    ClientOut& c = out_.clients[t->client];
+    if (t == nullptr) continue;
+    if (last_out == nullptr || t->client != last_client) {
+      if (clients_.count(t->client) == 0) continue;
+      last_client = t->client;
+      last_out = &out_.clients[t->client];
+    }
+    ClientOut& c = *last_out;
     protocol::TaskUpdate u;
     u.id = id;
     u.state = static_cast<std::uint8_t>(wire_state(t->status));
@@ -523,7 +542,9 @@ void SchedulerState::apply(Effects& fx) {
         c.updates.addresses.push_back(hw != nullptr ? hw->address : std::string());
       }
       u.location = found->second;
-      if (auto in = inline_results_.find(id); in != inline_results_.end()) u.inline_data = std::move(in->second);
+      if (next_inline < inline_results_.size() && inline_results_[next_inline].first == i) {
+        u.inline_data = std::move(inline_results_[next_inline].second);
+      }
     }
     if (t->error) u.error = *t->error;
     c.updates.updates.push_back(std::move(u));
@@ -820,7 +841,8 @@ void SchedulerState::record_run(const Task* t, const WorkerRec& w, const protoco
   if (t == nullptr || t->scattered) return;
   auto& c = counters_;
   (r.ok ? c.finished_total : c.failed_total) += 1;
-  auto& runs = c.runs_by_function[graph_.function_name(*t)];
+  if (t->function >= runs_by_function_.size()) runs_by_function_.resize(t->function + 1u);
+  auto& runs = runs_by_function_[t->function];
   (r.ok ? runs.first : runs.second) += 1;
   if (r.ok) {
     const std::int64_t second = now.unix_s();
@@ -830,15 +852,46 @@ void SchedulerState::record_run(const Task* t, const WorkerRec& w, const protoco
     }
     ++c.finishes_per_second.back().second;
   }
-  protocol::TaskEvent e;
-  e.key = graph_.key_of(*t);
-  e.function = graph_.function_name(*t);
-  e.worker = w.name;
-  e.end_ms = now.unix_ms;
-  e.start_ms = now.unix_ms - static_cast<std::int64_t>(r.duration_us / 1000);
-  e.ok = r.ok;
-  c.events.push_back(std::move(e));
-  if (c.events.size() > kMaxEvents) c.events.pop_front();
+  RunRecord* e;
+  if (runs_.size() < kMaxEvents) {
+    e = &runs_.emplace_back();
+  } else {
+    e = &runs_[runs_next_];
+    runs_next_ = (runs_next_ + 1) % kMaxEvents;
+  }
+  e->id = t->id;
+  e->function = t->function;
+  e->worker = w.id;
+  e->end_ms = now.unix_ms;
+  e->start_ms = now.unix_ms - static_cast<std::int64_t>(r.duration_us / 1000);
+  e->ok = r.ok;
+  if (t->keyed) e->key = t->key;
+  else e->key.clear();
+}
+
+const SchedulerState::Counters& SchedulerState::counters() const {
+  auto& c = counters_;
+  c.runs_by_function.clear();
+  for (std::size_t f = 0; f < runs_by_function_.size(); ++f) {
+    const auto& runs = runs_by_function_[f];
+    if (runs.first + runs.second > 0) c.runs_by_function[graph_.function_name(static_cast<std::uint32_t>(f))] = runs;
+  }
+  c.events.clear();
+  const std::size_t n = runs_.size();
+  const std::size_t first = n < kMaxEvents ? 0 : runs_next_;  // the oldest
+  for (std::size_t i = 0; i < n; ++i) {
+    const RunRecord& r = runs_[(first + i) % n];
+    protocol::TaskEvent e;
+    const std::string& function = graph_.function_name(r.function);
+    e.key = r.key.empty() ? TaskGraph::display_key(function, r.id) : r.key;
+    e.function = function;
+    e.worker = r.worker < worker_names_.size() ? worker_names_[r.worker] : "#" + std::to_string(r.worker);
+    e.start_ms = r.start_ms;
+    e.end_ms = r.end_ms;
+    e.ok = r.ok;
+    c.events.push_back(std::move(e));
+  }
+  return c;
 }
 
 // ---- pools --------------------------------------------------------------------------------

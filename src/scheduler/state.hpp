@@ -277,7 +277,9 @@ class SchedulerState {
     std::deque<protocol::TaskEvent> events;                                  // newest last
     std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> runs_by_function;  // (ok, raised)
   };
-  const Counters& counters() const { return counters_; }
+  /// The counters, with `events` and `runs_by_function` written out from the compact records
+  /// the state keeps per run (O(kept runs + functions): for status, not per task).
+  const Counters& counters() const;
 
   /// Placement internals, for tests and the simulator.
   std::size_t shape_count() const;
@@ -286,6 +288,8 @@ class SchedulerState {
  private:
   // Events end with this: apply the graph's effects, validate in test builds.
   void apply(Effects& fx);
+  /// A result small enough to ride with its notice to the client (see apply()).
+  void keep_inline(TaskId id, std::vector<char>& data);
   void check() const;
   WorkerRec* find_worker(WorkerId id);
   ClientRec* find_client(ClientId id);
@@ -338,13 +342,27 @@ class SchedulerState {
   std::vector<TaskId> suspects_;             // ready tasks that must run alone
   std::vector<TaskId> too_long_;             // ready tasks whose duration fits no worker now
   std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
-  std::unordered_map<TaskId, std::vector<char>> inline_results_;    // this event's small results
+  // This event's small results: (index of the task's notice in fx_.notify, the bytes).
+  std::vector<std::pair<std::size_t, std::vector<char>>> inline_results_;
   WorkerId next_worker_id_ = 1;
   ClientId next_client_index_ = 1;
   double avg_task_us_ = -1;                  // moving average of run time; < 0 until one finishes
   std::size_t extra_per_slot_ = 1;           // queue horizon: tasks queued per slot beyond it
   Clock::time_point last_heartbeat_{};
-  Counters counters_;
+  // Runs are recorded compactly (no string per run); counters() writes them out.
+  struct RunRecord {
+    TaskId id = 0;
+    std::uint32_t function = 0;   // TaskGraph's function index
+    WorkerId worker = 0;          // its name: worker_names_
+    std::int64_t start_ms = 0, end_ms = 0;
+    bool ok = false;
+    std::string key;              // the user's key ("" = the display key, made when written out)
+  };
+  mutable Counters counters_;
+  std::vector<RunRecord> runs_;              // the newest runs, a ring of at most kMaxEvents
+  std::size_t runs_next_ = 0;                // where the next run goes once the ring is full
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs_by_function_;  // by function index: (ok, raised)
+  std::vector<std::string> worker_names_;    // by worker id (names of workers gone stay for runs_)
   mutable std::uint64_t checks_ = 0;          // events seen by check() (validate mode)
 };
 

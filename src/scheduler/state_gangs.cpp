@@ -289,7 +289,7 @@ void SchedulerState::gang_settle(Gang& g) {
       graph_.finished(r.id, w->id, r.nbytes, fx_);
       if (const Task* t = graph_.find(r.id); t != nullptr && t->in_memory()) {
         w->has.insert(r.id);
-        if (!r.inline_data.empty() && t->wanted) inline_results_[r.id] = std::move(r.inline_data);
+        keep_inline(r.id, r.inline_data);
       }
     }
     gangs_.erase(id);
