@@ -35,6 +35,7 @@
 #include <zmq.hpp>
 
 #include "protocol/messages.hpp"
+#include "scheduler/flat_table.hpp"
 #include "scheduler/task_graph.hpp"
 
 namespace herd::scheduler {
@@ -116,8 +117,8 @@ struct WorkerRec {
   std::map<std::string, double> resources;  // what it offers
   std::vector<double> offered;              // the same, by resource index
   std::vector<double> free;                 // by resource index: offered minus its processing tasks' needs
-  std::unordered_map<TaskId, std::uint16_t> processing;  // sent to it and not answered yet -> shape
-  std::unordered_set<TaskId> has;           // results it holds
+  FlatMap<TaskId, std::uint16_t> processing;  // sent to it and not answered yet -> shape
+  FlatSet<TaskId> has;                      // results it holds
   std::deque<TaskId> order;                 // dispatch order, for stealing (may hold answered ids)
   Clock::time_point last_seen, idle_since, retire_since;
   std::uint64_t memory_rss = 0;
