@@ -32,7 +32,24 @@ std::string describe(const std::map<std::string, double>& r) {
 
 void Outbox::clear() {
   workers.clear();
-  clients.clear();
+  // A client's entry stays, emptied, with its update list's capacity: a busy client gets tens
+  // of thousands of updates a turn, and growing that list anew each turn (176-byte updates
+  // moved at every doubling) cost more than making the updates. A list much bigger than this
+  // turn's needed goes (after a burst).
+  for (auto it = clients.begin(); it != clients.end();) {
+    ClientOut& c = it->second;
+    const std::size_t cap = c.updates.updates.capacity();
+    if (cap > 4096 && cap > 4 * c.updates.updates.size()) {
+      it = clients.erase(it);
+      continue;
+    }
+    c.updates.updates.clear();
+    c.updates.addresses.clear();
+    c.address_index.clear();
+    c.heartbeat = false;
+    c.shutdown.reset();
+    ++it;
+  }
   journal.clear();
   departed.clear();
   clients_departed.clear();
@@ -174,8 +191,7 @@ void SchedulerState::refresh_all() {
 
 void SchedulerState::push_ready(const Task& t) {
   Shape& s = shapes_[t.shape];
-  s.ready.push_back({t.priority, t.seq, t.id});
-  std::push_heap(s.ready.begin(), s.ready.end());
+  s.ready.push({t.priority, t.seq, t.id});
   if (s.offered_by == 0) s.unrunnable_dirty = true;
 }
 
@@ -564,28 +580,39 @@ void SchedulerState::apply(Effects& fx) {
 
 // ---- placement ----------------------------------------------------------------------------
 
+bool SchedulerState::live_head(Shape& s) {
+  // Drop stale heads: tasks cancelled, placed, or pushed twice since.
+  while (!s.ready.empty()) {
+    const Task* t = graph_.find(s.ready.top().id);
+    if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id) return true;
+    s.ready.pop();
+  }
+  return false;
+}
+
 void SchedulerState::schedule(const Now& now) {
   if (!suspects_.empty()) place_suspects(now);
   if (!gangs_waiting_.empty()) place_gangs(now);
   while (true) {
+    // The shape whose best ready task ranks highest among those with a free worker, and the
+    // runner-up's head (a batch below stops where it would overtake it).
     Shape* best = nullptr;
+    const ReadyItem* rival = nullptr;
     for (auto& s : shapes_) {
-      // Drop stale heads: tasks cancelled, placed, or pushed twice since.
-      while (!s.ready.empty()) {
-        const Task* t = graph_.find(s.ready.front().id);
-        if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id) break;
-        std::pop_heap(s.ready.begin(), s.ready.end());
-        s.ready.pop_back();
-      }
-      if (s.ready.empty()) continue;
+      if (!live_head(s)) continue;
       if (s.unrunnable_dirty) note_unrunnable(s);
       if (s.free.empty()) continue;
-      if (best == nullptr || best->ready.front() < s.ready.front()) best = &s;
+      if (best == nullptr || best->ready.top() < s.ready.top()) {
+        if (best != nullptr) rival = &best->ready.top();
+        best = &s;
+      } else if (rival == nullptr || *rival < s.ready.top()) {
+        rival = &s.ready.top();
+      }
     }
     if (best == nullptr) break;
-    std::pop_heap(best->ready.begin(), best->ready.end());
-    const TaskId id = best->ready.back().id;
-    best->ready.pop_back();
+    const ReadyItem bound = rival != nullptr ? *rival : ReadyItem{INT32_MIN, UINT64_MAX, 0};
+    const TaskId id = best->ready.top().id;
+    best->ready.pop();
     Task& t = *graph_.find(id);
     if (t.gang != 0) {
       // Once its last member is ready, the gang starts or reserves its workers before any
@@ -594,19 +621,38 @@ void SchedulerState::schedule(const Now& now) {
       if (!gangs_waiting_.empty()) place_gangs(now);
       continue;
     }
-    WorkerRec* w = pick_worker(*best, t, now);
+    const std::vector<WorkerId>* from = nullptr;
+    WorkerRec* w = pick_worker(*best, t, now, &from);
     if (w == nullptr) {
       too_long_.push_back(id);  // its duration fits no free worker's remaining walltime
       continue;
     }
+    // The worker takes its share of this shape's ready tasks in one visit, as round robin one
+    // at a time would give it over the rounds (ready tasks / workers in its list, within its
+    // room), so that consecutive placements touch one worker's records, not a thousand's.
+    std::size_t share = 1;
+    if (from != nullptr && !from->empty()) {
+      const std::size_t ready = graph_.ready_of_shape(best->id);  // t included
+      share = (ready + from->size() - 1) / from->size();
+    }
+    const bool open_list = from == &best->open;
     dispatch(t, *w);
+    for (std::size_t n = 1; n < share; ++n) {
+      if ((open_list ? w->open_pos : w->free_pos)[best->id] < 0) break;  // it is full
+      if (!live_head(*best) || best->ready.top() < bound) break;         // another shape's turn
+      Task& next = *graph_.find(best->ready.top().id);
+      if (next.gang != 0 || !next.deps.empty()) break;  // gangs and locality: the full path
+      if (next.duration_s != 0 && w->end_time != 0 && now.unix_s() + static_cast<std::int64_t>(next.duration_s) > w->end_time) break;
+      best->ready.pop();
+      dispatch(next, *w);
+    }
   }
   if (!gangs_waiting_.empty()) place_gangs(now);  // members popped just now
   if (!overloaded_.empty()) steal(now);
   check();
 }
 
-WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now) {
+WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now, const std::vector<WorkerId>** from) {
   auto fits_time = [&](const WorkerRec& w) {
     return t.duration_s == 0 || w.end_time == 0 || now.unix_s() + static_cast<std::int64_t>(t.duration_s) <= w.end_time;
   };
@@ -638,7 +684,10 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now) 
     for (std::size_t n = 0; n < list->size(); ++n) {
       if (cursor >= list->size()) cursor = 0;
       WorkerRec& w = workers_.at((*list)[cursor++]);
-      if (fits_time(w)) return &w;
+      if (fits_time(w)) {
+        *from = list;
+        return &w;
+      }
     }
   }
   return nullptr;
@@ -736,17 +785,17 @@ void SchedulerState::note_unrunnable(Shape& s) {
   s.unrunnable_dirty = false;
   if (s.offered_by > 0) return;
   const std::string why = "no connected worker offers " + describe(s.need);
-  for (const ReadyItem& item : s.ready) {
+  s.ready.for_each([&](const ReadyItem& item) {
     Task* t = graph_.find(item.id);
-    if (t == nullptr || t->status != TaskStatus::ready || t->no_worker_noted) continue;
+    if (t == nullptr || t->status != TaskStatus::ready || t->no_worker_noted) return;
     t->no_worker_noted = true;
-    if (clients_.count(t->client) == 0) continue;
+    if (clients_.count(t->client) == 0) return;
     protocol::TaskUpdate u;
     u.id = t->id;
     u.state = static_cast<std::uint8_t>(protocol::TaskState::no_worker);
     u.error = {"herd::NoWorker", why, graph_.key_of(*t), ""};
     out_.clients[t->client].updates.updates.push_back(std::move(u));
-  }
+  });
 }
 
 std::string SchedulerState::why_no_worker(const Task& t) const {
@@ -795,43 +844,59 @@ void SchedulerState::steal(const Now& now) {
   // The victim hands back only what it has not started; a task that started meanwhile just
   // finishes where it is.
   std::vector<WorkerRec*> thieves;
+  FlatSet<WorkerId> seen;
   for (auto& s : shapes_) {
-    if (s.open.empty()) continue;
-    bool nothing_ready = true;
-    for (const ReadyItem& item : s.ready) {
-      const Task* t = graph_.find(item.id);
-      if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id) {
-        nothing_ready = false;
-        break;
-      }
-    }
-    if (!nothing_ready) continue;
+    if (s.open.empty() || live_head(s)) continue;
     for (WorkerId id : s.open) {
-      WorkerRec& w = workers_.at(id);
-      if (std::find(thieves.begin(), thieves.end(), &w) == thieves.end()) thieves.push_back(&w);
+      if (seen.insert(id).second) thieves.push_back(&workers_.at(id));
     }
   }
   if (thieves.empty()) return;
+  // What each victim can give: its newest tasks beyond its threads, those already asked back
+  // counted against it. Each victim's queue is read once per call, however many thieves.
+  struct Victim {
+    WorkerRec* w;
+    std::vector<Task*> tasks;  // newest first; nullptr once taken
+    std::size_t left;
+  };
+  std::vector<Victim> victims;
+  for (WorkerId vid : overloaded_) {
+    WorkerRec& v = workers_.at(vid);
+    if (v.suspect != 0) continue;
+    std::size_t excess = v.processing.size() - v.nthreads;
+    Victim victim{&v, {}, 0};
+    for (auto it = v.order.rbegin(); it != v.order.rend() && excess > 0; ++it) {
+      if (!v.processing.count(*it)) continue;
+      Task* t = graph_.find(*it);
+      if (t == nullptr || t->status != TaskStatus::processing || t->worker != vid || t->gang != 0 || t->scattered) {
+        continue;
+      }
+      --excess;
+      if (!t->stealing) victim.tasks.push_back(t);
+    }
+    victim.left = victim.tasks.size();
+    if (victim.left > 0) victims.push_back(std::move(victim));
+  }
   for (WorkerRec* thief : thieves) {
     std::size_t want = thief->nthreads - std::min<std::size_t>(thief->nthreads, thief->processing.size());
-    for (WorkerId vid : overloaded_) {
-      if (want == 0) break;
-      WorkerRec& victim = workers_.at(vid);
-      if (&victim == thief || victim.suspect != 0) continue;
-      std::size_t excess = victim.processing.size() - victim.nthreads;
-      for (auto it = victim.order.rbegin(); it != victim.order.rend() && excess > 0 && want > 0; ++it) {
-        auto p = victim.processing.find(*it);
-        if (p == victim.processing.end()) continue;
-        Task* t = graph_.find(*it);
-        if (t == nullptr || t->status != TaskStatus::processing || t->worker != vid || t->stealing || t->gang != 0 ||
-            t->scattered) {
-          continue;
+    for (std::size_t i = 0; i < victims.size() && want > 0;) {
+      Victim& victim = victims[i];
+      if (victim.w != thief) {
+        for (Task*& t : victim.tasks) {
+          if (want == 0) break;
+          if (t == nullptr || thief->free_pos[t->shape] < 0) continue;  // taken, or the thief cannot run it
+          t->stealing = true;
+          out(victim.w->id).cancel.push_back(t->id);
+          t = nullptr;
+          --victim.left;
+          --want;
         }
-        if (thief->free_pos[t->shape] < 0) continue;  // the thief cannot run it
-        t->stealing = true;
-        out(vid).cancel.push_back(t->id);
-        --excess;
-        --want;
+      }
+      if (victim.left == 0) {
+        victims[i] = std::move(victims.back());
+        victims.pop_back();
+      } else {
+        ++i;
       }
     }
   }
@@ -1035,7 +1100,7 @@ std::string SchedulerState::validate() const {
   }
   std::unordered_set<TaskId> queued;
   for (const auto& s : shapes_) {
-    for (const auto& item : s.ready) queued.insert(item.id);
+    s.ready.for_each([&](const ReadyItem& item) { queued.insert(item.id); });
   }
   for (TaskId id : suspects_) queued.insert(id);
   for (TaskId id : too_long_) queued.insert(id);

@@ -21,6 +21,7 @@
 // client (TaskState::no_worker) and in status.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -154,12 +155,62 @@ struct ReadyItem {
   }
 };
 
+/// The ready tasks of one shape: highest priority first, then the oldest (lowest seq).
+/// The common case is a FIFO: items that arrive in that order (one priority, tasks ready in
+/// submission order) are appended to a queue, O(1) each and no heap of millions to sift; an
+/// item that would break the order goes to a heap beside it, and top() is the better head.
+class ReadyQueue {
+ public:
+  void push(const ReadyItem& item) {
+    if (head_ == fifo_.size() || !(fifo_.back() < item)) {
+      if (head_ == fifo_.size()) {
+        fifo_.clear();
+        head_ = 0;
+      }
+      fifo_.push_back(item);
+    } else {
+      heap_.push_back(item);
+      std::push_heap(heap_.begin(), heap_.end());
+    }
+  }
+  bool empty() const { return head_ == fifo_.size() && heap_.empty(); }
+  std::size_t size() const { return fifo_.size() - head_ + heap_.size(); }
+  const ReadyItem& top() const { return from_heap() ? heap_.front() : fifo_[head_]; }
+  void pop() {
+    if (from_heap()) {
+      std::pop_heap(heap_.begin(), heap_.end());
+      heap_.pop_back();
+      return;
+    }
+    ++head_;
+    if (head_ == fifo_.size()) {
+      fifo_.clear();
+      head_ = 0;
+    } else if (head_ >= 4096 && 2 * head_ >= fifo_.size()) {
+      fifo_.erase(fifo_.begin(), fifo_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+  /// Every item, in no particular order (stale ones included).
+  template <typename F>
+  void for_each(F&& f) const {
+    for (std::size_t i = head_; i < fifo_.size(); ++i) f(fifo_[i]);
+    for (const ReadyItem& item : heap_) f(item);
+  }
+
+ private:
+  bool from_heap() const { return head_ == fifo_.size() || (!heap_.empty() && fifo_[head_] < heap_.front()); }
+  std::vector<ReadyItem> fifo_;  // fifo_[head_..]: best first
+  std::size_t head_ = 0;
+  std::vector<ReadyItem> heap_;  // out-of-order arrivals, a max-heap
+};
+
 /// A resource shape: what a task needs on one worker (shape 0: nothing).
 struct Shape {
   std::uint16_t id = 0;
   std::map<std::string, double> need;
   std::vector<std::pair<std::uint16_t, double>> need_ids;  // by resource index
-  std::vector<ReadyItem> ready;     // a heap of its ready tasks (stale entries skipped lazily)
+  ReadyQueue ready;                 // its ready tasks (stale entries skipped lazily)
   std::vector<WorkerId> free;       // workers that can take one more task of it now
   std::vector<WorkerId> open;       // those of them with an idle thread (filled first)
   std::size_t cursor = 0;           // round-robin position in `free`
@@ -305,7 +356,11 @@ class SchedulerState {
   void push_ready(const Task& t);
   std::size_t capacity(const WorkerRec& w) const;
   bool available(const WorkerRec& w) const;                    // takes new work at all
-  WorkerRec* pick_worker(Shape& s, const Task& t, const Now& now);
+  /// A free worker for `t`: a holder of its inputs, else the next in round robin; `from` says
+  /// which list it came from (s.open or s.free; nullptr when chosen for locality).
+  WorkerRec* pick_worker(Shape& s, const Task& t, const Now& now, const std::vector<WorkerId>** from);
+  /// Drops the stale entries at the head of s.ready; false when none is left.
+  bool live_head(Shape& s);
   void dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e = {});
   void dispatch_scatter(TaskId id, zmq::message_t payload);
   void place_suspects(const Now& now);
