@@ -360,7 +360,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
       }
       if (options_.full_results && t != nullptr && t->keyed && !t->scattered && t->status == TaskStatus::processing &&
           t->worker == w.id && r.nbytes == r.inline_data.size()) {
-        out_.journal.emplace_back(t->key, r.inline_data);
+        out_.journal.emplace_back(graph_.user_key(*t), r.inline_data);
       }
       graph_.finished(r.id, w.id, r.nbytes, fx_);
       if (t = graph_.find(r.id); t != nullptr && t->in_memory() &&
@@ -930,7 +930,7 @@ void SchedulerState::record_run(const Task* t, const WorkerRec& w, const protoco
   e->end_ms = now.unix_ms;
   e->start_ms = now.unix_ms - static_cast<std::int64_t>(r.duration_us / 1000);
   e->ok = r.ok;
-  if (t->keyed) e->key = t->key;
+  if (t->named) e->key = graph_.user_key(*t);
   else e->key.clear();
 }
 

@@ -52,7 +52,12 @@ std::string TaskGraph::display_key(const std::string& function, TaskId id) {
 }
 
 std::string TaskGraph::key_of(const Task& t) const {
-  return t.key.empty() ? display_key(functions_[t.function], t.id) : t.key;
+  return t.named ? keys_.at(t.id) : display_key(functions_[t.function], t.id);
+}
+
+const std::string& TaskGraph::user_key(const Task& t) const {
+  static const std::string none;
+  return t.named ? keys_.at(t.id) : none;
 }
 
 std::uint32_t TaskGraph::intern_function(const std::string& name) {
@@ -84,6 +89,7 @@ void TaskGraph::count_in(const Task& t, int delta) {
 
 void TaskGraph::erase(Task& t) {
   if (t.deaths > 0) death_workers_.erase(t.id);
+  if (t.named) keys_.erase(t.id);
   count_in(t, -1);
   tasks_.erase(t.id);
 }
@@ -97,8 +103,11 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   t.client = client;
   t.wanted = spec.want_result;
   t.function = intern_function(spec.function);
-  t.key = spec.key;
   t.keyed = !spec.key.empty();
+  if (t.keyed) {
+    keys_[t.id] = spec.key;
+    t.named = true;
+  }
   t.args = spec.args;
   t.refs = spec.refs;
   t.priority = spec.priority;
@@ -114,8 +123,7 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   for (TaskId d : t.deps) {
     Task* dep = find(d);
     if (dep == nullptr || dep->id == t.id) {
-      std::vector<TaskId> none;
-      t.deps.swap(none);
+      t.deps.clear();
       fail_with(t, {"herd::MissingInput",
                     "input task " + display_key("", d).substr(1) +
                         " is unknown to the scheduler (its future was released, or it was "
@@ -152,7 +160,10 @@ void TaskGraph::add_scattered(TaskId id, std::string key, std::uint32_t client) 
   t.wanted = true;
   t.scattered = true;
   t.function = intern_function("scatter");
-  t.key = std::move(key);
+  if (!key.empty()) {
+    keys_[id] = std::move(key);
+    t.named = true;
+  }
   t.seq = next_seq_++;
   // waiting until it is sent to a worker (started()), then processing until the worker says
   // it holds it (finished()).
@@ -432,7 +443,10 @@ void TaskGraph::maybe_forget(Task& start, Effects& fx) {
 
 std::string TaskGraph::validate() const {
   std::size_t counts[kTaskStatusCount] = {};
+  std::size_t named = 0;
   for (const auto& [id, t] : tasks_) {
+    if (t.named && keys_.count(id) == 0) return "task " + display_key(functions_[t.function], id) + " has lost its key";
+    named += t.named;
     const std::string k = key_of(t);
     if (t.id != id) return "task " + k + " is filed under another id";
     ++counts[static_cast<int>(t.status)];
@@ -474,6 +488,7 @@ std::string TaskGraph::validate() const {
              std::to_string(unfinished_dependents) + " unfinished dependents";
     }
   }
+  if (named != keys_.size()) return "the key table holds keys of tasks that are gone";
   std::vector<ShapeCounts> by_shape(by_shape_.size());
   for (const auto& [id, t] : tasks_) {
     if (t.status != TaskStatus::ready && t.status != TaskStatus::processing) continue;

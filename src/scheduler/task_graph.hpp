@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "protocol/messages.hpp"
+#include "scheduler/small_vec.hpp"
 
 namespace herd::scheduler {
 
@@ -51,15 +52,12 @@ inline constexpr bool kLegal[kTaskStatusCount][kTaskStatusCount] = {
 };
 
 struct Task {
+  // Hot fields first; 200 bytes in all (the key lives in TaskGraph's key table, lists of one or
+  // two ids inside the record: bench/README.md, "The scheduler core, simulated").
   TaskId id = 0;
-  TaskStatus status = TaskStatus::waiting;
-  bool wanted = false;            // the client holds a future
-  bool scattered = false;         // data without a recipe
-  bool keyed = false;             // the client named it (TaskOptions::key): journaled
-  bool forget_when_done = false;  // nobody needs it any more, but a worker is computing it
-  bool no_worker_noted = false;   // its client was told no worker can run it (TaskState::no_worker)
-  bool stealing = false;          // asked back from its worker to run elsewhere (work stealing)
-  std::uint16_t shape = 0;        // resources it needs (SchedulerState's shape table; 0 = none)
+  std::uint64_t seq = 0;          // submission order
+  std::uint64_t nbytes = 0;
+  TaskId gang = 0;                // gang id (0 = not a gang member); the gang keeps the retries
   std::uint32_t function = 0;     // index into TaskGraph's function names
   std::uint32_t client = 0;       // owning client index
   std::uint32_t worker = kNoWorker;  // processing on
@@ -70,15 +68,20 @@ struct Task {
   std::int32_t priority = 0;
   std::uint32_t duration_s = 0;   // declared run time (placement near walltime)
   std::uint32_t gang_rank = 0;
-  std::uint64_t seq = 0;          // submission order
-  TaskId gang = 0;                // gang id (0 = not a gang member); the gang keeps the retries
-  std::uint64_t nbytes = 0;
-  std::string key;                // the user's key ("" = "<function>-<id in hex>", see key_of)
+  std::uint16_t shape = 0;        // resources it needs (SchedulerState's shape table; 0 = none)
+  TaskStatus status = TaskStatus::waiting;
+  bool wanted = false;            // the client holds a future
+  bool scattered = false;         // data without a recipe
+  bool keyed = false;             // the client named it (TaskOptions::key): journaled
+  bool named = false;             // has a key of its own (keyed, or a named scatter): TaskGraph::user_key
+  bool forget_when_done = false;  // nobody needs it any more, but a worker is computing it
+  bool no_worker_noted = false;   // its client was told no worker can run it (TaskState::no_worker)
+  bool stealing = false;          // asked back from its worker to run elsewhere (work stealing)
   std::vector<char> args;
   std::vector<protocol::ArgRef> refs;
-  std::vector<TaskId> deps;        // distinct inputs
-  std::vector<TaskId> dependents;  // tasks in the graph that take this one as input
-  std::vector<std::uint32_t> who_has;
+  SmallVec<TaskId, 2> deps;        // distinct inputs
+  SmallVec<TaskId, 1> dependents;  // tasks in the graph that take this one as input
+  SmallVec<std::uint32_t, 2> who_has;
   std::unique_ptr<protocol::ErrorInfo> error;
 
   bool in_memory() const { return status == TaskStatus::memory; }
@@ -156,6 +159,8 @@ class TaskGraph {
   const std::unordered_map<TaskId, Task>& tasks() const { return tasks_; }
 
   const std::string& function_name(const Task& t) const { return functions_[t.function]; }
+  /// The key the client gave it ("" = none).
+  const std::string& user_key(const Task& t) const;
   const std::string& function_name(std::uint32_t index) const { return functions_[index]; }
   /// The user's key, else "<function>-<id in hex>".
   std::string key_of(const Task& t) const;
@@ -188,6 +193,7 @@ class TaskGraph {
   };
   std::vector<ShapeCounts> by_shape_;
   std::unordered_map<TaskId, std::string> death_workers_;  // workers lost under a task, for its error
+  std::unordered_map<TaskId, std::string> keys_;  // user keys of the tasks that have one (Task::named)
   std::vector<std::string> functions_;
   std::unordered_map<std::string, std::uint32_t> function_index_;
   std::uint64_t illegal_ = 0;
