@@ -14,7 +14,7 @@ valgrind --tool=callgrind --callgrind-out-file="$out/cg.%p" --collect-atstart=no
   --toggle-collect="${core}SchedulerState::submit(*" --toggle-collect="${core}SchedulerState::schedule(*" \
   --toggle-collect="${core}SchedulerState::task_results(*" --toggle-collect="${core}SchedulerState::release(*" \
   --toggle-collect="${core}SchedulerState::tick(*" --toggle-collect="${core}SchedulerState::heartbeat(*" \
-  --toggle-collect="${core}SchedulerState::heard_from_client(*" --toggle-collect="${core}Outbox::clear(*" \
+  --toggle-collect="${core}SchedulerState::heard_from_client(*" --toggle-collect="${core}Outbox::clear(*" --toggle-collect="*drop_sent(*" \
   "$sim" --pending 0 --no-table "$@" 2>/dev/null > "$out/runs.jsonl"
 # One file per run (herd_sim forks a child per run; its pid is in the run's JSON line), and one
 # for herd_sim's parent, which collects nothing.
