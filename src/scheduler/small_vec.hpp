@@ -41,8 +41,8 @@ class SmallVec {
   }
   ~SmallVec() { release(); }
 
-  T* data() { return cap_ > N ? heap_ : inline_; }
-  const T* data() const { return cap_ > N ? heap_ : inline_; }
+  T* data() { return cap_ > N ? heap_ : std::launder(reinterpret_cast<T*>(inline_)); }
+  const T* data() const { return cap_ > N ? heap_ : std::launder(reinterpret_cast<const T*>(inline_)); }
   T* begin() { return data(); }
   T* end() { return data() + size_; }
   const T* begin() const { return data(); }
@@ -112,7 +112,7 @@ class SmallVec {
   std::uint32_t size_ = 0;
   std::uint32_t cap_ = N;  // > N: on the heap
   union {
-    T inline_[N];
+    alignas(T) unsigned char inline_[N * sizeof(T)];  // values kept inside (plain bytes: T is trivially copyable)
     T* heap_;
   };
 };

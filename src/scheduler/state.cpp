@@ -95,6 +95,7 @@ std::size_t SchedulerState::ready_count() const { return graph_.count(TaskStatus
 // ---- shapes and the free lists ------------------------------------------------------------
 
 std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& resources) {
+  if (resources.empty() && !shapes_.empty()) return 0;  // most tasks: no map to build and look up
   std::map<std::string, double> need;
   for (const auto& [name, amount] : resources) {
     if (amount > 0) need[name] = amount;  // asking for none of a resource is asking for nothing
@@ -181,8 +182,12 @@ void SchedulerState::refresh(WorkerRec& w) {
     list_set(s.free, w.free_pos, sid, w.id, take, workers_, &WorkerRec::free_pos);
     list_set(s.open, w.open_pos, sid, w.id, take && idle_thread, workers_, &WorkerRec::open_pos);
   }
-  if (w.processing.size() > w.nthreads) overloaded_.insert(w.id);
-  else overloaded_.erase(w.id);
+  const bool overloaded = w.processing.size() > w.nthreads;
+  if (overloaded != w.overloaded) {
+    w.overloaded = overloaded;
+    if (overloaded) overloaded_.insert(w.id);
+    else overloaded_.erase(w.id);
+  }
 }
 
 void SchedulerState::refresh_all() {
@@ -291,6 +296,7 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
     }
   }
   overloaded_.erase(id);
+  w.overloaded = false;
   // The job goes too when the pool let the worker go or the worker died in it. A worker that
   // left on its own (drain signal, walltime, requeue) leaves its job alone: a requeued job's
   // next incarnation must not be cancelled for its predecessor.
@@ -545,7 +551,7 @@ void SchedulerState::apply(Effects& fx) {
       last_out = &out_.clients[t->client];
     }
     ClientOut& c = *last_out;
-    protocol::TaskUpdate u;
+    protocol::TaskUpdate& u = c.updates.updates.emplace_back();  // in place: no 176-byte move
     u.id = id;
     u.state = static_cast<std::uint8_t>(wire_state(t->status));
     u.nbytes = t->nbytes;
@@ -563,12 +569,19 @@ void SchedulerState::apply(Effects& fx) {
       }
     }
     if (t->error) u.error = *t->error;
-    c.updates.updates.push_back(std::move(u));
   }
+  WorkerId last_worker = 0;
+  WorkerRec* last_rec = nullptr;
+  std::vector<TaskId>* last_free = nullptr;
   for (auto [wid, id] : fx.free) {
-    if (WorkerRec* w = find_worker(wid)) {
-      w->has.erase(id);
-      out(wid).free.push_back(id);
+    if (last_rec == nullptr || wid != last_worker) {  // runs of one worker's results
+      last_worker = wid;
+      last_rec = find_worker(wid);
+      last_free = last_rec != nullptr ? &out(wid).free : nullptr;
+    }
+    if (last_rec != nullptr) {
+      last_rec->has.erase(id);
+      last_free->push_back(id);
     }
   }
   for (auto [wid, id] : fx.cancel) {
@@ -693,7 +706,7 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now, 
   return nullptr;
 }
 
-void SchedulerState::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
+protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   graph_.started(t.id, w.id);
   w.processing.emplace(t.id, t.shape);
   w.order.push_back(t.id);
@@ -707,25 +720,26 @@ void SchedulerState::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
   }
   for (const auto& [r, amount] : shapes_[t.shape].need_ids) w.free[r] -= amount;
   w.idle_since = Clock::time_point::max();
+  // Made in place in the outbox (a 224-byte message: no moving it there).
+  protocol::ExecuteTask& e = out(w.id).execute.emplace_back();
   e.id = t.id;
   e.function = graph_.function_name(t);
-  e.args = t.args;
-  e.refs = t.refs;
+  e.args.assign(t.args.begin(), t.args.end());
+  e.refs.assign(t.refs.begin(), t.refs.end());
   e.key = graph_.key_of(t);
-  e.resources = shapes_[t.shape].need;
+  if (t.shape != 0) e.resources = shapes_[t.shape].need;
   e.full_result = options_.full_results && t.keyed;
   e.inputs.reserve(t.deps.size());
   for (TaskId d : t.deps) {
-    protocol::DepLocation loc;
+    protocol::DepLocation& loc = e.inputs.emplace_back();
     loc.id = d;
     if (const Task* dep = graph_.find(d)) {
+      loc.holders.reserve(dep->who_has.size());
       for (WorkerId h : dep->who_has) {
         if (const WorkerRec* hw = worker(h)) loc.holders.push_back(hw->address);
       }
     }
-    e.inputs.push_back(std::move(loc));
   }
-  out(w.id).execute.push_back(std::move(e));
   refresh(w);
   if (t.no_worker_noted) {
     // It was reported as waiting for a worker: it is running now.
@@ -737,6 +751,7 @@ void SchedulerState::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
       out_.clients[t.client].updates.updates.push_back(std::move(u));
     }
   }
+  return e;
 }
 
 void SchedulerState::place_suspects(const Now& now) {
@@ -1144,7 +1159,9 @@ std::string SchedulerState::validate() const {
         return "worker " + w.name + "'s position in an open list is wrong";
       }
     }
-    if ((w.processing.size() > w.nthreads) != (overloaded_.count(id) > 0)) return "worker " + w.name + " is misfiled as overloaded";
+    if ((w.processing.size() > w.nthreads) != (overloaded_.count(id) > 0) || w.overloaded != (overloaded_.count(id) > 0)) {
+      return "worker " + w.name + " is misfiled as overloaded";
+    }
   }
   for (const auto& s : shapes_) {
     if (s.offered_by != offered_by[s.id]) return "shape " + std::to_string(s.id) + " is offered by a wrong count";

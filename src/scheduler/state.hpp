@@ -130,6 +130,7 @@ struct WorkerRec {
   bool retiring = false;                    // takes nothing new; leaves once drained and copied
   bool retired_by_pool = false;             // the pool shrinks (vs. walltime, drain signal)
   bool acquire_sent = false;                // its unique results were sent to other workers
+  bool overloaded = false;                  // in overloaded_ (more processing than threads)
   // Suspects (tasks that were on a worker when it died) run alone, so a poison task cannot take
   // innocent neighbours down with it and make them KilledWorker too.
   TaskId suspect = 0;                       // the suspect it runs (alone)
@@ -361,7 +362,8 @@ class SchedulerState {
   WorkerRec* pick_worker(Shape& s, const Task& t, const Now& now, const std::vector<WorkerId>** from);
   /// Drops the stale entries at the head of s.ready; false when none is left.
   bool live_head(Shape& s);
-  void dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e = {});
+  /// Sends `t` to `w`; returns its execute message in the outbox (gangs add their fields).
+  protocol::ExecuteTask& dispatch(Task& t, WorkerRec& w);
   void dispatch_scatter(TaskId id, zmq::message_t payload);
   void place_suspects(const Now& now);
   void note_unrunnable(Shape& s);

@@ -184,12 +184,11 @@ SchedulerState::GangPlacement SchedulerState::place_gang(Gang& g, const Now& now
       g.reported[rank] = false;
       g.done[rank].reset();
       g.joins[rank] = {};
-      protocol::ExecuteTask e;
+      protocol::ExecuteTask& e = dispatch(*graph_.find(g.members[rank]), *chosen[rank]);
       e.gang = g.id;
       e.gang_rank = rank;
       e.gang_size = g.size;
       e.gang_attempt = g.attempt;
-      dispatch(*graph_.find(g.members[rank]), *chosen[rank], std::move(e));
     }
     HERD_LOG(debug) << "gang " << graph_.key_of(first) << " (" << g.size << " ranks) placed, attempt " << g.attempt;
     return GangPlacement::placed;

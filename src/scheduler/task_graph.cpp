@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/logging.hpp"
@@ -36,18 +37,17 @@ protocol::TaskState wire_state(TaskStatus s) {
 
 std::string TaskGraph::display_key(const std::string& function, TaskId id) {
   // "<function>-<id in lowercase hex>", as the client writes it (snprintf "%llx" costs more
-  // than the rest of a task's dispatch; this is one allocation and a few shifts).
-  char hex[16];
-  int n = 0;
-  do {
-    hex[n++] = "0123456789abcdef"[id & 0xf];
+  // than the rest of a task's dispatch): the string made at its size, then written in place.
+  int digits = 1;
+  while (digits < 16 && (id >> (4 * digits)) != 0) ++digits;
+  std::string out(function.size() + 1 + static_cast<std::size_t>(digits), '-');
+  char* p = out.data();
+  std::memcpy(p, function.data(), function.size());
+  p += function.size() + 1;
+  for (int i = digits - 1; i >= 0; --i) {
+    p[i] = "0123456789abcdef"[id & 0xf];
     id >>= 4;
-  } while (id != 0);
-  std::string out;
-  out.reserve(function.size() + 1 + static_cast<std::size_t>(n));
-  out.append(function);
-  out.push_back('-');
-  while (n > 0) out.push_back(hex[--n]);
+  }
   return out;
 }
 
@@ -61,19 +61,24 @@ const std::string& TaskGraph::user_key(const Task& t) const {
 }
 
 std::uint32_t TaskGraph::intern_function(const std::string& name) {
+  // Submissions come in runs of one function: the last one found is checked first.
+  if (last_function_ < functions_.size() && functions_[last_function_] == name) return last_function_;
   auto [it, added] = function_index_.try_emplace(name, static_cast<std::uint32_t>(functions_.size()));
   if (added) functions_.push_back(name);
+  last_function_ = it->second;
   return it->second;
 }
 
+void TaskGraph::illegal(const Task& t, TaskStatus to) {
+  ++illegal_;
+  const std::string what = "illegal task transition " + std::string(to_string(t.status)) + " -> " + to_string(to) +
+                           " for " + key_of(t);
+  if (strict_) throw std::logic_error(what);
+  HERD_LOG(error) << what << " (a scheduler bug; please report it)";
+}
+
 void TaskGraph::set(Task& t, TaskStatus to) {
-  if (!kLegal[static_cast<int>(t.status)][static_cast<int>(to)]) {
-    ++illegal_;
-    const std::string what = "illegal task transition " + std::string(to_string(t.status)) + " -> " + to_string(to) +
-                             " for " + key_of(t);
-    if (strict_) throw std::logic_error(what);
-    HERD_LOG(error) << what << " (a scheduler bug; please report it)";
-  }
+  if (!kLegal[static_cast<int>(t.status)][static_cast<int>(to)]) illegal(t, to);
   count_in(t, -1);
   t.status = to;
   count_in(t, +1);
@@ -82,7 +87,7 @@ void TaskGraph::set(Task& t, TaskStatus to) {
 void TaskGraph::count_in(const Task& t, int delta) {
   counts_[static_cast<int>(t.status)] += static_cast<std::size_t>(delta);
   if (t.status != TaskStatus::ready && t.status != TaskStatus::processing) return;
-  if (t.shape >= by_shape_.size()) by_shape_.resize(t.shape + 1u);
+  if (t.shape >= by_shape_.size()) [[unlikely]] by_shape_.resize(t.shape + 1u);
   auto& c = t.status == TaskStatus::ready ? by_shape_[t.shape].ready : by_shape_[t.shape].processing;
   c += static_cast<std::size_t>(delta);
 }
@@ -95,8 +100,9 @@ void TaskGraph::erase(Task& t) {
 }
 
 void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::uint16_t shape, Effects& fx) {
-  if (tasks_.count(spec.id) != 0) return;  // a resend; the first copy stands
-  Task& t = tasks_[spec.id];
+  auto [added, fresh] = tasks_.emplace(spec.id);
+  if (!fresh) return;  // a resend; the first copy stands
+  Task& t = *added;
   t.shape = shape;  // before the first count
   count_in(t, +1);
   t.id = spec.id;
@@ -108,8 +114,8 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
     keys_[t.id] = spec.key;
     t.named = true;
   }
-  t.args = spec.args;
-  t.refs = spec.refs;
+  t.args.assign(spec.args.begin(), spec.args.end());
+  t.refs.assign(spec.refs.begin(), spec.refs.end());
   t.priority = spec.priority;
   t.retries_left = spec.gang != 0 ? 0 : spec.retries;
   t.gang = spec.gang;
@@ -135,7 +141,7 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   }
   const protocol::ErrorInfo* upstream_error = nullptr;
   for (TaskId d : t.deps) {
-    Task& dep = tasks_.at(d);
+    Task& dep = *tasks_.find(d);
     dep.dependents.push_back(t.id);
     ++dep.waiters;
     if (dep.error && (dep.status == TaskStatus::erred || dep.status == TaskStatus::cancelled)) {
@@ -147,13 +153,14 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
     fail_with(t, e, TaskStatus::erred, fx);
     return;
   }
-  for (TaskId d : t.deps) ensure_data(tasks_.at(d), fx);
+  for (TaskId d : t.deps) ensure_data(*tasks_.find(d), fx);
   make_runnable(t, fx);
 }
 
 void TaskGraph::add_scattered(TaskId id, std::string key, std::uint32_t client) {
-  if (tasks_.count(id) != 0) return;
-  Task& t = tasks_[id];
+  auto [added, fresh] = tasks_.emplace(id);
+  if (!fresh) return;
+  Task& t = *added;
   count_in(t, +1);
   t.id = id;
   t.client = client;
@@ -443,8 +450,10 @@ void TaskGraph::maybe_forget(Task& start, Effects& fx) {
 
 std::string TaskGraph::validate() const {
   std::size_t counts[kTaskStatusCount] = {};
-  std::size_t named = 0;
+  std::size_t named = 0, seen = 0;
   for (const auto& [id, t] : tasks_) {
+    if (find(id) != &t) return "task " + display_key(functions_[t.function], id) + " is not where its index says";
+    ++seen;
     if (t.named && keys_.count(id) == 0) return "task " + display_key(functions_[t.function], id) + " has lost its key";
     named += t.named;
     const std::string k = key_of(t);
@@ -489,6 +498,7 @@ std::string TaskGraph::validate() const {
     }
   }
   if (named != keys_.size()) return "the key table holds keys of tasks that are gone";
+  if (seen != tasks_.size()) return "the task index lists tasks that are not stored";
   std::vector<ShapeCounts> by_shape(by_shape_.size());
   for (const auto& [id, t] : tasks_) {
     if (t.status != TaskStatus::ready && t.status != TaskStatus::processing) continue;

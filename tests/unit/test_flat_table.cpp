@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "scheduler/flat_table.hpp"
+#include "scheduler/task_table.hpp"
 
 using herd::scheduler::FlatMap;
 using herd::scheduler::FlatSet;
@@ -81,4 +82,47 @@ TEST_CASE("FlatTable.Set.GrowsShrinksAndCopies" * doctest::timeout(60)) {
   FlatSet<std::uint64_t> moved = std::move(copy);
   CHECK(moved.size() == 100000);
   CHECK(moved.count(299997) == 1);
+}
+
+TEST_CASE("FlatTable.SlotTable.StableAddressesAndChunksGivenBack" * doctest::timeout(60)) {
+  struct Rec {
+    std::uint64_t id = 0;
+    std::vector<int> payload;  // non-trivial: constructed and destroyed in place
+  };
+  herd::scheduler::SlotTable<Rec, std::uint64_t> table;
+  std::vector<Rec*> where;
+  for (std::uint64_t id = 1; id <= 5000; ++id) {
+    auto [r, added] = table.emplace(id);
+    REQUIRE(added);
+    r->id = id;
+    r->payload.assign(3, static_cast<int>(id));
+    where.push_back(r);
+  }
+  CHECK(table.emplace(17).first == where[16]);  // there already: the same record
+  CHECK_FALSE(table.emplace(17).second);
+  const std::size_t full = table.bytes();
+  // Forget all but every 1000th: addresses of the survivors do not move.
+  for (std::uint64_t id = 1; id <= 5000; ++id) {
+    if (id % 1000 != 0) table.erase(id);
+  }
+  CHECK(table.size() == 5);
+  for (std::uint64_t id = 1000; id <= 5000; id += 1000) {
+    REQUIRE(table.find(id) == where[id - 1]);
+    CHECK(table.find(id)->payload == std::vector<int>(3, static_cast<int>(id)));
+  }
+  std::size_t n = 0;
+  for (const auto& [id, rec] : table) {
+    CHECK(id % 1000 == 0);
+    CHECK(rec.id == id);
+    ++n;
+  }
+  CHECK(n == 5);
+  // New records fill the lowest chunks first; emptied chunks above are given back.
+  for (std::uint64_t id = 1000; id <= 5000; id += 1000) table.erase(id);
+  CHECK(table.empty());
+  CHECK(table.bytes() < full / 2);
+  for (std::uint64_t id = 6000; id < 6100; ++id) table.emplace(id).first->id = id;
+  CHECK(table.size() == 100);
+  CHECK(table.find(6050)->id == 6050);
+  CHECK(table.find(5000) == nullptr);
 }
