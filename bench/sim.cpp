@@ -582,6 +582,8 @@ int main(int argc, char** argv) {
   app.add_option("--gpu-workers", c.gpu_workers, "mix: share of workers offering {gpu: 1}")->capture_default_str();
   app.add_option("--pending", pending, "bytes per pending task over this many tasks (0 = skip)")->capture_default_str();
   app.add_flag("!--no-table", table, "JSON lines only");
+  int repeat = 1;
+  app.add_option("--repeat", repeat, "runs per grid point; the table shows the fastest")->capture_default_str();
   app.add_flag("--small", small, "a tiny grid: 10 and 100 workers, 20,000 tasks (the smoke test)");
   CLI11_PARSE(app, argc, argv);
   if (small) {
@@ -617,15 +619,22 @@ int main(int argc, char** argv) {
         rc.workload = w;
         rc.tasks = n;
         rc.workers = static_cast<std::uint32_t>(nw);
-        const std::string line = in_child([&] { return json_run(rc, run(rc)); });
-        std::printf("%s\n", line.c_str());
-        std::fflush(stdout);
-        if (line.find("\"ok\":true") == std::string::npos) ok = false;
-        lines.push_back(line);
+        // Repeats: the table keeps the run with the least core CPU time (the one least
+        // disturbed by whatever else the machine runs); every run prints its JSON line.
+        std::string best;
+        for (int r = 0; r < repeat; ++r) {
+          const std::string line = in_child([&] { return json_run(rc, run(rc)); });
+          std::printf("%s\n", line.c_str());
+          std::fflush(stdout);
+          if (line.find("\"ok\":true") == std::string::npos) ok = false;
+          if (best.empty() || field(line, "us_per_task") < field(best, "us_per_task")) best = line;
+        }
+        lines.push_back(best);
       }
     }
   }
   if (table) {
+    if (repeat > 1) std::printf("\n(the fastest of %d runs each)", repeat);
     std::printf("\n%-12s %8s %10s %12s %9s %9s %9s %9s %9s %10s\n", "workload", "workers", "tasks", "tasks/s(cpu)", "us/task",
                 "sched_us", "result_us", "submit_us", "wall_us", "peak_MiB");
     for (const auto& l : lines) {

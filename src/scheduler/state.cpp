@@ -649,6 +649,12 @@ void SchedulerState::schedule(const Now& now) {
       share = (ready + from->size() - 1) / from->size();
     }
     const bool open_list = from == &best->open;
+    if (share > 1 && t.deps.empty()) {
+      // No regrowth of its message list within the batch.
+      const std::size_t room = capacity(*w) - std::min(capacity(*w), w->processing.size());
+      auto& execute = out(w->id).execute;
+      execute.reserve(execute.size() + std::min(share, room));
+    }
     dispatch(t, *w);
     for (std::size_t n = 1; n < share; ++n) {
       if ((open_list ? w->open_pos : w->free_pos)[best->id] < 0) break;  // it is full

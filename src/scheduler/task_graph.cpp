@@ -78,10 +78,20 @@ void TaskGraph::illegal(const Task& t, TaskStatus to) {
 }
 
 void TaskGraph::set(Task& t, TaskStatus to) {
-  if (!kLegal[static_cast<int>(t.status)][static_cast<int>(to)]) illegal(t, to);
-  count_in(t, -1);
+  const TaskStatus from = t.status;
+  if (!kLegal[static_cast<int>(from)][static_cast<int>(to)]) [[unlikely]] illegal(t, to);
+  --counts_[static_cast<int>(from)];
+  ++counts_[static_cast<int>(to)];
+  auto placed = [](TaskStatus s) { return s == TaskStatus::ready || s == TaskStatus::processing; };
+  if (placed(from) || placed(to)) {
+    if (t.shape >= by_shape_.size()) [[unlikely]] by_shape_.resize(t.shape + 1u);
+    ShapeCounts& c = by_shape_[t.shape];
+    if (from == TaskStatus::ready) --c.ready;
+    else if (from == TaskStatus::processing) --c.processing;
+    if (to == TaskStatus::ready) ++c.ready;
+    else if (to == TaskStatus::processing) ++c.processing;
+  }
   t.status = to;
-  count_in(t, +1);
 }
 
 void TaskGraph::count_in(const Task& t, int delta) {
@@ -422,29 +432,32 @@ void TaskGraph::free_data(Task& t, Effects& fx) {
 void TaskGraph::maybe_forget(Task& start, Effects& fx) {
   if (start.wanted) return;
   std::vector<TaskId>& work = forget_work_;  // empty between calls; no allocation per call
-  work.assign(1, start.id);
-  while (!work.empty()) {
-    Task* t = find(work.back());
-    work.pop_back();
-    if (t == nullptr || t->wanted) continue;
-    if (t->waiters == 0 && t->in_memory()) free_data(*t, fx);
-    if (!t->dependents.empty()) continue;  // a dependent may need the recipe
-    if (t->status == TaskStatus::processing) {
-      t->forget_when_done = true;
-      continue;
+  auto visit = [&](Task& t) {
+    if (t.wanted) return;
+    if (t.waiters == 0 && t.in_memory()) free_data(t, fx);
+    if (!t.dependents.empty()) return;  // a dependent may need the recipe
+    if (t.status == TaskStatus::processing) {
+      t.forget_when_done = true;
+      return;
     }
-    if (t->waiters > 0) continue;
-    const bool was_unfinished = t->unfinished();
-    for (TaskId d : t->deps) {
+    if (t.waiters > 0) return;
+    const bool was_unfinished = t.unfinished();
+    for (TaskId d : t.deps) {
       Task* dep = find(d);
       if (dep == nullptr) continue;
       auto& ds = dep->dependents;
-      ds.erase(std::remove(ds.begin(), ds.end(), t->id), ds.end());
+      ds.erase(std::remove(ds.begin(), ds.end(), t.id), ds.end());
       if (was_unfinished && dep->waiters > 0) --dep->waiters;
       work.push_back(d);
     }
-    if (t->in_memory()) free_data(*t, fx);
-    erase(*t);
+    if (t.in_memory()) free_data(t, fx);
+    erase(t);
+  };
+  visit(start);
+  while (!work.empty()) {
+    Task* t = find(work.back());
+    work.pop_back();
+    if (t != nullptr) visit(*t);
   }
 }
 
