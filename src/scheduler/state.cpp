@@ -297,6 +297,7 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   }
   overloaded_.erase(id);
   w.overloaded = false;
+  if (w.retiring) --retiring_;
   // The job goes too when the pool let the worker go or the worker died in it. A worker that
   // left on its own (drain signal, walltime, requeue) leaves its job alone: a requeued job's
   // next incarnation must not be cancelled for its predecessor.
@@ -415,6 +416,7 @@ void SchedulerState::retire(WorkerId id, const std::string& why, bool by_pool, c
   if (!w->retiring) {
     HERD_LOG(info) << "retiring worker " << w->name << ": " << why;
     w->retiring = true;
+    ++retiring_;
     w->retire_since = now.mono;
     // Tasks it has not started come back; running ones finish.
     for (const auto& [tid, shape] : w->processing) out(id).cancel.push_back(tid);
@@ -1039,7 +1041,10 @@ void SchedulerState::tick(const Now& now) {
     const double n = options_.queue_horizon_us / std::max(avg_task_us_, 1.0);
     extra = static_cast<std::size_t>(std::clamp(n, 1.0, static_cast<double>(options_.max_queue_per_slot)));
   }
-  if (extra != extra_per_slot_) {
+  // Refiled only on a change of more than an eighth (any change while it is below 8): a run
+  // time that wanders must not refile every worker every turn (O(workers)).
+  const std::size_t slack = extra_per_slot_ / 8;
+  if (extra > extra_per_slot_ + slack || extra + slack < extra_per_slot_) {
     extra_per_slot_ = extra;
     refresh_all();
   }
@@ -1048,6 +1053,7 @@ void SchedulerState::tick(const Now& now) {
 }
 
 void SchedulerState::progress_retirements(const Now& now) {
+  if (retiring_ == 0) return;  // the common case: no walk over every worker each tick
   std::vector<WorkerId> done;
   for (auto& [id, w] : workers_) {
     if (!w.retiring) continue;
@@ -1059,17 +1065,21 @@ void SchedulerState::progress_retirements(const Now& now) {
     // Results only this worker holds, that someone still needs, go to another worker first.
     std::map<WorkerId, std::vector<protocol::DepLocation>> copies;
     std::size_t unique = 0;
+    // They go to the staying worker that holds least (found once: it holds no more until the
+    // copies are made, so it would be the same one for every result).
+    WorkerRec* to = nullptr;
+    if (!w.acquire_sent) {
+      for (auto& [oid, other] : workers_) {
+        if (oid == id || other.retiring) continue;
+        if (to == nullptr || other.has.size() < to->has.size()) to = &other;
+      }
+    }
     for (TaskId key : w.has) {
       const Task* t = graph_.find(key);
       if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
       ++unique;
       if (w.acquire_sent) continue;
-      WorkerRec* target = nullptr;
-      for (auto& [oid, other] : workers_) {
-        if (oid == id || other.retiring) continue;
-        if (target == nullptr || other.has.size() < target->has.size()) target = &other;
-      }
-      if (target != nullptr) copies[target->id].push_back({key, {w.address}});
+      if (to != nullptr) copies[to->id].push_back({key, {w.address}});
     }
     if (!w.acquire_sent) {
       w.acquire_sent = true;
@@ -1130,6 +1140,9 @@ std::string SchedulerState::validate() const {
     return "ready task " + graph_.key_of(t) + " is in no queue";
   }
   std::vector<std::uint32_t> offered_by(shapes_.size(), 0);
+  std::size_t retiring = 0;
+  for (const auto& [id, w] : workers_) retiring += w.retiring;
+  if (retiring != retiring_) return "the count of retiring workers is off";
   for (const auto& [id, w] : workers_) {
     for (TaskId h : w.has) {
       const Task* t = graph_.find(h);

@@ -420,6 +420,7 @@ class SchedulerState {
   std::vector<RunRecord> runs_;              // the newest runs, a ring of at most kMaxEvents
   std::size_t runs_next_ = 0;                // where the next run goes once the ring is full
   std::vector<std::pair<std::uint64_t, std::uint64_t>> runs_by_function_;  // by function index: (ok, raised)
+  std::size_t retiring_ = 0;                 // workers retiring: progress_retirements has work
   std::vector<std::string> worker_names_;    // by worker id (names of workers gone stay for runs_)
   mutable std::uint64_t checks_ = 0;          // events seen by check() (validate mode)
 };
