@@ -34,6 +34,7 @@
 #include <cstring>
 #include <fstream>
 #include <map>
+#include <queue>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -136,6 +137,18 @@ class Workload {
     }
   }
   std::uint64_t total() const { return total_; }
+  /// The task that takes task `i` as input (tree only; kNone: none). A client keeps a future
+  /// until it has submitted what uses it, so it releases `i` only once that is submitted.
+  static constexpr std::uint64_t kNone = ~std::uint64_t{0};
+  std::uint64_t dependent_of(std::uint64_t i) const {
+    if (c_.workload != "tree") return kNone;
+    std::uint64_t start = 0;
+    for (std::size_t k = 0; k + 1 < level_sizes_.size(); ++k) {
+      if (i < start + level_sizes_[k]) return start + level_sizes_[k] + (i - start) / 2;
+      start += level_sizes_[k];
+    }
+    return kNone;  // the root
+  }
   TaskId id_of(std::uint64_t index) const { return (static_cast<TaskId>(client_) << 40) | (index + 1); }
   static std::uint64_t index_of(TaskId id) { return (id & ((TaskId{1} << 40) - 1)) - 1; }
 
@@ -249,6 +262,8 @@ Result run(const Config& c) {
   std::vector<std::uint32_t> pos(total, 0);     // its place in its worker's queue
   std::vector<protocol::TaskSpec> specs;
   std::vector<TaskId> to_release;
+  // Gathered futures kept until what uses them is submitted: (that task's index, id).
+  std::priority_queue<std::pair<std::uint64_t, TaskId>, std::vector<std::pair<std::uint64_t, TaskId>>, std::greater<>> held;
   std::vector<std::size_t> active;              // workers with a queue
   std::uint64_t submitted = 0, gathered = 0;
   const std::uint32_t per_turn = std::max<std::uint32_t>(1, c.slots * c.step_us / std::max<std::uint32_t>(1, c.task_us));
@@ -281,6 +296,10 @@ Result run(const Config& c) {
         }
       });
       submitted += n;
+    }
+    while (!held.empty() && held.top().first < submitted) {
+      to_release.push_back(held.top().second);
+      held.pop();
     }
     res.release([&] {
       state.heard_from_client(client, now);  // the client sends something every turn, at least a heartbeat
@@ -366,7 +385,9 @@ Result run(const Config& c) {
         const auto st = static_cast<protocol::TaskState>(u.state);
         if (st == protocol::TaskState::memory) {
           ++gathered;
-          to_release.push_back(u.id);
+          const std::uint64_t dep = wl.dependent_of(Workload::index_of(u.id));
+          if (dep == Workload::kNone || dep < submitted) to_release.push_back(u.id);
+          else held.push({dep, u.id});
         } else if (st == protocol::TaskState::erred || st == protocol::TaskState::cancelled) {
           res.error = "task " + std::to_string(u.id) + " failed: " + u.error.type + ": " + u.error.message;
         }
@@ -406,6 +427,10 @@ Result run(const Config& c) {
     active.resize(kept);
     sim += wall_now() - s0;
     advance(c.step_us);
+  }
+  while (!held.empty()) {
+    to_release.push_back(held.top().second);
+    held.pop();
   }
   if (!to_release.empty()) res.release([&] { state.release(client, to_release); });
   state.outbox().clear();
