@@ -111,7 +111,7 @@ struct Config {
 };
 
 struct Result {
-  std::uint64_t tasks = 0, turns = 0, placements = 0, handed_back = 0, acquired = 0;
+  std::uint64_t tasks = 0, turns = 0, placements = 0, cancels = 0, handed_back = 0, acquired = 0;
   Meter submit, release, results, heartbeat, tick, schedule, clear;
   double drop_wall = 0;  // dropping each worker's sent messages (counted in `clear`, wall clock)
   double sim_s = 0, total_wall_s = 0;
@@ -356,6 +356,7 @@ Result run(const Config& c) {
           }
         }
       }
+      res.cancels += wo.cancel.size();
       for (TaskId t : wo.cancel) {
         // Not started (beyond the first `slots` of the queue): handed back.
         const std::uint64_t idx = Workload::index_of(t);
@@ -500,7 +501,7 @@ std::string json_run(const Config& c, const Result& r) {
   const double n = static_cast<double>(std::max<std::uint64_t>(1, r.tasks));
   o << "{\"system\":\"herd\",\"bench\":\"sim\",\"workload\":\"" << c.workload << "\",\"workers\":" << c.workers
     << ",\"slots\":" << c.slots << ",\"tasks\":" << r.tasks << ",\"task_us\":" << c.task_us << ",\"step_us\":" << c.step_us
-    << ",\"turns\":" << r.turns << ",\"placements\":" << r.placements << ",\"handed_back\":" << r.handed_back
+    << ",\"turns\":" << r.turns << ",\"placements\":" << r.placements << ",\"cancels\":" << r.cancels << ",\"handed_back\":" << r.handed_back
     << ",\"acquired\":" << r.acquired << ",\"core_cpu_s\":" << core_cpu << ",\"core_wall_s\":" << core_wall
     << ",\"tasks_per_s\":" << n / std::max(core_cpu, 1e-9) << ",\"us_per_task\":" << core_cpu * 1e6 / n
     << ",\"wall_us_per_task\":" << core_wall * 1e6 / n;
@@ -631,7 +632,8 @@ int main(int argc, char** argv) {
       const Pending p = pending_memory(pending, c.batch);
       std::ostringstream o;
       o << "{\"system\":\"herd\",\"bench\":\"sim_pending\",\"tasks\":" << p.n << ",\"malloc_bytes_per_task\":" << p.malloc_per_task
-        << ",\"rss_bytes_per_task\":" << p.rss_per_task << ",\"submit_us_per_task\":" << p.submit_us_per_task << "}";
+        << ",\"rss_bytes_per_task\":" << p.rss_per_task << ",\"submit_us_per_task\":" << p.submit_us_per_task
+        << ",\"task_record_bytes\":" << sizeof(Task) << "}";
       return o.str();
     });
     std::printf("%s\n", pending_line.c_str());
@@ -670,8 +672,9 @@ int main(int argc, char** argv) {
                   l.find("\"ok\":true") == std::string::npos ? "  FAILED" : "");
     }
     if (!pending_line.empty()) {
-      std::printf("\npending tasks: %.0f; bytes per pending task: %.1f (malloc), %.1f (RSS)\n", field(pending_line, "tasks"),
-                  field(pending_line, "malloc_bytes_per_task"), field(pending_line, "rss_bytes_per_task"));
+      std::printf("\npending tasks: %.0f; bytes per pending task: %.1f (malloc), %.1f (RSS); the Task record: %.0f\n",
+                  field(pending_line, "tasks"), field(pending_line, "malloc_bytes_per_task"), field(pending_line, "rss_bytes_per_task"),
+                  field(pending_line, "task_record_bytes"));
     }
   }
   return ok ? 0 : 1;

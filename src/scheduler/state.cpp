@@ -875,19 +875,16 @@ void SchedulerState::steal(const Now& now) {
     }
   }
   if (thieves.empty()) return;
-  // What each victim can give: its newest tasks beyond its threads, those already asked back
-  // counted against it. Each victim's queue is read once per call, however many thieves.
-  struct Victim {
-    WorkerRec* w;
-    std::vector<Task*> tasks;  // newest first; nullptr once taken
-    std::size_t left;
-  };
-  std::vector<Victim> victims;
+  // What the victims can give, by shape: each victim's newest tasks beyond its threads (those
+  // already asked back counted against it), victim after victim. Each victim's queue is read
+  // once per call, and a thief looks only at the shapes it can run: no thieves x victims walk.
+  std::vector<std::vector<Task*>> offer(shapes_.size());
+  std::vector<std::size_t> next(shapes_.size(), 0);
+  bool any = false;
   for (WorkerId vid : overloaded_) {
     WorkerRec& v = workers_.at(vid);
     if (v.suspect != 0) continue;
     std::size_t excess = v.processing.size() - v.nthreads;
-    Victim victim{&v, {}, 0};
     for (auto it = v.order.rbegin(); it != v.order.rend() && excess > 0; ++it) {
       if (!v.processing.count(*it)) continue;
       Task* t = graph_.find(*it);
@@ -895,31 +892,23 @@ void SchedulerState::steal(const Now& now) {
         continue;
       }
       --excess;
-      if (!t->stealing) victim.tasks.push_back(t);
+      if (t->stealing) continue;
+      offer[t->shape].push_back(t);
+      any = true;
     }
-    victim.left = victim.tasks.size();
-    if (victim.left > 0) victims.push_back(std::move(victim));
   }
+  if (!any) return;
   for (WorkerRec* thief : thieves) {
     std::size_t want = thief->nthreads - std::min<std::size_t>(thief->nthreads, thief->processing.size());
-    for (std::size_t i = 0; i < victims.size() && want > 0;) {
-      Victim& victim = victims[i];
-      if (victim.w != thief) {
-        for (Task*& t : victim.tasks) {
-          if (want == 0) break;
-          if (t == nullptr || thief->free_pos[t->shape] < 0) continue;  // taken, or the thief cannot run it
-          t->stealing = true;
-          out(victim.w->id).cancel.push_back(t->id);
-          t = nullptr;
-          --victim.left;
-          --want;
-        }
-      }
-      if (victim.left == 0) {
-        victims[i] = std::move(victims.back());
-        victims.pop_back();
-      } else {
-        ++i;
+    for (std::uint16_t sid : thief->shapes) {
+      if (want == 0) break;
+      if (thief->free_pos[sid] < 0) continue;  // it cannot take this shape now
+      auto& pool = offer[sid];
+      for (std::size_t& i = next[sid]; i < pool.size() && want > 0; ++i) {
+        Task* t = pool[i];  // on an overloaded worker: never the thief's own
+        t->stealing = true;
+        out(t->worker).cancel.push_back(t->id);
+        --want;
       }
     }
   }

@@ -238,6 +238,52 @@ TEST_CASE("SchedulerState.Stealing.LateWorkerGetsWorkAtOnce") {
   CHECK(h.workers.at(a).queue.empty());
 }
 
+TEST_CASE("SchedulerState.Stealing.ThiefTakesOnlyWhatItCanRun") {
+  // v (2 threads, 2 GPUs) runs two CPU tasks and queues two GPU tasks. A CPU-only worker that
+  // joins cannot run those: nothing is asked back. A GPU worker that joins takes one (its one
+  // thread), the newest; v keeps the other.
+  Harness h;
+  const WorkerId v = h.add_worker("v", 2, {{"gpu", 2}});
+  const TaskId c1 = h.submit("prep");
+  const TaskId c2 = h.submit("prep");
+  const TaskId g1 = h.submit("train", {{"gpu", 1}});
+  const TaskId g2 = h.submit("train", {{"gpu", 1}});
+  h.turn();
+  REQUIRE(h.placed_on(v) == 4);
+  CHECK(h.workers.at(v).running == std::vector<TaskId>{c1, c2});
+  const WorkerId cpu = h.add_worker("cpu", 1);
+  h.turn();
+  CHECK(h.placed_on(v) == 4);  // nothing handed back
+  CHECK(h.placed_on(cpu) == 0);
+  CHECK_FALSE(h.task(g1)->stealing);
+  CHECK_FALSE(h.task(g2)->stealing);
+  const WorkerId gpu = h.add_worker("gpu", 1, {{"gpu", 1}});
+  h.turn();
+  CHECK(h.where(g2) == gpu);
+  CHECK(h.workers.at(gpu).running == std::vector<TaskId>{g2});
+  CHECK(h.where(g1) == v);
+  CHECK(h.placed_on(v) == 3);
+}
+
+TEST_CASE("SchedulerState.Stealing.NoMoreAskedBackThanQueued") {
+  // a runs one task and queues one; two idle workers join at once: only the queued one is
+  // asked back (the running one is not, though both thieves want work).
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const TaskId first = h.submit("slow");
+  const TaskId second = h.submit("slow");
+  h.turn();
+  REQUIRE(h.workers.at(a).running == std::vector<TaskId>{first});
+  const WorkerId b = h.add_worker("b", 1);
+  const WorkerId c = h.add_worker("c", 1);
+  h.turn();
+  CHECK_FALSE(h.task(first)->stealing);
+  CHECK(h.where(first) == a);
+  CHECK((h.where(second) == b || h.where(second) == c));
+  CHECK(h.placed_on(a) == 1);
+  CHECK(h.placed_on(b) + h.placed_on(c) == 1);
+}
+
 TEST_CASE("SchedulerState.NoWorker.ReportedWithReasonThenPlaced") {
   Harness h;
   h.add_worker("cpu", 1);
