@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <queue>
+#include <random>
 #include <set>
 
 #include "scheduler/state.hpp"
@@ -482,4 +484,45 @@ TEST_CASE("TaskGraph.Transitions.IllegalMoveThrowsInStrictMode") {
   CHECK(g.find(1)->status == TaskStatus::memory);
   CHECK_THROWS_AS(g.started(1, 3), std::logic_error);  // memory -> processing is not a move
   CHECK(g.illegal_transitions() == 1);
+}
+
+TEST_CASE("SchedulerState.ReadyQueue.PriorityThenOldestFirstWhateverTheArrivalOrder") {
+  // The FIFO-beside-a-heap must pop exactly what one heap of (priority, seq) would, for
+  // in-order runs (the FIFO), out-of-order arrivals (the heap) and everything mixed.
+  std::mt19937_64 rng(11);
+  ReadyQueue q;
+  std::priority_queue<ReadyItem> ref;
+  std::uint64_t seq = 0;
+  std::vector<std::uint64_t> late;  // seqs handed out but pushed later (older tasks ready late)
+  for (int round = 0; round < 60000; ++round) {  // long enough that the FIFO compacts
+    const auto r = rng();
+    if (r % 3 != 0) {
+      ReadyItem item;
+      item.priority = (r >> 8) % 5 == 0 ? static_cast<std::int32_t>((r >> 16) % 3) : 0;
+      // Mostly increasing seq (submission order); now and then an older task that became
+      // ready late. Each seq once, as in the state (one per task).
+      if ((r >> 24) % 7 == 0) late.push_back(seq++);
+      if ((r >> 32) % 5 == 0 && !late.empty()) {
+        item.seq = late[(r >> 40) % late.size()];
+        late.erase(std::find(late.begin(), late.end(), item.seq));
+      } else {
+        item.seq = seq++;
+      }
+      item.id = static_cast<TaskId>(round + 1);
+      q.push(item);
+      ref.push(item);
+    } else if (!ref.empty()) {
+      REQUIRE(!q.empty());
+      CHECK(q.top().id == ref.top().id);
+      q.pop();
+      ref.pop();
+    }
+    REQUIRE(q.size() == ref.size());
+  }
+  while (!ref.empty()) {
+    CHECK(q.top().id == ref.top().id);
+    q.pop();
+    ref.pop();
+  }
+  CHECK(q.empty());
 }
