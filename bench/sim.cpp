@@ -662,14 +662,23 @@ int main(int argc, char** argv) {
   }
   if (table) {
     if (repeat > 1) std::printf("\n(the fastest of %d runs each)", repeat);
-    std::printf("\n%-12s %8s %10s %12s %9s %9s %9s %9s %9s %10s\n", "workload", "workers", "tasks", "tasks/s(cpu)", "us/task",
-                "sched_us", "result_us", "submit_us", "wall_us", "peak_MiB");
+    // `x_first`: us/task against the first worker count of the same workload and task count
+    // (how the cost grows with workers).
+    std::printf("\n%-12s %8s %10s %12s %9s %8s %9s %9s %9s %9s %10s\n", "workload", "workers", "tasks", "tasks/s(cpu)", "us/task",
+                "x_first", "sched_us", "result_us", "submit_us", "wall_us", "peak_MiB");
+    std::string first_key;
+    double first_us = 0;
     for (const auto& l : lines) {
-      std::printf("%-12s %8.0f %10.0f %12.0f %9.3f %9.3f %9.3f %9.3f %9.3f %10.1f%s\n", text_field(l, "workload").c_str(),
+      const std::string key = text_field(l, "workload") + "/" + std::to_string(static_cast<long long>(field(l, "tasks")));
+      if (key != first_key) {
+        first_key = key;
+        first_us = field(l, "us_per_task");
+      }
+      std::printf("%-12s %8.0f %10.0f %12.0f %9.3f %8.2f %9.3f %9.3f %9.3f %9.3f %10.1f%s\n", text_field(l, "workload").c_str(),
                   field(l, "workers"), field(l, "tasks"), field(l, "tasks_per_s"), field(l, "us_per_task"),
-                  field(l, "schedule_us_per_task"), field(l, "results_us_per_task"), field(l, "submit_us_per_task"),
-                  field(l, "wall_us_per_task"), field(l, "peak_rss_bytes") / 1048576.0,
-                  l.find("\"ok\":true") == std::string::npos ? "  FAILED" : "");
+                  first_us > 0 ? field(l, "us_per_task") / first_us : 0.0, field(l, "schedule_us_per_task"),
+                  field(l, "results_us_per_task"), field(l, "submit_us_per_task"), field(l, "wall_us_per_task"),
+                  field(l, "peak_rss_bytes") / 1048576.0, l.find("\"ok\":true") == std::string::npos ? "  FAILED" : "");
     }
     if (!pending_line.empty()) {
       std::printf("\npending tasks: %.0f; bytes per pending task: %.1f (malloc), %.1f (RSS); the Task record: %.0f\n",
