@@ -32,7 +32,24 @@ std::string describe(const std::map<std::string, double>& r) {
 
 void Outbox::clear() {
   workers.clear();
-  clients.clear();
+  // A client's entry stays, emptied, with its update list's capacity: a busy client gets tens
+  // of thousands of updates a turn, and growing that list anew each turn (176-byte updates
+  // moved at every doubling) cost more than making the updates. A list much bigger than this
+  // turn's needed goes (after a burst).
+  for (auto it = clients.begin(); it != clients.end();) {
+    ClientOut& c = it->second;
+    const std::size_t cap = c.updates.updates.capacity();
+    if (cap > 4096 && cap > 4 * c.updates.updates.size()) {
+      it = clients.erase(it);
+      continue;
+    }
+    c.updates.updates.clear();
+    c.updates.addresses.clear();
+    c.address_index.clear();
+    c.heartbeat = false;
+    c.shutdown.reset();
+    ++it;
+  }
   journal.clear();
   departed.clear();
   clients_departed.clear();
@@ -79,6 +96,7 @@ std::size_t SchedulerState::ready_count() const { return graph_.count(TaskStatus
 // ---- shapes and the free lists ------------------------------------------------------------
 
 std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& resources) {
+  if (resources.empty() && !shapes_.empty()) return 0;  // most tasks: no map to build and look up
   std::map<std::string, double> need;
   for (const auto& [name, amount] : resources) {
     if (amount > 0) need[name] = amount;  // asking for none of a resource is asking for nothing
@@ -165,8 +183,12 @@ void SchedulerState::refresh(WorkerRec& w) {
     list_set(s.free, w.free_pos, sid, w.id, take, workers_, &WorkerRec::free_pos);
     list_set(s.open, w.open_pos, sid, w.id, take && idle_thread, workers_, &WorkerRec::open_pos);
   }
-  if (w.processing.size() > w.nthreads) overloaded_.insert(w.id);
-  else overloaded_.erase(w.id);
+  const bool overloaded = w.processing.size() > w.nthreads;
+  if (overloaded != w.overloaded) {
+    w.overloaded = overloaded;
+    if (overloaded) overloaded_.insert(w.id);
+    else overloaded_.erase(w.id);
+  }
 }
 
 void SchedulerState::refresh_all() {
@@ -175,8 +197,7 @@ void SchedulerState::refresh_all() {
 
 void SchedulerState::push_ready(const Task& t) {
   Shape& s = shapes_[t.shape];
-  s.ready.push_back({t.priority, t.seq, t.id});
-  std::push_heap(s.ready.begin(), s.ready.end());
+  s.ready.push({t.priority, t.seq, t.id});
   if (s.offered_by == 0) s.unrunnable_dirty = true;
 }
 
@@ -195,6 +216,8 @@ WorkerId SchedulerState::add_worker(const protocol::HelloRequest& hello, const N
   w.end_time = hello.end_time;
   w.gpus = hello.gpus;
   w.memory_limit = hello.memory_limit;
+  if (worker_names_.size() <= id) worker_names_.resize(id + 1u);
+  worker_names_[id] = w.name;
   w.last_seen = now.mono;
   w.idle_since = now.mono;
   for (const auto& [name, amount] : hello.resources) {
@@ -275,6 +298,8 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
     }
   }
   overloaded_.erase(id);
+  w.overloaded = false;
+  if (w.retiring) --retiring_;
   // The job goes too when the pool let the worker go or the worker died in it. A worker that
   // left on its own (drain signal, walltime, requeue) leaves its job alone: a requeued job's
   // next incarnation must not be cancelled for its predecessor.
@@ -346,14 +371,14 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
       }
       if (options_.full_results && t != nullptr && t->keyed && !t->scattered && t->status == TaskStatus::processing &&
           t->worker == w.id && r.nbytes == r.inline_data.size()) {
-        out_.journal.emplace_back(t->key, r.inline_data);
+        out_.journal.emplace_back(graph_.user_key(*t), r.inline_data);
       }
       graph_.finished(r.id, w.id, r.nbytes, fx_);
       if (!trouble_.empty()) trouble_.erase(r.id);
       if (t = graph_.find(r.id); t != nullptr && t->in_memory() &&
                                  std::find(t->who_has.begin(), t->who_has.end(), w.id) != t->who_has.end()) {
         w.has.insert(r.id);
-        if (!r.inline_data.empty() && t->wanted) inline_results_[r.id] = std::move(r.inline_data);
+        keep_inline(r.id, r.inline_data);
       }
     } else if (r.handed_back) {
       graph_.requeue(r.id, fx_);  // unstarted task given back (retiring, stolen, cancelled)
@@ -403,6 +428,7 @@ void SchedulerState::retire(WorkerId id, const std::string& why, bool by_pool, c
   if (!w->retiring) {
     HERD_LOG(info) << "retiring worker " << w->name << ": " << why;
     w->retiring = true;
+    ++retiring_;
     w->retire_since = now.mono;
     // Tasks it has not started come back; running ones finish.
     for (const auto& [tid, shape] : w->processing) out(id).cancel.push_back(tid);
@@ -531,6 +557,13 @@ void SchedulerState::dispatch_scatter(TaskId id, zmq::message_t payload) {
 
 // ---- effects ------------------------------------------------------------------------------
 
+void SchedulerState::keep_inline(TaskId id, std::vector<char>& data) {
+  // Only for the notice graph_.finished() just queued (the client wants the result): apply()
+  // puts it into that notice's update.
+  if (data.empty() || fx_.notify.empty() || fx_.notify.back() != id) return;
+  inline_results_.emplace_back(fx_.notify.size() - 1, std::move(data));
+}
+
 void SchedulerState::apply(Effects& fx) {
   for (TaskId id : fx.ready) {
     const Task* t = graph_.find(id);
@@ -538,11 +571,21 @@ void SchedulerState::apply(Effects& fx) {
     if (t->deaths > 0 && t->gang == 0) suspects_.push_back(id);
     else push_ready(*t);
   }
-  for (TaskId id : fx.notify) {
+  std::size_t next_inline = 0;  // inline_results_ is in the order of the notices it belongs to
+  ClientId last_client = 0;
+  ClientOut* last_out = nullptr;
+  for (std::size_t i = 0; i < fx.notify.size(); ++i) {
+    const TaskId id = fx.notify[i];
+    while (next_inline < inline_results_.size() && inline_results_[next_inline].first < i) ++next_inline;
     const Task* t = graph_.find(id);
-    if (t == nullptr || clients_.count(t->client) == 0) continue;
-    ClientOut& c = out_.clients[t->client];
-    protocol::TaskUpdate u;
+    if (t == nullptr) continue;
+    if (last_out == nullptr || t->client != last_client) {
+      if (clients_.count(t->client) == 0) continue;
+      last_client = t->client;
+      last_out = &out_.clients[t->client];
+    }
+    ClientOut& c = *last_out;
+    protocol::TaskUpdate& u = c.updates.updates.emplace_back();  // in place: no 176-byte move
     u.id = id;
     u.state = static_cast<std::uint8_t>(wire_state(t->status));
     u.nbytes = t->nbytes;
@@ -555,15 +598,24 @@ void SchedulerState::apply(Effects& fx) {
         c.updates.addresses.push_back(hw != nullptr ? hw->address : std::string());
       }
       u.location = found->second;
-      if (auto in = inline_results_.find(id); in != inline_results_.end()) u.inline_data = std::move(in->second);
+      if (next_inline < inline_results_.size() && inline_results_[next_inline].first == i) {
+        u.inline_data = std::move(inline_results_[next_inline].second);
+      }
     }
     if (t->error) u.error = *t->error;
-    c.updates.updates.push_back(std::move(u));
   }
+  WorkerId last_worker = 0;
+  WorkerRec* last_rec = nullptr;
+  std::vector<TaskId>* last_free = nullptr;
   for (auto [wid, id] : fx.free) {
-    if (WorkerRec* w = find_worker(wid)) {
-      w->has.erase(id);
-      out(wid).free.push_back(id);
+    if (last_rec == nullptr || wid != last_worker) {  // runs of one worker's results
+      last_worker = wid;
+      last_rec = find_worker(wid);
+      last_free = last_rec != nullptr ? &out(wid).free : nullptr;
+    }
+    if (last_rec != nullptr) {
+      last_rec->has.erase(id);
+      last_free->push_back(id);
     }
   }
   for (auto [wid, id] : fx.cancel) {
@@ -575,6 +627,18 @@ void SchedulerState::apply(Effects& fx) {
 
 // ---- placement ----------------------------------------------------------------------------
 
+bool SchedulerState::live_head(Shape& s) {
+  // Drop stale heads: tasks cancelled, placed, or pushed twice since.
+  while (!s.ready.empty()) {
+    const Task* t = graph_.find(s.ready.top().id);
+    if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id && (held_.empty() || !held_.count(t->id))) {
+      return true;
+    }
+    s.ready.pop();
+  }
+  return false;
+}
+
 void SchedulerState::schedule(const Now& now) {
   if (!suspects_.empty()) place_suspects(now);
   if (!gangs_waiting_.empty()) place_gangs(now);
@@ -585,25 +649,26 @@ void SchedulerState::schedule(const Now& now) {
   std::vector<TaskId> deferred;
   std::vector<std::size_t> deferrals(shapes_.size(), 0);
   while (true) {
+    // The shape whose best ready task ranks highest among those with a free worker, and the
+    // runner-up's head (a batch below stops where it would overtake it).
     Shape* best = nullptr;
+    const ReadyItem* rival = nullptr;
     for (auto& s : shapes_) {
       if (deferrals[s.id] >= kMaxDeferrals) continue;
-      // Drop stale heads: tasks cancelled, placed, or pushed twice since.
-      while (!s.ready.empty()) {
-        const Task* t = graph_.find(s.ready.front().id);
-        if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id && (held_.empty() || !held_.count(t->id))) break;
-        std::pop_heap(s.ready.begin(), s.ready.end());
-        s.ready.pop_back();
-      }
-      if (s.ready.empty()) continue;
+      if (!live_head(s)) continue;
       if (s.unrunnable_dirty) note_unrunnable(s);
       if (s.free.empty()) continue;
-      if (best == nullptr || best->ready.front() < s.ready.front()) best = &s;
+      if (best == nullptr || best->ready.top() < s.ready.top()) {
+        if (best != nullptr) rival = &best->ready.top();
+        best = &s;
+      } else if (rival == nullptr || *rival < s.ready.top()) {
+        rival = &s.ready.top();
+      }
     }
     if (best == nullptr) break;
-    std::pop_heap(best->ready.begin(), best->ready.end());
-    const TaskId id = best->ready.back().id;
-    best->ready.pop_back();
+    const ReadyItem bound = rival != nullptr ? *rival : ReadyItem{INT32_MIN, UINT64_MAX, 0};
+    const TaskId id = best->ready.top().id;
+    best->ready.pop();
     Task& t = *graph_.find(id);
     if (t.gang != 0) {
       // Once its last member is ready, the gang starts or reserves its workers before any
@@ -612,7 +677,8 @@ void SchedulerState::schedule(const Now& now) {
       if (!gangs_waiting_.empty()) place_gangs(now);
       continue;
     }
-    WorkerRec* w = pick_worker(*best, t, now);
+    const std::vector<WorkerId>* from = nullptr;
+    WorkerRec* w = pick_worker(*best, t, now, &from);
     if (w == nullptr) {
       // Its duration fits no free worker's remaining walltime: wait for a busy one that has
       // time enough, or (none has) for a worker to come.
@@ -629,7 +695,31 @@ void SchedulerState::schedule(const Now& now) {
       }
       continue;
     }
+    // The worker takes its share of this shape's ready tasks in one visit, as round robin one
+    // at a time would give it over the rounds (ready tasks / workers in its list, within its
+    // room), so that consecutive placements touch one worker's records, not a thousand's.
+    std::size_t share = 1;
+    if (from != nullptr && !from->empty()) {
+      const std::size_t ready = graph_.ready_of_shape(best->id);  // t included
+      share = (ready + from->size() - 1) / from->size();
+    }
+    const bool open_list = from == &best->open;
+    if (share > 1 && t.deps.empty()) {
+      // No regrowth of its message list within the batch.
+      const std::size_t room = capacity(*w) - std::min(capacity(*w), w->processing.size());
+      auto& execute = out(w->id).execute;
+      execute.reserve(execute.size() + std::min(share, room));
+    }
     dispatch(t, *w);
+    for (std::size_t n = 1; n < share; ++n) {
+      if ((open_list ? w->open_pos : w->free_pos)[best->id] < 0) break;  // it is full
+      if (!live_head(*best) || best->ready.top() < bound) break;         // another shape's turn
+      Task& next = *graph_.find(best->ready.top().id);
+      if (next.gang != 0 || !next.deps.empty()) break;  // gangs and locality: the full path
+      if (next.duration_s != 0 && w->end_time != 0 && now.unix_s() + static_cast<std::int64_t>(next.duration_s) > w->end_time) break;
+      best->ready.pop();
+      dispatch(next, *w);
+    }
   }
   for (TaskId id : deferred) push_ready(*graph_.find(id));
   if (!gangs_waiting_.empty()) place_gangs(now);  // members popped just now
@@ -637,7 +727,7 @@ void SchedulerState::schedule(const Now& now) {
   check();
 }
 
-WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now) {
+WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now, const std::vector<WorkerId>** from) {
   auto fits_time = [&](const WorkerRec& w) {
     return t.duration_s == 0 || w.end_time == 0 || now.unix_s() + static_cast<std::int64_t>(t.duration_s) <= w.end_time;
   };
@@ -665,22 +755,30 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now) 
   }
   // A worker with an idle thread first, else one with room in its queue: round robin.
   WorkerRec* fallback = nullptr;  // an avoided one, if nothing else is free
+  const std::vector<WorkerId>* fallback_from = nullptr;
   for (std::vector<WorkerId>* list : {&s.open, &s.free}) {
     std::size_t& cursor = list == &s.open ? s.open_cursor : s.cursor;
     for (std::size_t n = 0; n < list->size(); ++n) {
       if (cursor >= list->size()) cursor = 0;
       WorkerRec& w = workers_.at((*list)[cursor++]);
       if (!fits_time(w)) continue;
-      if (!avoided(t, w.id)) return &w;
-      if (fallback == nullptr) fallback = &w;
+      if (!avoided(t, w.id)) {
+        *from = list;
+        return &w;
+      }
+      if (fallback == nullptr) {
+        fallback = &w;
+        fallback_from = list;
+      }
     }
   }
   // Only workers that could not fetch its inputs are free: one tries again (the task fails
   // after allowed_failures such reports, so this cannot loop).
+  if (fallback != nullptr) *from = fallback_from;
   return fallback;
 }
 
-void SchedulerState::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
+protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   graph_.started(t.id, w.id);
   w.processing.emplace(t.id, t.shape);
   w.order.push_back(t.id);
@@ -694,25 +792,26 @@ void SchedulerState::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
   }
   for (const auto& [r, amount] : shapes_[t.shape].need_ids) w.free[r] -= amount;
   w.idle_since = Clock::time_point::max();
+  // Made in place in the outbox (a 224-byte message: no moving it there).
+  protocol::ExecuteTask& e = out(w.id).execute.emplace_back();
   e.id = t.id;
   e.function = graph_.function_name(t);
-  e.args = t.args;
-  e.refs = t.refs;
+  e.args.assign(t.args.begin(), t.args.end());
+  e.refs.assign(t.refs.begin(), t.refs.end());
   e.key = graph_.key_of(t);
-  e.resources = shapes_[t.shape].need;
+  if (t.shape != 0) e.resources = shapes_[t.shape].need;
   e.full_result = options_.full_results && t.keyed;
   e.inputs.reserve(t.deps.size());
   for (TaskId d : t.deps) {
-    protocol::DepLocation loc;
+    protocol::DepLocation& loc = e.inputs.emplace_back();
     loc.id = d;
     if (const Task* dep = graph_.find(d)) {
+      loc.holders.reserve(dep->who_has.size());
       for (WorkerId h : dep->who_has) {
         if (const WorkerRec* hw = worker(h)) loc.holders.push_back(hw->address);
       }
     }
-    e.inputs.push_back(std::move(loc));
   }
-  out(w.id).execute.push_back(std::move(e));
   refresh(w);
   if (t.no_worker_noted) {
     // It was reported as waiting for a worker: it is running now.
@@ -724,6 +823,7 @@ void SchedulerState::dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e) {
       out_.clients[t.client].updates.updates.push_back(std::move(u));
     }
   }
+  return e;
 }
 
 void SchedulerState::place_suspects(const Now& now) {
@@ -772,17 +872,17 @@ void SchedulerState::note_unrunnable(Shape& s) {
   s.unrunnable_dirty = false;
   if (s.offered_by > 0) return;
   const std::string why = "no connected worker offers " + describe(s.need);
-  for (const ReadyItem& item : s.ready) {
+  s.ready.for_each([&](const ReadyItem& item) {
     Task* t = graph_.find(item.id);
-    if (t == nullptr || t->status != TaskStatus::ready || t->no_worker_noted) continue;
+    if (t == nullptr || t->status != TaskStatus::ready || t->no_worker_noted) return;
     t->no_worker_noted = true;
-    if (clients_.count(t->client) == 0) continue;
+    if (clients_.count(t->client) == 0) return;
     protocol::TaskUpdate u;
     u.id = t->id;
     u.state = static_cast<std::uint8_t>(protocol::TaskState::no_worker);
     u.error = {"herd::NoWorker", why, graph_.key_of(*t), ""};
     out_.clients[t->client].updates.updates.push_back(std::move(u));
-  }
+  });
 }
 
 std::string SchedulerState::why_no_worker(const Task& t) const {
@@ -831,42 +931,47 @@ void SchedulerState::steal(const Now& now) {
   // The victim hands back only what it has not started; a task that started meanwhile just
   // finishes where it is.
   std::vector<WorkerRec*> thieves;
+  FlatSet<WorkerId> seen;
   for (auto& s : shapes_) {
-    if (s.open.empty()) continue;
-    bool nothing_ready = true;
-    for (const ReadyItem& item : s.ready) {
-      const Task* t = graph_.find(item.id);
-      if (t != nullptr && t->status == TaskStatus::ready && t->shape == s.id) {
-        nothing_ready = false;
-        break;
-      }
-    }
-    if (!nothing_ready) continue;
+    if (s.open.empty() || live_head(s)) continue;
     for (WorkerId id : s.open) {
-      WorkerRec& w = workers_.at(id);
-      if (std::find(thieves.begin(), thieves.end(), &w) == thieves.end()) thieves.push_back(&w);
+      if (seen.insert(id).second) thieves.push_back(&workers_.at(id));
     }
   }
   if (thieves.empty()) return;
+  // What the victims can give, by shape: each victim's newest tasks beyond its threads (those
+  // already asked back counted against it), victim after victim. Each victim's queue is read
+  // once per call, and a thief looks only at the shapes it can run: no thieves x victims walk.
+  std::vector<std::vector<Task*>> offer(shapes_.size());
+  std::vector<std::size_t> next(shapes_.size(), 0);
+  bool any = false;
+  for (WorkerId vid : overloaded_) {
+    WorkerRec& v = workers_.at(vid);
+    if (v.suspect != 0) continue;
+    std::size_t excess = v.processing.size() - v.nthreads;
+    for (auto it = v.order.rbegin(); it != v.order.rend() && excess > 0; ++it) {
+      if (!v.processing.count(*it)) continue;
+      Task* t = graph_.find(*it);
+      if (t == nullptr || t->status != TaskStatus::processing || t->worker != vid || t->gang != 0 || t->scattered) {
+        continue;
+      }
+      --excess;
+      if (t->stealing) continue;
+      offer[t->shape].push_back(t);
+      any = true;
+    }
+  }
+  if (!any) return;
   for (WorkerRec* thief : thieves) {
     std::size_t want = thief->nthreads - std::min<std::size_t>(thief->nthreads, thief->processing.size());
-    for (WorkerId vid : overloaded_) {
+    for (std::uint16_t sid : thief->shapes) {
       if (want == 0) break;
-      WorkerRec& victim = workers_.at(vid);
-      if (&victim == thief || victim.suspect != 0) continue;
-      std::size_t excess = victim.processing.size() - victim.nthreads;
-      for (auto it = victim.order.rbegin(); it != victim.order.rend() && excess > 0 && want > 0; ++it) {
-        auto p = victim.processing.find(*it);
-        if (p == victim.processing.end()) continue;
-        Task* t = graph_.find(*it);
-        if (t == nullptr || t->status != TaskStatus::processing || t->worker != vid || t->stealing || t->gang != 0 ||
-            t->scattered) {
-          continue;
-        }
-        if (thief->free_pos[t->shape] < 0) continue;  // the thief cannot run it
+      if (thief->free_pos[sid] < 0) continue;  // it cannot take this shape now
+      auto& pool = offer[sid];
+      for (std::size_t& i = next[sid]; i < pool.size() && want > 0; ++i) {
+        Task* t = pool[i];  // on an overloaded worker: never the thief's own
         t->stealing = true;
-        out(vid).cancel.push_back(t->id);
-        --excess;
+        out(t->worker).cancel.push_back(t->id);
         --want;
       }
     }
@@ -877,7 +982,8 @@ void SchedulerState::record_run(const Task* t, const WorkerRec& w, const protoco
   if (t == nullptr || t->scattered) return;
   auto& c = counters_;
   (r.ok ? c.finished_total : c.failed_total) += 1;
-  auto& runs = c.runs_by_function[graph_.function_name(*t)];
+  if (t->function >= runs_by_function_.size()) runs_by_function_.resize(t->function + 1u);
+  auto& runs = runs_by_function_[t->function];
   (r.ok ? runs.first : runs.second) += 1;
   if (r.ok) {
     const std::int64_t second = now.unix_s();
@@ -887,15 +993,46 @@ void SchedulerState::record_run(const Task* t, const WorkerRec& w, const protoco
     }
     ++c.finishes_per_second.back().second;
   }
-  protocol::TaskEvent e;
-  e.key = graph_.key_of(*t);
-  e.function = graph_.function_name(*t);
-  e.worker = w.name;
-  e.end_ms = now.unix_ms;
-  e.start_ms = now.unix_ms - static_cast<std::int64_t>(r.duration_us / 1000);
-  e.ok = r.ok;
-  c.events.push_back(std::move(e));
-  if (c.events.size() > kMaxEvents) c.events.pop_front();
+  RunRecord* e;
+  if (runs_.size() < kMaxEvents) {
+    e = &runs_.emplace_back();
+  } else {
+    e = &runs_[runs_next_];
+    runs_next_ = (runs_next_ + 1) % kMaxEvents;
+  }
+  e->id = t->id;
+  e->function = t->function;
+  e->worker = w.id;
+  e->end_ms = now.unix_ms;
+  e->start_ms = now.unix_ms - static_cast<std::int64_t>(r.duration_us / 1000);
+  e->ok = r.ok;
+  if (t->named) e->key = graph_.user_key(*t);
+  else e->key.clear();
+}
+
+const SchedulerState::Counters& SchedulerState::counters() const {
+  auto& c = counters_;
+  c.runs_by_function.clear();
+  for (std::size_t f = 0; f < runs_by_function_.size(); ++f) {
+    const auto& runs = runs_by_function_[f];
+    if (runs.first + runs.second > 0) c.runs_by_function[graph_.function_name(static_cast<std::uint32_t>(f))] = runs;
+  }
+  c.events.clear();
+  const std::size_t n = runs_.size();
+  const std::size_t first = n < kMaxEvents ? 0 : runs_next_;  // the oldest
+  for (std::size_t i = 0; i < n; ++i) {
+    const RunRecord& r = runs_[(first + i) % n];
+    protocol::TaskEvent e;
+    const std::string& function = graph_.function_name(r.function);
+    e.key = r.key.empty() ? TaskGraph::display_key(function, r.id) : r.key;
+    e.function = function;
+    e.worker = r.worker < worker_names_.size() ? worker_names_[r.worker] : "#" + std::to_string(r.worker);
+    e.start_ms = r.start_ms;
+    e.end_ms = r.end_ms;
+    e.ok = r.ok;
+    c.events.push_back(std::move(e));
+  }
+  return c;
 }
 
 // ---- results out of reach ----------------------------------------------------------------
@@ -1116,7 +1253,10 @@ void SchedulerState::tick(const Now& now) {
     const double n = options_.queue_horizon_us / std::max(avg_task_us_, 1.0);
     extra = static_cast<std::size_t>(std::clamp(n, 1.0, static_cast<double>(options_.max_queue_per_slot)));
   }
-  if (extra != extra_per_slot_) {
+  // Refiled only on a change of more than an eighth (any change while it is below 8): a run
+  // time that wanders must not refile every worker every turn (O(workers)).
+  const std::size_t slack = extra_per_slot_ / 8;
+  if (extra > extra_per_slot_ + slack || extra + slack < extra_per_slot_) {
     extra_per_slot_ = extra;
     refresh_all();
   }
@@ -1137,6 +1277,7 @@ void SchedulerState::tick(const Now& now) {
 }
 
 void SchedulerState::progress_retirements(const Now& now) {
+  if (retiring_ == 0) return;  // the common case: no walk over every worker each tick
   std::vector<WorkerId> done;
   for (auto& [id, w] : workers_) {
     if (!w.retiring) continue;
@@ -1148,17 +1289,21 @@ void SchedulerState::progress_retirements(const Now& now) {
     // Results only this worker holds, that someone still needs, go to another worker first.
     std::map<WorkerId, std::vector<protocol::DepLocation>> copies;
     std::size_t unique = 0;
+    // They go to the staying worker that holds least (found once: it holds no more until the
+    // copies are made, so it would be the same one for every result).
+    WorkerRec* to = nullptr;
+    if (!w.acquire_sent) {
+      for (auto& [oid, other] : workers_) {
+        if (oid == id || other.retiring) continue;
+        if (to == nullptr || other.has.size() < to->has.size()) to = &other;
+      }
+    }
     for (TaskId key : w.has) {
       const Task* t = graph_.find(key);
       if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
       ++unique;
       if (w.acquire_sent) continue;
-      WorkerRec* target = nullptr;
-      for (auto& [oid, other] : workers_) {
-        if (oid == id || other.retiring) continue;
-        if (target == nullptr || other.has.size() < target->has.size()) target = &other;
-      }
-      if (target != nullptr) copies[target->id].push_back({key, {w.address}});
+      if (to != nullptr) copies[to->id].push_back({key, {w.address}});
     }
     if (!w.acquire_sent) {
       w.acquire_sent = true;
@@ -1210,7 +1355,7 @@ std::string SchedulerState::validate() const {
   }
   std::unordered_set<TaskId> queued;
   for (const auto& s : shapes_) {
-    for (const auto& item : s.ready) queued.insert(item.id);
+    s.ready.for_each([&](const ReadyItem& item) { queued.insert(item.id); });
   }
   for (TaskId id : suspects_) queued.insert(id);
   for (TaskId id : too_long_) queued.insert(id);
@@ -1220,6 +1365,9 @@ std::string SchedulerState::validate() const {
     return "ready task " + graph_.key_of(t) + " is in no queue";
   }
   std::vector<std::uint32_t> offered_by(shapes_.size(), 0);
+  std::size_t retiring = 0;
+  for (const auto& [id, w] : workers_) retiring += w.retiring;
+  if (retiring != retiring_) return "the count of retiring workers is off";
   for (const auto& [id, w] : workers_) {
     for (TaskId h : w.has) {
       const Task* t = graph_.find(h);
@@ -1255,7 +1403,9 @@ std::string SchedulerState::validate() const {
         return "worker " + w.name + "'s position in an open list is wrong";
       }
     }
-    if ((w.processing.size() > w.nthreads) != (overloaded_.count(id) > 0)) return "worker " + w.name + " is misfiled as overloaded";
+    if ((w.processing.size() > w.nthreads) != (overloaded_.count(id) > 0) || w.overloaded != (overloaded_.count(id) > 0)) {
+      return "worker " + w.name + " is misfiled as overloaded";
+    }
   }
   for (const auto& s : shapes_) {
     if (s.offered_by != offered_by[s.id]) return "shape " + std::to_string(s.id) + " is offered by a wrong count";

@@ -21,6 +21,7 @@
 // client (TaskState::no_worker) and in status.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <deque>
@@ -35,6 +36,7 @@
 #include <zmq.hpp>
 
 #include "protocol/messages.hpp"
+#include "scheduler/flat_table.hpp"
 #include "scheduler/task_graph.hpp"
 
 namespace herd::scheduler {
@@ -117,8 +119,8 @@ struct WorkerRec {
   std::map<std::string, double> resources;  // what it offers
   std::vector<double> offered;              // the same, by resource index
   std::vector<double> free;                 // by resource index: offered minus its processing tasks' needs
-  std::unordered_map<TaskId, std::uint16_t> processing;  // sent to it and not answered yet -> shape
-  std::unordered_set<TaskId> has;           // results it holds
+  FlatMap<TaskId, std::uint16_t> processing;  // sent to it and not answered yet -> shape
+  FlatSet<TaskId> has;                      // results it holds
   std::deque<TaskId> order;                 // dispatch order, for stealing (may hold answered ids)
   Clock::time_point last_seen, idle_since, retire_since;
   std::uint64_t memory_rss = 0;
@@ -130,6 +132,7 @@ struct WorkerRec {
   bool retired_by_pool = false;             // the pool shrinks (vs. walltime, drain signal)
   bool job_suspended = false;               // its batch job is suspended: silence is no death
   bool acquire_sent = false;                // its unique results were sent to other workers
+  bool overloaded = false;                  // in overloaded_ (more processing than threads)
   // Suspects (tasks that were on a worker when it died) run alone, so a poison task cannot take
   // innocent neighbours down with it and make them KilledWorker too.
   TaskId suspect = 0;                       // the suspect it runs (alone)
@@ -155,12 +158,62 @@ struct ReadyItem {
   }
 };
 
+/// The ready tasks of one shape: highest priority first, then the oldest (lowest seq).
+/// The common case is a FIFO: items that arrive in that order (one priority, tasks ready in
+/// submission order) are appended to a queue, O(1) each and no heap of millions to sift; an
+/// item that would break the order goes to a heap beside it, and top() is the better head.
+class ReadyQueue {
+ public:
+  void push(const ReadyItem& item) {
+    if (head_ == fifo_.size() || !(fifo_.back() < item)) {
+      if (head_ == fifo_.size()) {
+        fifo_.clear();
+        head_ = 0;
+      }
+      fifo_.push_back(item);
+    } else {
+      heap_.push_back(item);
+      std::push_heap(heap_.begin(), heap_.end());
+    }
+  }
+  bool empty() const { return head_ == fifo_.size() && heap_.empty(); }
+  std::size_t size() const { return fifo_.size() - head_ + heap_.size(); }
+  const ReadyItem& top() const { return from_heap() ? heap_.front() : fifo_[head_]; }
+  void pop() {
+    if (from_heap()) {
+      std::pop_heap(heap_.begin(), heap_.end());
+      heap_.pop_back();
+      return;
+    }
+    ++head_;
+    if (head_ == fifo_.size()) {
+      fifo_.clear();
+      head_ = 0;
+    } else if (head_ >= 4096 && 2 * head_ >= fifo_.size()) {
+      fifo_.erase(fifo_.begin(), fifo_.begin() + static_cast<std::ptrdiff_t>(head_));
+      head_ = 0;
+    }
+  }
+  /// Every item, in no particular order (stale ones included).
+  template <typename F>
+  void for_each(F&& f) const {
+    for (std::size_t i = head_; i < fifo_.size(); ++i) f(fifo_[i]);
+    for (const ReadyItem& item : heap_) f(item);
+  }
+
+ private:
+  bool from_heap() const { return head_ == fifo_.size() || (!heap_.empty() && fifo_[head_] < heap_.front()); }
+  std::vector<ReadyItem> fifo_;  // fifo_[head_..]: best first
+  std::size_t head_ = 0;
+  std::vector<ReadyItem> heap_;  // out-of-order arrivals, a max-heap
+};
+
 /// A resource shape: what a task needs on one worker (shape 0: nothing).
 struct Shape {
   std::uint16_t id = 0;
   std::map<std::string, double> need;
   std::vector<std::pair<std::uint16_t, double>> need_ids;  // by resource index
-  std::vector<ReadyItem> ready;     // a heap of its ready tasks (stale entries skipped lazily)
+  ReadyQueue ready;                 // its ready tasks (stale entries skipped lazily)
   std::vector<WorkerId> free;       // workers that can take one more task of it now
   std::vector<WorkerId> open;       // those of them with an idle thread (filled first)
   std::size_t cursor = 0;           // round-robin position in `free`
@@ -291,7 +344,9 @@ class SchedulerState {
     std::deque<protocol::TaskEvent> events;                                  // newest last
     std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> runs_by_function;  // (ok, raised)
   };
-  const Counters& counters() const { return counters_; }
+  /// The counters, with `events` and `runs_by_function` written out from the compact records
+  /// the state keeps per run (O(kept runs + functions): for status, not per task).
+  const Counters& counters() const;
 
   /// Placement internals, for tests and the simulator.
   std::size_t shape_count() const;
@@ -300,6 +355,8 @@ class SchedulerState {
  private:
   // Events end with this: apply the graph's effects, validate in test builds.
   void apply(Effects& fx);
+  /// A result small enough to ride with its notice to the client (see apply()).
+  void keep_inline(TaskId id, std::vector<char>& data);
   void check() const;
   WorkerRec* find_worker(WorkerId id);
   ClientRec* find_client(ClientId id);
@@ -314,8 +371,13 @@ class SchedulerState {
   void push_ready(const Task& t);
   std::size_t capacity(const WorkerRec& w) const;
   bool available(const WorkerRec& w) const;                    // takes new work at all
-  WorkerRec* pick_worker(Shape& s, const Task& t, const Now& now);
-  void dispatch(Task& t, WorkerRec& w, protocol::ExecuteTask e = {});
+  /// A free worker for `t`: a holder of its inputs, else the next in round robin; `from` says
+  /// which list it came from (s.open or s.free; nullptr when chosen for locality).
+  WorkerRec* pick_worker(Shape& s, const Task& t, const Now& now, const std::vector<WorkerId>** from);
+  /// Drops the stale entries at the head of s.ready; false when none is left.
+  bool live_head(Shape& s);
+  /// Sends `t` to `w`; returns its execute message in the outbox (gangs add their fields).
+  protocol::ExecuteTask& dispatch(Task& t, WorkerRec& w);
   void dispatch_scatter(TaskId id, zmq::message_t payload);
   void place_suspects(const Now& now);
   void note_unrunnable(Shape& s);
@@ -360,7 +422,8 @@ class SchedulerState {
   std::vector<TaskId> too_long_;             // ready tasks whose duration fits no worker now
   std::unordered_set<TaskId> held_;          // ready tasks whose journaled result is being read
   std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
-  std::unordered_map<TaskId, std::vector<char>> inline_results_;    // this event's small results
+  // This event's small results: (index of the task's notice in fx_.notify, the bytes).
+  std::vector<std::pair<std::size_t, std::vector<char>>> inline_results_;
   std::unordered_map<std::string, WorkerId> by_address_;             // data port -> worker
   struct FetchTrouble {                      // a task whose inputs its workers could not fetch
     std::vector<WorkerId> avoid;             // not placed on them again (while others can)
@@ -382,7 +445,21 @@ class SchedulerState {
   double avg_task_us_ = -1;                  // moving average of run time; < 0 until one finishes
   std::size_t extra_per_slot_ = 1;           // queue horizon: tasks queued per slot beyond it
   Clock::time_point last_heartbeat_{};
-  Counters counters_;
+  // Runs are recorded compactly (no string per run); counters() writes them out.
+  struct RunRecord {
+    TaskId id = 0;
+    std::uint32_t function = 0;   // TaskGraph's function index
+    WorkerId worker = 0;          // its name: worker_names_
+    std::int64_t start_ms = 0, end_ms = 0;
+    bool ok = false;
+    std::string key;              // the user's key ("" = the display key, made when written out)
+  };
+  mutable Counters counters_;
+  std::vector<RunRecord> runs_;              // the newest runs, a ring of at most kMaxEvents
+  std::size_t runs_next_ = 0;                // where the next run goes once the ring is full
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> runs_by_function_;  // by function index: (ok, raised)
+  std::size_t retiring_ = 0;                 // workers retiring: progress_retirements has work
+  std::vector<std::string> worker_names_;    // by worker id (names of workers gone stay for runs_)
   mutable std::uint64_t checks_ = 0;          // events seen by check() (validate mode)
 };
 

@@ -178,12 +178,11 @@ SchedulerState::GangPlacement SchedulerState::place_gang(Gang& g, const Now& now
       g.reported[rank] = false;
       g.done[rank].reset();
       g.joins[rank] = {};
-      protocol::ExecuteTask e;
+      protocol::ExecuteTask& e = dispatch(*graph_.find(g.members[rank]), *chosen[rank]);
       e.gang = g.id;
       e.gang_rank = rank;
       e.gang_size = g.size;
       e.gang_attempt = g.attempt;
-      dispatch(*graph_.find(g.members[rank]), *chosen[rank], std::move(e));
     }
     HERD_LOG(debug) << "gang " << graph_.key_of(first) << " (" << g.size << " ranks) placed, attempt " << g.attempt;
     return GangPlacement::placed;
@@ -283,7 +282,7 @@ void SchedulerState::gang_settle(Gang& g) {
       graph_.finished(r.id, w->id, r.nbytes, fx_);
       if (const Task* t = graph_.find(r.id); t != nullptr && t->in_memory()) {
         w->has.insert(r.id);
-        if (!r.inline_data.empty() && t->wanted) inline_results_[r.id] = std::move(r.inline_data);
+        keep_inline(r.id, r.inline_data);
       }
     }
     gangs_.erase(id);

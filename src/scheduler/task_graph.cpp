@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/logging.hpp"
@@ -35,61 +36,96 @@ protocol::TaskState wire_state(TaskStatus s) {
 }
 
 std::string TaskGraph::display_key(const std::string& function, TaskId id) {
-  char buf[24];
-  std::snprintf(buf, sizeof buf, "-%llx", static_cast<unsigned long long>(id));
-  return function + buf;
+  // "<function>-<id in lowercase hex>", as the client writes it (snprintf "%llx" costs more
+  // than the rest of a task's dispatch): the string made at its size, then written in place.
+  int digits = 1;
+  while (digits < 16 && (id >> (4 * digits)) != 0) ++digits;
+  std::string out(function.size() + 1 + static_cast<std::size_t>(digits), '-');
+  char* p = out.data();
+  std::memcpy(p, function.data(), function.size());
+  p += function.size() + 1;
+  for (int i = digits - 1; i >= 0; --i) {
+    p[i] = "0123456789abcdef"[id & 0xf];
+    id >>= 4;
+  }
+  return out;
 }
 
 std::string TaskGraph::key_of(const Task& t) const {
-  return t.key.empty() ? display_key(functions_[t.function], t.id) : t.key;
+  return t.named ? keys_.at(t.id) : display_key(functions_[t.function], t.id);
+}
+
+const std::string& TaskGraph::user_key(const Task& t) const {
+  static const std::string none;
+  return t.named ? keys_.at(t.id) : none;
 }
 
 std::uint32_t TaskGraph::intern_function(const std::string& name) {
+  // Submissions come in runs of one function: the last one found is checked first.
+  if (last_function_ < functions_.size() && functions_[last_function_] == name) return last_function_;
   auto [it, added] = function_index_.try_emplace(name, static_cast<std::uint32_t>(functions_.size()));
   if (added) functions_.push_back(name);
+  last_function_ = it->second;
   return it->second;
 }
 
+void TaskGraph::illegal(const Task& t, TaskStatus to) {
+  ++illegal_;
+  const std::string what = "illegal task transition " + std::string(to_string(t.status)) + " -> " + to_string(to) +
+                           " for " + key_of(t);
+  if (strict_) throw std::logic_error(what);
+  HERD_LOG(error) << what << " (a scheduler bug; please report it)";
+}
+
 void TaskGraph::set(Task& t, TaskStatus to) {
-  if (!kLegal[static_cast<int>(t.status)][static_cast<int>(to)]) {
-    ++illegal_;
-    const std::string what = "illegal task transition " + std::string(to_string(t.status)) + " -> " + to_string(to) +
-                             " for " + key_of(t);
-    if (strict_) throw std::logic_error(what);
-    HERD_LOG(error) << what << " (a scheduler bug; please report it)";
+  const TaskStatus from = t.status;
+  if (!kLegal[static_cast<int>(from)][static_cast<int>(to)]) [[unlikely]] illegal(t, to);
+  --counts_[static_cast<int>(from)];
+  ++counts_[static_cast<int>(to)];
+  auto placed = [](TaskStatus s) { return s == TaskStatus::ready || s == TaskStatus::processing; };
+  if (placed(from) || placed(to)) {
+    if (t.shape >= by_shape_.size()) [[unlikely]] by_shape_.resize(t.shape + 1u);
+    ShapeCounts& c = by_shape_[t.shape];
+    if (from == TaskStatus::ready) --c.ready;
+    else if (from == TaskStatus::processing) --c.processing;
+    if (to == TaskStatus::ready) ++c.ready;
+    else if (to == TaskStatus::processing) ++c.processing;
   }
-  count_in(t, -1);
   t.status = to;
-  count_in(t, +1);
 }
 
 void TaskGraph::count_in(const Task& t, int delta) {
   counts_[static_cast<int>(t.status)] += static_cast<std::size_t>(delta);
   if (t.status != TaskStatus::ready && t.status != TaskStatus::processing) return;
-  if (t.shape >= by_shape_.size()) by_shape_.resize(t.shape + 1u);
+  if (t.shape >= by_shape_.size()) [[unlikely]] by_shape_.resize(t.shape + 1u);
   auto& c = t.status == TaskStatus::ready ? by_shape_[t.shape].ready : by_shape_[t.shape].processing;
   c += static_cast<std::size_t>(delta);
 }
 
 void TaskGraph::erase(Task& t) {
   if (t.deaths > 0) death_workers_.erase(t.id);
+  if (t.named) keys_.erase(t.id);
   count_in(t, -1);
   tasks_.erase(t.id);
 }
 
 void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::uint16_t shape, Effects& fx) {
-  if (tasks_.count(spec.id) != 0) return;  // a resend; the first copy stands
-  Task& t = tasks_[spec.id];
+  auto [added, fresh] = tasks_.emplace(spec.id);
+  if (!fresh) return;  // a resend; the first copy stands
+  Task& t = *added;
   t.shape = shape;  // before the first count
   count_in(t, +1);
   t.id = spec.id;
   t.client = client;
   t.wanted = spec.want_result;
   t.function = intern_function(spec.function);
-  t.key = spec.key;
   t.keyed = !spec.key.empty();
-  t.args = spec.args;
-  t.refs = spec.refs;
+  if (t.keyed) {
+    keys_[t.id] = spec.key;
+    t.named = true;
+  }
+  t.args.assign(spec.args.begin(), spec.args.end());
+  t.refs.assign(spec.refs.begin(), spec.refs.end());
   t.priority = spec.priority;
   t.retries_left = spec.gang != 0 ? 0 : spec.retries;
   t.gang = spec.gang;
@@ -103,8 +139,7 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   for (TaskId d : t.deps) {
     Task* dep = find(d);
     if (dep == nullptr || dep->id == t.id) {
-      std::vector<TaskId> none;
-      t.deps.swap(none);
+      t.deps.clear();
       fail_with(t, {"herd::MissingInput",
                     "input task " + display_key("", d).substr(1) +
                         " is unknown to the scheduler (its future was released, or it was "
@@ -116,7 +151,7 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   }
   const protocol::ErrorInfo* upstream_error = nullptr;
   for (TaskId d : t.deps) {
-    Task& dep = tasks_.at(d);
+    Task& dep = *tasks_.find(d);
     dep.dependents.push_back(t.id);
     ++dep.waiters;
     if (dep.error && (dep.status == TaskStatus::erred || dep.status == TaskStatus::cancelled)) {
@@ -128,20 +163,24 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
     fail_with(t, e, TaskStatus::erred, fx);
     return;
   }
-  for (TaskId d : t.deps) ensure_data(tasks_.at(d), fx);
+  for (TaskId d : t.deps) ensure_data(*tasks_.find(d), fx);
   make_runnable(t, fx);
 }
 
 void TaskGraph::add_scattered(TaskId id, std::string key, std::uint32_t client) {
-  if (tasks_.count(id) != 0) return;
-  Task& t = tasks_[id];
+  auto [added, fresh] = tasks_.emplace(id);
+  if (!fresh) return;
+  Task& t = *added;
   count_in(t, +1);
   t.id = id;
   t.client = client;
   t.wanted = true;
   t.scattered = true;
   t.function = intern_function("scatter");
-  t.key = std::move(key);
+  if (!key.empty()) {
+    keys_[id] = std::move(key);
+    t.named = true;
+  }
   t.seq = next_seq_++;
   // waiting until it is sent to a worker (started()), then processing until the worker says
   // it holds it (finished()).
@@ -166,7 +205,8 @@ void TaskGraph::make_runnable(Task& t, Effects& fx) {
 
 void TaskGraph::ensure_data(Task& t, Effects& fx) {
   // Iterative: a long chain whose data was all released must not recurse deeply.
-  std::vector<TaskId> stack{t.id};
+  std::vector<TaskId>& stack = ensure_stack_;
+  stack.assign(1, t.id);
   while (!stack.empty()) {
     Task* cur = find(stack.back());
     stack.pop_back();
@@ -236,10 +276,10 @@ void TaskGraph::became_memory(Task& t, Effects& fx) {
       fx.ready.push_back(d);
     }
   }
-  // t no longer needs its inputs' data.
-  const std::vector<TaskId> deps = t.deps;
-  for (TaskId d : deps) {
-    if (Task* dep = find(d)) {
+  // t no longer needs its inputs' data. (Forgetting an input never touches t: t is still its
+  // dependent.)
+  for (std::size_t i = 0; i < t.deps.size(); ++i) {
+    if (Task* dep = find(t.deps[i])) {
       if (dep->waiters > 0) --dep->waiters;
       maybe_forget(*dep, fx);
     }
@@ -390,35 +430,45 @@ void TaskGraph::free_data(Task& t, Effects& fx) {
 }
 
 void TaskGraph::maybe_forget(Task& start, Effects& fx) {
-  std::vector<TaskId> work{start.id};
-  while (!work.empty()) {
-    Task* t = find(work.back());
-    work.pop_back();
-    if (t == nullptr || t->wanted) continue;
-    if (t->waiters == 0 && t->in_memory()) free_data(*t, fx);
-    if (!t->dependents.empty()) continue;  // a dependent may need the recipe
-    if (t->status == TaskStatus::processing) {
-      t->forget_when_done = true;
-      continue;
+  if (start.wanted) return;
+  std::vector<TaskId>& work = forget_work_;  // empty between calls; no allocation per call
+  auto visit = [&](Task& t) {
+    if (t.wanted) return;
+    if (t.waiters == 0 && t.in_memory()) free_data(t, fx);
+    if (!t.dependents.empty()) return;  // a dependent may need the recipe
+    if (t.status == TaskStatus::processing) {
+      t.forget_when_done = true;
+      return;
     }
-    if (t->waiters > 0) continue;
-    const bool was_unfinished = t->unfinished();
-    for (TaskId d : t->deps) {
+    if (t.waiters > 0) return;
+    const bool was_unfinished = t.unfinished();
+    for (TaskId d : t.deps) {
       Task* dep = find(d);
       if (dep == nullptr) continue;
       auto& ds = dep->dependents;
-      ds.erase(std::remove(ds.begin(), ds.end(), t->id), ds.end());
+      ds.erase(std::remove(ds.begin(), ds.end(), t.id), ds.end());
       if (was_unfinished && dep->waiters > 0) --dep->waiters;
       work.push_back(d);
     }
-    if (t->in_memory()) free_data(*t, fx);
-    erase(*t);
+    if (t.in_memory()) free_data(t, fx);
+    erase(t);
+  };
+  visit(start);
+  while (!work.empty()) {
+    Task* t = find(work.back());
+    work.pop_back();
+    if (t != nullptr) visit(*t);
   }
 }
 
 std::string TaskGraph::validate() const {
   std::size_t counts[kTaskStatusCount] = {};
+  std::size_t named = 0, seen = 0;
   for (const auto& [id, t] : tasks_) {
+    if (find(id) != &t) return "task " + display_key(functions_[t.function], id) + " is not where its index says";
+    ++seen;
+    if (t.named && keys_.count(id) == 0) return "task " + display_key(functions_[t.function], id) + " has lost its key";
+    named += t.named;
     const std::string k = key_of(t);
     if (t.id != id) return "task " + k + " is filed under another id";
     ++counts[static_cast<int>(t.status)];
@@ -460,6 +510,8 @@ std::string TaskGraph::validate() const {
              std::to_string(unfinished_dependents) + " unfinished dependents";
     }
   }
+  if (named != keys_.size()) return "the key table holds keys of tasks that are gone";
+  if (seen != tasks_.size()) return "the task index lists tasks that are not stored";
   std::vector<ShapeCounts> by_shape(by_shape_.size());
   for (const auto& [id, t] : tasks_) {
     if (t.status != TaskStatus::ready && t.status != TaskStatus::processing) continue;

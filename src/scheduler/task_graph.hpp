@@ -26,6 +26,8 @@
 #include <vector>
 
 #include "protocol/messages.hpp"
+#include "scheduler/small_vec.hpp"
+#include "scheduler/task_table.hpp"
 
 namespace herd::scheduler {
 
@@ -51,15 +53,12 @@ inline constexpr bool kLegal[kTaskStatusCount][kTaskStatusCount] = {
 };
 
 struct Task {
+  // Hot fields first; 200 bytes in all (the key lives in TaskGraph's key table, lists of one or
+  // two ids inside the record: bench/README.md, "The scheduler core, simulated").
   TaskId id = 0;
-  TaskStatus status = TaskStatus::waiting;
-  bool wanted = false;            // the client holds a future
-  bool scattered = false;         // data without a recipe
-  bool keyed = false;             // the client named it (TaskOptions::key): journaled
-  bool forget_when_done = false;  // nobody needs it any more, but a worker is computing it
-  bool no_worker_noted = false;   // its client was told no worker can run it (TaskState::no_worker)
-  bool stealing = false;          // asked back from its worker to run elsewhere (work stealing)
-  std::uint16_t shape = 0;        // resources it needs (SchedulerState's shape table; 0 = none)
+  std::uint64_t seq = 0;          // submission order
+  std::uint64_t nbytes = 0;
+  TaskId gang = 0;                // gang id (0 = not a gang member); the gang keeps the retries
   std::uint32_t function = 0;     // index into TaskGraph's function names
   std::uint32_t client = 0;       // owning client index
   std::uint32_t worker = kNoWorker;  // processing on
@@ -70,15 +69,20 @@ struct Task {
   std::int32_t priority = 0;
   std::uint32_t duration_s = 0;   // declared run time (placement near walltime)
   std::uint32_t gang_rank = 0;
-  std::uint64_t seq = 0;          // submission order
-  TaskId gang = 0;                // gang id (0 = not a gang member); the gang keeps the retries
-  std::uint64_t nbytes = 0;
-  std::string key;                // the user's key ("" = "<function>-<id in hex>", see key_of)
-  std::vector<char> args;
-  std::vector<protocol::ArgRef> refs;
-  std::vector<TaskId> deps;        // distinct inputs
-  std::vector<TaskId> dependents;  // tasks in the graph that take this one as input
-  std::vector<std::uint32_t> who_has;
+  std::uint16_t shape = 0;        // resources it needs (SchedulerState's shape table; 0 = none)
+  TaskStatus status = TaskStatus::waiting;
+  bool wanted = false;            // the client holds a future
+  bool scattered = false;         // data without a recipe
+  bool keyed = false;             // the client named it (TaskOptions::key): journaled
+  bool named = false;             // has a key of its own (keyed, or a named scatter): TaskGraph::user_key
+  bool forget_when_done = false;  // nobody needs it any more, but a worker is computing it
+  bool no_worker_noted = false;   // its client was told no worker can run it (TaskState::no_worker)
+  bool stealing = false;          // asked back from its worker to run elsewhere (work stealing)
+  SmallVec<char, 16> args;             // msgpack; inside the record up to 16 bytes
+  SmallVec<protocol::ArgRef, 1> refs;
+  SmallVec<TaskId, 2> deps;        // distinct inputs
+  SmallVec<TaskId, 1> dependents;  // tasks in the graph that take this one as input
+  SmallVec<std::uint32_t, 2> who_has;
   std::unique_ptr<protocol::ErrorInfo> error;
 
   bool in_memory() const { return status == TaskStatus::memory; }
@@ -137,14 +141,8 @@ class TaskGraph {
   /// Back to ready after being handed back by a worker (not a failure).
   void requeue(TaskId id, Effects& fx);
 
-  Task* find(TaskId id) {
-    auto it = tasks_.find(id);
-    return it == tasks_.end() ? nullptr : &it->second;
-  }
-  const Task* find(TaskId id) const {
-    auto it = tasks_.find(id);
-    return it == tasks_.end() ? nullptr : &it->second;
-  }
+  Task* find(TaskId id) { return tasks_.find(id); }
+  const Task* find(TaskId id) const { return tasks_.find(id); }
   std::size_t size() const { return tasks_.size(); }
   /// Tasks in state `s` (kept as counters, not counted).
   std::size_t count(TaskStatus s) const { return counts_[static_cast<int>(s)]; }
@@ -153,9 +151,14 @@ class TaskGraph {
   std::size_t active_of_shape(std::uint16_t shape) const {
     return shape < by_shape_.size() ? by_shape_[shape].ready + by_shape_[shape].processing : 0;
   }
-  const std::unordered_map<TaskId, Task>& tasks() const { return tasks_; }
+  /// Every task, as (id, task) pairs: `for (const auto& [id, t] : graph.tasks())`.
+  using Tasks = SlotTable<Task, TaskId>;
+  const Tasks& tasks() const { return tasks_; }
 
   const std::string& function_name(const Task& t) const { return functions_[t.function]; }
+  /// The key the client gave it ("" = none).
+  const std::string& user_key(const Task& t) const;
+  const std::string& function_name(std::uint32_t index) const { return functions_[index]; }
   /// The user's key, else "<function>-<id in hex>".
   std::string key_of(const Task& t) const;
   static std::string display_key(const std::string& function, TaskId id);
@@ -169,6 +172,7 @@ class TaskGraph {
 
  private:
   void set(Task& t, TaskStatus to);
+  [[gnu::cold]] void illegal(const Task& t, TaskStatus to);
   void fail_with(Task& t, const protocol::ErrorInfo& error, TaskStatus status, Effects& fx);
   void became_memory(Task& t, Effects& fx);
   void make_runnable(Task& t, Effects& fx);  // waiting or ready depending on inputs
@@ -178,7 +182,7 @@ class TaskGraph {
   void erase(Task& t);
   std::uint32_t intern_function(const std::string& name);
 
-  std::unordered_map<TaskId, Task> tasks_;
+  Tasks tasks_;
   std::uint64_t next_seq_ = 0;
   void count_in(const Task& t, int delta);
   std::size_t counts_[kTaskStatusCount] = {};
@@ -187,10 +191,13 @@ class TaskGraph {
   };
   std::vector<ShapeCounts> by_shape_;
   std::unordered_map<TaskId, std::string> death_workers_;  // workers lost under a task, for its error
+  std::unordered_map<TaskId, std::string> keys_;  // user keys of the tasks that have one (Task::named)
   std::vector<std::string> functions_;
   std::unordered_map<std::string, std::uint32_t> function_index_;
+  std::uint32_t last_function_ = ~0u;  // intern_function's last answer
   std::uint64_t illegal_ = 0;
   bool strict_ = false;
+  std::vector<TaskId> forget_work_, ensure_stack_;  // maybe_forget's and ensure_data's work lists
 };
 
 }  // namespace herd::scheduler

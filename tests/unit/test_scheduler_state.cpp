@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <deque>
 #include <map>
+#include <queue>
+#include <random>
 #include <set>
 
 #include "scheduler/state.hpp"
@@ -236,6 +238,52 @@ TEST_CASE("SchedulerState.Stealing.LateWorkerGetsWorkAtOnce") {
   CHECK(h.workers.at(b).running.size() == 1);
   CHECK(h.workers.at(a).running.size() == 1);
   CHECK(h.workers.at(a).queue.empty());
+}
+
+TEST_CASE("SchedulerState.Stealing.ThiefTakesOnlyWhatItCanRun") {
+  // v (2 threads, 2 GPUs) runs two CPU tasks and queues two GPU tasks. A CPU-only worker that
+  // joins cannot run those: nothing is asked back. A GPU worker that joins takes one (its one
+  // thread), the newest; v keeps the other.
+  Harness h;
+  const WorkerId v = h.add_worker("v", 2, {{"gpu", 2}});
+  const TaskId c1 = h.submit("prep");
+  const TaskId c2 = h.submit("prep");
+  const TaskId g1 = h.submit("train", {{"gpu", 1}});
+  const TaskId g2 = h.submit("train", {{"gpu", 1}});
+  h.turn();
+  REQUIRE(h.placed_on(v) == 4);
+  CHECK(h.workers.at(v).running == std::vector<TaskId>{c1, c2});
+  const WorkerId cpu = h.add_worker("cpu", 1);
+  h.turn();
+  CHECK(h.placed_on(v) == 4);  // nothing handed back
+  CHECK(h.placed_on(cpu) == 0);
+  CHECK_FALSE(h.task(g1)->stealing);
+  CHECK_FALSE(h.task(g2)->stealing);
+  const WorkerId gpu = h.add_worker("gpu", 1, {{"gpu", 1}});
+  h.turn();
+  CHECK(h.where(g2) == gpu);
+  CHECK(h.workers.at(gpu).running == std::vector<TaskId>{g2});
+  CHECK(h.where(g1) == v);
+  CHECK(h.placed_on(v) == 3);
+}
+
+TEST_CASE("SchedulerState.Stealing.NoMoreAskedBackThanQueued") {
+  // a runs one task and queues one; two idle workers join at once: only the queued one is
+  // asked back (the running one is not, though both thieves want work).
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const TaskId first = h.submit("slow");
+  const TaskId second = h.submit("slow");
+  h.turn();
+  REQUIRE(h.workers.at(a).running == std::vector<TaskId>{first});
+  const WorkerId b = h.add_worker("b", 1);
+  const WorkerId c = h.add_worker("c", 1);
+  h.turn();
+  CHECK_FALSE(h.task(first)->stealing);
+  CHECK(h.where(first) == a);
+  CHECK((h.where(second) == b || h.where(second) == c));
+  CHECK(h.placed_on(a) == 1);
+  CHECK(h.placed_on(b) + h.placed_on(c) == 1);
 }
 
 TEST_CASE("SchedulerState.NoWorker.ReportedWithReasonThenPlaced") {
@@ -555,4 +603,45 @@ TEST_CASE("SchedulerState.ClientFetchFailed.AnotherHolderThenACopyThenAClearErro
   CHECK(e[0].state == static_cast<std::uint8_t>(herd::protocol::TaskState::erred));
   CHECK(e[0].error.message.find("could not be fetched from " + h.state.worker(holder2)->address) != std::string::npos);
   CHECK(e[0].error.message.find("could not copy it either") != std::string::npos);
+}
+
+TEST_CASE("SchedulerState.ReadyQueue.PriorityThenOldestFirstWhateverTheArrivalOrder") {
+  // The FIFO-beside-a-heap must pop exactly what one heap of (priority, seq) would, for
+  // in-order runs (the FIFO), out-of-order arrivals (the heap) and everything mixed.
+  std::mt19937_64 rng(11);
+  ReadyQueue q;
+  std::priority_queue<ReadyItem> ref;
+  std::uint64_t seq = 0;
+  std::vector<std::uint64_t> late;  // seqs handed out but pushed later (older tasks ready late)
+  for (int round = 0; round < 60000; ++round) {  // long enough that the FIFO compacts
+    const auto r = rng();
+    if (r % 3 != 0) {
+      ReadyItem item;
+      item.priority = (r >> 8) % 5 == 0 ? static_cast<std::int32_t>((r >> 16) % 3) : 0;
+      // Mostly increasing seq (submission order); now and then an older task that became
+      // ready late. Each seq once, as in the state (one per task).
+      if ((r >> 24) % 7 == 0) late.push_back(seq++);
+      if ((r >> 32) % 5 == 0 && !late.empty()) {
+        item.seq = late[(r >> 40) % late.size()];
+        late.erase(std::find(late.begin(), late.end(), item.seq));
+      } else {
+        item.seq = seq++;
+      }
+      item.id = static_cast<TaskId>(round + 1);
+      q.push(item);
+      ref.push(item);
+    } else if (!ref.empty()) {
+      REQUIRE(!q.empty());
+      CHECK(q.top().id == ref.top().id);
+      q.pop();
+      ref.pop();
+    }
+    REQUIRE(q.size() == ref.size());
+  }
+  while (!ref.empty()) {
+    CHECK(q.top().id == ref.top().id);
+    q.pop();
+    ref.pop();
+  }
+  CHECK(q.empty());
 }
