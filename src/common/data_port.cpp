@@ -113,6 +113,7 @@ void DataClient::receive(const std::vector<zmq::pollitem_t>& items, std::size_t 
       if (!msg) break;
       peer->second.last_used = now;
       peer->second.last_heard = now;  // progress for every request on this connection
+      if (!silent_.empty()) silent_.erase(peer->first);
       on_message(address, *msg, events, now);
     }
   }
@@ -224,7 +225,12 @@ void DataClient::expire(Clock::time_point now, const DataEvents& events) {
     }
   }
   for (const auto& address : silent) {
-    fail_address(address, "no data from " + address + " for " + std::to_string(timeout_.count()) + " ms", events);
+    const std::string why = "no data from " + address + " for " + std::to_string(timeout_.count()) + " ms";
+    silent_[address] = {now, why};
+    fail_address(address, why, events);
+  }
+  for (auto it = silent_.begin(); it != silent_.end();) {
+    it = now - it->second.since > timeout_ ? silent_.erase(it) : std::next(it);
   }
   for (auto it = peers_.begin(); it != peers_.end();) {
     bool busy = false;
@@ -232,6 +238,18 @@ void DataClient::expire(Clock::time_point now, const DataEvents& events) {
     if (!busy && now - it->second.last_used > kIdleConnection) it = peers_.erase(it);
     else ++it;
   }
+}
+
+std::string DataClient::recently_silent(const std::string& address, Clock::time_point now) {
+  auto it = silent_.find(address);
+  if (it == silent_.end()) return "";
+  const auto ago = std::chrono::duration_cast<std::chrono::milliseconds>(now - it->second.since);
+  if (ago > timeout_) {
+    silent_.erase(it);
+    return "";
+  }
+  return it->second.why + ", " + std::to_string(ago.count()) + " ms ago (not asked again before " +
+         std::to_string(timeout_.count()) + " ms have passed)";
 }
 
 std::uint64_t DataClient::streaming_bytes() const {

@@ -93,6 +93,11 @@ class DataClient {
   /// Fails requests that made no progress for the timeout (and drops their connection, so a
   /// later request starts afresh); closes connections idle for a long while.
   void expire(Clock::time_point now, const DataEvents& events);
+  /// Why `address` let a request time out less than one timeout ago (it has said nothing
+  /// since), else "". A worker does not ask such a peer again at once: every task waiting on it
+  /// would otherwise find out for itself, a whole timeout each (a silent partition between two
+  /// hosts would cost one timeout per task).
+  std::string recently_silent(const std::string& address, Clock::time_point now);
   /// Requests not yet answered in full.
   std::size_t in_flight() const { return requests_.size(); }
   /// Open connections (for tests of descriptor growth).
@@ -112,6 +117,11 @@ class DataClient {
     bool replied = false;
     Clock::time_point sent;
   };
+  struct Silence {
+    Clock::time_point since;
+    std::string why;
+  };
+  std::map<std::string, Silence> silent_;  // peers that let a request time out lately
   struct Peer {
     zmq::socket_t socket;
     Clock::time_point last_used;

@@ -298,6 +298,9 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
     }
   }
   overloaded_.erase(id);
+  for (auto c = cuts_.begin(); c != cuts_.end();) {
+    c = c->first.first == id || c->first.second == id ? cuts_.erase(c) : std::next(c);
+  }
   w.overloaded = false;
   if (w.retiring) --retiring_;
   // The job goes too when the pool let the worker go or the worker died in it. A worker that
@@ -383,7 +386,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
     } else if (r.handed_back) {
       graph_.requeue(r.id, fx_);  // unstarted task given back (retiring, stolen, cancelled)
     } else if (r.missing_input) {
-      missing_input(w, r);
+      missing_input(w, r, now);
     } else {
       r.error.worker = w.name;
       graph_.failed(r.id, std::move(r.error), fx_);
@@ -640,6 +643,7 @@ bool SchedulerState::live_head(Shape& s) {
 }
 
 void SchedulerState::schedule(const Now& now) {
+  last_now_ = now.mono;
   if (!suspects_.empty()) place_suspects(now);
   if (!gangs_waiting_.empty()) place_gangs(now);
   // Tasks whose duration fits a worker that is busy now, not the free ones: they wait, and
@@ -1038,9 +1042,32 @@ const SchedulerState::Counters& SchedulerState::counters() const {
 // ---- results out of reach ----------------------------------------------------------------
 
 bool SchedulerState::avoided(const Task& t, WorkerId w) const {
-  if (trouble_.empty()) return false;
+  if (trouble_.empty() && cuts_.empty()) return false;
   auto it = trouble_.find(t.id);
-  return it != trouble_.end() && std::find(it->second.avoid.begin(), it->second.avoid.end(), w) != it->second.avoid.end();
+  if (it != trouble_.end() && std::find(it->second.avoid.begin(), it->second.avoid.end(), w) != it->second.avoid.end()) {
+    return true;
+  }
+  if (cuts_.empty()) return false;
+  // An input whose every holder this worker could not reach lately (and not its own copy).
+  const auto horizon = std::chrono::milliseconds(3ULL * options_.timeout_ms);
+  for (TaskId d : t.deps) {
+    const Task* dep = graph_.find(d);
+    if (dep == nullptr || dep->who_has.empty()) continue;
+    bool all_cut = true;
+    for (WorkerId h : dep->who_has) {
+      auto c = cuts_.find({w, h});
+      all_cut = all_cut && h != w && c != cuts_.end() && last_now_ - c->second <= horizon;
+    }
+    if (all_cut) return true;
+  }
+  return false;
+}
+
+std::string SchedulerState::holder_text(const std::string& address) const {
+  auto h = by_address_.find(address);
+  const WorkerRec* w = h == by_address_.end() ? nullptr : worker(h->second);
+  if (w == nullptr) return address;
+  return "worker " + w->name + " on " + w->host + " (" + address + ")";
 }
 
 void SchedulerState::drop_holder(TaskId id, WorkerId holder) {
@@ -1051,7 +1078,8 @@ void SchedulerState::drop_holder(TaskId id, WorkerId holder) {
   graph_.remove_holder(id, holder, fx_);  // the last copy gone: computed again from its recipe
 }
 
-void SchedulerState::missing_input(WorkerRec& w, protocol::TaskResult& r) {
+void SchedulerState::missing_input(WorkerRec& w, protocol::TaskResult& r, const Now& now) {
+  last_now_ = now.mono;
   Task* t = graph_.find(r.id);
   if (t == nullptr || t->status != TaskStatus::processing || t->worker != w.id) return;
   // Holders that said they no longer have it are holders no more.
@@ -1067,11 +1095,19 @@ void SchedulerState::missing_input(WorkerRec& w, protocol::TaskResult& r) {
     FetchTrouble& tr = trouble_[r.id];
     ++tr.reports;
     if (std::find(tr.avoid.begin(), tr.avoid.end(), w.id) == tr.avoid.end()) tr.avoid.push_back(w.id);
-    tr.log += (tr.log.empty() ? "" : "; ") + std::string("on ") + w.name + " (" + w.host + "): " + r.error.message;
+    std::string holders;
+    for (const auto& loc : r.unreachable) {
+      for (const auto& address : loc.holders) holders += (holders.empty() ? "" : ", ") + holder_text(address);
+    }
+    const std::string tried = "on " + w.name + " (" + w.host + "), which could not reach " + holders;
+    auto seen = std::find_if(tr.log.begin(), tr.log.end(), [&](const auto& l) { return l.first == tried; });
+    if (seen == tr.log.end()) tr.log.push_back({tried, {1, r.error.message}});
+    else ++seen->second.first;
     for (const auto& loc : r.unreachable) {
       for (const auto& address : loc.holders) {
         auto h = by_address_.find(address);
         if (h == by_address_.end()) continue;  // gone: the graph knows already
+        cuts_[{w.id, h->second}] = now.mono;
         auto& who = unreachable_holders_[{loc.id, h->second}];
         if (std::find(who.begin(), who.end(), w.id) == who.end()) who.push_back(w.id);
         if (who.size() >= 2) {
@@ -1084,7 +1120,11 @@ void SchedulerState::missing_input(WorkerRec& w, protocol::TaskResult& r) {
     }
     if (tr.reports > options_.allowed_failures) {
       const std::string key = graph_.key_of(*t);
-      const std::string log = tr.log;
+      std::string log;
+      for (const auto& [line, said] : tr.log) {
+        log += (log.empty() ? "" : "; ") + line + (said.first > 1 ? " (" + std::to_string(said.first) + " times)" : "") +
+               ": " + said.second;
+      }
       const std::uint32_t reports = tr.reports;
       trouble_.erase(r.id);
       graph_.fail(r.id, {"herd::MissingInput",
@@ -1272,6 +1312,9 @@ void SchedulerState::tick(const Now& now) {
   for (auto it = unreachable_holders_.begin(); it != unreachable_holders_.end();) {
     const Task* t = graph_.find(it->first.first);
     it = t == nullptr || !t->in_memory() ? unreachable_holders_.erase(it) : std::next(it);
+  }
+  for (auto it = cuts_.begin(); it != cuts_.end();) {
+    it = now.mono - it->second > std::chrono::milliseconds(3ULL * options_.timeout_ms) ? cuts_.erase(it) : std::next(it);
   }
   check();
 }

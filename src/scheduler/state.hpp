@@ -384,9 +384,11 @@ class SchedulerState {
   void steal(const Now& now);
   void record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r, const Now& now);
   // Inputs and results that could not be fetched (a holder out of reach, or that lost them).
-  void missing_input(WorkerRec& w, protocol::TaskResult& r);
+  void missing_input(WorkerRec& w, protocol::TaskResult& r, const Now& now);
   void drop_holder(TaskId id, WorkerId holder);
   bool avoided(const Task& t, WorkerId w) const;
+  /// "worker NAME on HOST (tcp://...)" for a data port's address, for errors.
+  std::string holder_text(const std::string& address) const;
   void relocated(TaskId id, WorkerId holder);
   void relocation_failed(TaskId id, const std::string& why);
   void tell_client(ClientId c, const Task& t, WorkerId holder);
@@ -428,12 +430,19 @@ class SchedulerState {
   struct FetchTrouble {                      // a task whose inputs its workers could not fetch
     std::vector<WorkerId> avoid;             // not placed on them again (while others can)
     std::uint32_t reports = 0;
-    std::string log;                         // what they said, for the error if it never works
+    // What they said, for the error if it never works: "on W (host), which could not reach H"
+    // -> (times, the first such report's words).
+    std::vector<std::pair<std::string, std::pair<std::uint32_t, std::string>>> log;
   };
   std::unordered_map<TaskId, FetchTrouble> trouble_;
   // (input, holder) -> workers that could not reach that holder for it; two make the copy
   // count as out of reach, and the input is computed again where it can be fetched.
   std::map<std::pair<TaskId, WorkerId>, std::vector<WorkerId>> unreachable_holders_;
+  // (worker, holder) -> when the worker last could not reach the holder: tasks whose inputs
+  // only that holder has go to other workers while any is free (a partition between two hosts
+  // is learnt once, not once per task); forgotten after a few timeouts or when either leaves.
+  std::map<std::pair<WorkerId, WorkerId>, Clock::time_point> cuts_;
+  Clock::time_point last_now_{};
   struct Relocation {                        // a result the client could not fetch
     std::vector<ClientId> clients;
     std::string address, why;                // the holder that did not answer, and how

@@ -418,7 +418,14 @@ void Worker::carry_out() {
   WorkerInstructions& out = state_->out();
   if (out.empty()) return;
   const auto now = Clock::now();
-  for (auto& [address, ids] : out.fetch) fetcher_->request(address, std::move(ids), now);
+  std::vector<std::tuple<std::string, std::vector<TaskId>, std::string>> silent;
+  for (auto& [address, ids] : out.fetch) {
+    if (std::string why = fetcher_->recently_silent(address, now); !why.empty()) {
+      silent.emplace_back(address, std::move(ids), std::move(why));
+    } else {
+      fetcher_->request(address, std::move(ids), now);
+    }
+  }
   for (TaskId id : out.free) store_.erase(id);
   if (!out.run.empty()) {
     {
@@ -431,6 +438,13 @@ void Worker::carry_out() {
   acquired_out_.insert(acquired_out_.end(), out.acquired.begin(), out.acquired.end());
   acquire_failed_out_.insert(acquire_failed_out_.end(), out.acquire_failed.begin(), out.acquire_failed.end());
   out.clear();
+  if (!silent.empty()) {
+    // Failed at once, as the last request there did; the state tries the next holder or
+    // reports the inputs out of reach (a new round of instructions).
+    for (auto& [address, ids, why] : silent) state_->fetch_failed(address, ids, why);
+    carry_out();
+    return;
+  }
   flush_results();
 }
 

@@ -36,7 +36,7 @@ struct Port {
   std::map<protocol::TaskId, PayloadPtr> store;
   std::size_t chunk = 64 << 10;
   std::chrono::milliseconds pause{0};
-  bool silent = false;
+  std::atomic<bool> silent{false};
   std::atomic<bool> stop{false};
   std::thread thread;
 
@@ -171,6 +171,33 @@ TEST_CASE("DataPort.Progress.SilentHolderFailsInBoundedTime" * doctest::timeout(
   CHECK(took >= 500ms);
   CHECK(took < 3000ms);
   CHECK(f.client.connections() == 0);  // the connection was dropped, the next request starts afresh
+  // For one more timeout the silent holder is not asked again (every task waiting on it would
+  // otherwise wait a whole timeout of its own); then it is.
+  const auto now = std::chrono::steady_clock::now();
+  const std::string why = f.client.recently_silent(port.address, now);
+  CHECK(why.find("no data from " + port.address + " for 500 ms") != std::string::npos);
+  CHECK(why.find("ms ago") != std::string::npos);
+  CHECK(f.client.recently_silent("tcp://127.0.0.1:1", now).empty());
+  CHECK(f.client.recently_silent(port.address, now + 600ms).empty());
+}
+
+TEST_CASE("DataPort.Progress.AHolderThatAnswersAgainIsNoLongerSilent" * doctest::timeout(60)) {
+  Port port;
+  port.silent = true;
+  port.store[1] = pattern(100, 1);
+  port.start();
+  Fetcher f(300ms);
+  f.client.request(port.address, {1}, std::chrono::steady_clock::now());
+  f.run(30s);
+  REQUIRE(f.failed.size() == 1);
+  REQUIRE(!f.client.recently_silent(port.address, std::chrono::steady_clock::now()).empty());
+  // It answers again (a link back up): the next request, made anyway, gets the data, and the
+  // holder is no longer remembered as silent.
+  port.silent = false;
+  f.client.request(port.address, {1}, std::chrono::steady_clock::now());
+  f.run(30s);
+  REQUIRE(f.got.count(1) == 1);
+  CHECK(f.client.recently_silent(port.address, std::chrono::steady_clock::now()).empty());
 }
 
 TEST_CASE("DataPort.Unreachable.NobodyListensFailsInBoundedTime" * doctest::timeout(60)) {

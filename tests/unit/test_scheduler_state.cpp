@@ -531,6 +531,36 @@ TEST_CASE("SchedulerState.Unreachable.PlacedElsewhereThenInputRecomputed") {
   CHECK(h.status(use) == TaskStatus::waiting);
 }
 
+TEST_CASE("SchedulerState.Unreachable.AWorkerCutFromAHolderIsLearntOnceForEveryTask") {
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1, {{"x", 1}});
+  const WorkerId b = h.add_worker("b", 1, {{"y", 1}});
+  const TaskId in = h.submit("load", {{"x", 1}});
+  h.turn();
+  REQUIRE(h.where(in) == a);
+  h.finish(a, 1 << 20);
+  // b could not reach a for one consumer: the later consumers of the same input go to c, even
+  // while b is free, instead of each finding out for itself (a timeout each).
+  const TaskId first = h.submit("use", {{"y", 1}}, {in});
+  h.turn();
+  REQUIRE(h.where(first) == b);  // the only worker offering y yet
+  const WorkerId c = h.add_worker("c", 4, {{"y", 4}});
+  h.workers.at(b).running.clear();
+  herd::protocol::TaskResultsEvent ev;
+  ev.results.push_back(unreachable_result(first, in, h.state.worker(a)->address));
+  h.state.task_results(b, ev, h.now);
+  h.turn();
+  std::vector<TaskId> later;
+  for (int i = 0; i < 3; ++i) later.push_back(h.submit("use", {{"y", 1}}, {in}));
+  h.turn();
+  for (TaskId t : later) CHECK(h.where(t) == c);
+  CHECK(h.where(first) == c);
+  // Tasks that do not need a's data still go to b.
+  const TaskId other = h.submit("other", {{"y", 1}});
+  h.turn();
+  CHECK(h.where(other) == b);
+}
+
 TEST_CASE("SchedulerState.Unreachable.FailsAfterAllowedReportsNamingTheHolder") {
   StateOptions o;
   o.allowed_failures = 1;
@@ -553,6 +583,8 @@ TEST_CASE("SchedulerState.Unreachable.FailsAfterAllowedReportsNamingTheHolder") 
   }
   REQUIRE(h.status(use) == TaskStatus::erred);
   CHECK(h.task(use)->error->message.find("could not reach tcp://a:1") != std::string::npos);
+  // ... by its worker's name and host when the scheduler knows the address.
+  CHECK(h.task(use)->error->message.find("could not reach worker a on " + h.state.worker(a)->host) != std::string::npos);
   CHECK(h.task(use)->error->message.find("in 2 tries") != std::string::npos);
 }
 
