@@ -99,6 +99,10 @@ class ClientCore {
 
   std::mutex mu_;
   std::condition_variable cv_;
+  std::uint64_t max_message_bytes_ = 0;  // the scheduler's message limit (0 = none known)
+  /// Why a message carrying `bytes` of one task's data would be refused by the scheduler (which
+  /// would drop the whole connection), or "" when it fits.
+  std::string over_limit(const char* what, std::size_t bytes) const;
   std::unordered_map<TaskId, FutureState*> states_;
   std::unordered_set<std::string> function_names_;  // FutureState::function points here
   std::vector<std::string> addresses_;               // data ports (FutureState::location)
@@ -205,6 +209,7 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
     client_index_ = reply.peer_index;
     config_.heartbeat_ms = reply.heartbeat_ms;
     config_.timeout_ms = reply.timeout_ms;
+    max_message_bytes_ = reply.max_message_bytes;
     connected = true;
   }
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -230,8 +235,20 @@ void ClientCore::close(const std::string& reason) {
   }
 }
 
+std::string ClientCore::over_limit(const char* what, std::size_t bytes) const {
+  // The rest of the message (ids, key, function, the batch around it) in a generous margin.
+  constexpr std::size_t kMargin = kSubmitBatchBytes + 4096;
+  if (max_message_bytes_ == 0 || bytes + kMargin <= max_message_bytes_) return "";
+  return std::string(what) + ": " + util::format_bytes(bytes) + " (" + std::to_string(bytes) +
+         " bytes), over the scheduler's message limit of " + util::format_bytes(max_message_bytes_) +
+         " (HERD_MAX_MESSAGE_BYTES=" + std::to_string(max_message_bytes_) +
+         "); pass big data as the result of a task, which stays on the workers";
+}
+
 void ClientCore::add_submits_locked(protocol::TaskSpec* specs, std::size_t n) {
-  if (out_submits_.empty() || out_submits_.back().size() >= kSubmitBatchBytes) {
+  // A big task starts a batch of its own, so no batch grows past the limit by packing.
+  const bool big = n > 0 && specs[0].args.size() > kSubmitBatchBytes;
+  if (out_submits_.empty() || out_submits_.back().size() >= kSubmitBatchBytes || (big && out_submits_.back().size() > 0)) {
     if (spare_batches_.empty()) {
       out_submits_.emplace_back();
     } else {
@@ -647,6 +664,13 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   state->function = core.intern_locked(function);
+  if (std::string why = core.over_limit("its arguments", spec.args.size()); !why.empty()) {
+    // This task fails, alone: the session and every other task go on.
+    state->status = Status::erred;
+    state->error = std::make_unique<protocol::ErrorInfo>(
+        protocol::ErrorInfo{"herd::MessageTooLarge", "task " + state->key() + " was not sent: " + why, state->key(), ""});
+    return state;
+  }
   core.states_[state->id] = state.get();
   core.add_submits_locked(&spec, 1);
   core.wake_locked();
@@ -688,10 +712,18 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   const std::string* name = core.intern_locked(function);
+  const std::string why = core.over_limit("its arguments (a copy per rank)", args.size() * static_cast<std::size_t>(n));
   for (const auto& state : states) {
     state->function = name;
+    if (!why.empty()) {
+      state->status = Status::erred;
+      state->error = std::make_unique<protocol::ErrorInfo>(
+          protocol::ErrorInfo{"herd::MessageTooLarge", "gang task " + state->key() + " was not sent: " + why, state->key(), ""});
+      continue;
+    }
     core.states_[state->id] = state.get();
   }
+  if (!why.empty()) return states;
   core.add_submits_locked(specs.data(), specs.size());  // one message: a gang arrives whole
   core.wake_locked();
   return states;
@@ -704,6 +736,12 @@ std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& 
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot scatter: " + core.lost_reason_);
   state->function = core.intern_locked("scatter");
+  if (std::string why = core.over_limit("the scattered value", bytes.size()); !why.empty()) {
+    state->status = Status::erred;
+    state->error = std::make_unique<protocol::ErrorInfo>(
+        protocol::ErrorInfo{"herd::MessageTooLarge", "scatter " + state->key() + " was not sent: " + why, state->key(), ""});
+    return state;
+  }
   core.states_[state->id] = state.get();
   core.out_scatters_.push_back({protocol::ScatterRequest{state->id, ""}, std::move(bytes)});
   core.wake_locked();

@@ -131,7 +131,9 @@ struct HelloReply {
   std::uint32_t heartbeat_ms = 0;             // how often the peer must send a heartbeat
   std::uint32_t timeout_ms = 0;               // silence after which either side gives up
   std::string scheduler_id;                   // random id of this scheduler instance
-  MSGPACK_DEFINE_MAP(protocol, ok, error, peer_index, heartbeat_ms, timeout_ms, scheduler_id);
+  std::uint64_t max_message_bytes = 0;        // largest message the scheduler accepts (0 = unknown):
+                                              //   a task or scatter over it fails alone, before sending
+  MSGPACK_DEFINE_MAP(protocol, ok, error, peer_index, heartbeat_ms, timeout_ms, scheduler_id, max_message_bytes);
 };
 
 struct HeartbeatEvent {

@@ -225,6 +225,7 @@ void Scheduler::handle_hello(const std::string& identity, protocol::Received& ms
   protocol::HelloReply reply;
   reply.heartbeat_ms = options_.config.heartbeat_ms;
   reply.timeout_ms = options_.config.timeout_ms;
+  reply.max_message_bytes = static_cast<std::uint64_t>(std::max<std::int64_t>(0, options_.config.max_message_bytes));
   reply.scheduler_id = scheduler_id_;
   if (!protocol::decode<MessageType::hello_request>(msg, hello, error)) {
     reply.error = "malformed hello: " + error;

@@ -373,8 +373,15 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
         avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
       }
       if (options_.full_results && t != nullptr && t->keyed && !t->scattered && t->status == TaskStatus::processing &&
-          t->worker == w.id && r.nbytes == r.inline_data.size()) {
-        out_.journal.emplace_back(graph_.user_key(*t), r.inline_data);
+          t->worker == w.id) {
+        if (r.nbytes == r.inline_data.size()) {
+          out_.journal.emplace_back(graph_.user_key(*t), r.inline_data);
+        } else {
+          // Over the message limit: it stays on its worker, never in this process; the journal
+          // does not keep it, and a restarted scheduler computes it again.
+          HERD_LOG(info) << "keyed result " << graph_.user_key(*t) << " (" << r.nbytes
+                         << " bytes) is too big for the journal: it stays on " << w.name;
+        }
       }
       graph_.finished(r.id, w.id, r.nbytes, fx_);
       if (!trouble_.empty()) trouble_.erase(r.id);

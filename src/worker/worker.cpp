@@ -216,6 +216,8 @@ bool Worker::connect() {
     }
     options_.config.heartbeat_ms = reply.heartbeat_ms;
     options_.config.timeout_ms = reply.timeout_ms;
+    // Half the scheduler's limit: a notice carries other results and fields beside this one.
+    if (reply.max_message_bytes > 0) state_->set_max_full_result_bytes(reply.max_message_bytes / 2);
     return true;
   }
   if (g_stop.load() || g_drain_signals.load() > 0) {

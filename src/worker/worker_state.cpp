@@ -298,7 +298,8 @@ void WorkerState::finished(Completion c) {
       stored_bytes_ += r.nbytes;
     }
     // Small results travel with the notice, so the client's gather needs no extra round trip.
-    if (r.nbytes <= protocol::kInlineResultBytes || full_result) {
+    const bool whole = full_result && (options_.max_full_result_bytes == 0 || r.nbytes <= options_.max_full_result_bytes);
+    if (r.nbytes <= protocol::kInlineResultBytes || whole) {
       r.inline_data.assign(c.bytes->data(), c.bytes->data() + c.bytes->size());
     }
   } else {

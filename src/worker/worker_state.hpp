@@ -73,11 +73,17 @@ struct WorkerStateOptions {
   std::uint32_t nthreads = 1;
   std::map<std::string, double> resources;  // offered (the "gpu" count included)
   std::size_t gpus = 0;                     // GPU devices it may hand out
+  /// A result the journal wants whole (full_result) travels in the notice only up to this
+  /// size (0 = no limit); a bigger one stays here like any other, so that no message goes
+  /// over the scheduler's limit and the scheduler never holds it.
+  std::uint64_t max_full_result_bytes = 0;
 };
 
 class WorkerState {
  public:
   explicit WorkerState(WorkerStateOptions options);
+  /// The scheduler's message limit, once its hello reply told it.
+  void set_max_full_result_bytes(std::uint64_t n) { options_.max_full_result_bytes = n; }
 
   // ---- from the scheduler ------------------------------------------------------------------
   void execute(std::vector<protocol::ExecuteTask>&& tasks);

@@ -498,3 +498,53 @@ TEST_CASE("Faults.MemoryLimit.CountsWhatAShellTaskStarted" * doctest::timeout(90
   // The worker left and was replaced; the next task runs.
   CHECK(client.submit(hog, 20).result(60s) == std::size_t{20} << 20);
 }
+
+namespace {
+std::size_t length_of(std::string s) { return s.size(); }
+HERD_TASK(length_of);
+
+std::string sized(std::int64_t n) { return std::string(static_cast<std::size_t>(n), 'r'); }
+HERD_TASK(sized);
+}  // namespace
+
+TEST_CASE("Faults.MessageLimit.OnlyTheTaskOverItFails" * doctest::timeout(90)) {
+  const std::string journal = "/tmp/herd-limit-" + std::to_string(::getpid()) + ".journal";
+  std::filesystem::remove(journal);
+  herd::LocalCluster cluster = fast_cluster(2);
+  cluster.env("HERD_MAX_MESSAGE_BYTES", std::to_string(1 << 20));  // 1 MiB
+  cluster.env("HERD_JOURNAL", journal);
+  herd::Client client{std::move(cluster)};
+  client.wait_for_workers(2, 20s);
+  // An argument of 2 MiB: that task fails with an error naming the limit, before it is sent
+  // (the scheduler would have dropped the whole connection).
+  auto before = client.submit(length_of, std::string(1000, 'x'));
+  auto big = client.submit(length_of, std::string(2 << 20, 'x'));
+  auto after = client.submit(length_of, std::string(1000, 'y'));
+  try {
+    (void)big.result(30s);
+    FAIL("a 2 MiB argument went through a 1 MiB limit");
+  } catch (const herd::TaskError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("HERD_MAX_MESSAGE_BYTES=1048576") != std::string::npos);
+    CHECK(what.find("its arguments: 2.0 MiB") != std::string::npos);
+    CHECK(what.find("over the scheduler's message limit of 1.0 MiB") != std::string::npos);
+    MESSAGE(what);
+  }
+  CHECK(before.result(30s) == 1000);
+  CHECK(after.result(30s) == 1000);
+  // A scattered value over the limit: the same.
+  auto scattered = client.scatter(std::string(3 << 20, 's'));
+  CHECK_THROWS_WITH_AS((void)scattered.result(30s), doctest::Contains("message limit"), herd::TaskError);
+  // A keyed result of 3 MiB with the journal on (which keeps keyed results whole when they fit
+  // a message): it stays on its worker, and arrives whole.
+  auto keyed = client.submit(herd::TaskOptions{}.key("three-mib"), sized, std::int64_t{3 << 20});
+  const std::string r = keyed.result(60s);
+  CHECK(r.size() == (3u << 20));
+  CHECK(r == std::string(3 << 20, 'r'));
+  // A small keyed one still goes whole into the journal, and the session never broke.
+  auto small = client.submit(herd::TaskOptions{}.key("small"), sized, std::int64_t{100});
+  CHECK(small.result(30s).size() == 100);
+  CHECK(client.submit(length_of, std::string(10, 'z')).result(30s) == 10);
+  std::filesystem::remove(journal);
+  std::filesystem::remove(journal + ".lock");
+}
