@@ -471,6 +471,13 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       cv_.notify_all();
       break;
     }
+    case MessageType::peers_gone: {
+      protocol::PeersGoneEvent ev;
+      if (protocol::decode(msg.frames[1], ev, error)) {
+        for (const auto& a : ev.addresses) fetcher_->forget(a);  // the I/O thread's own
+      }
+      break;
+    }
     case MessageType::logs_reply: {
       protocol::LogsReply reply;
       if (!protocol::decode(msg.frames[1], reply, error)) break;

@@ -240,6 +240,14 @@ void DataClient::expire(Clock::time_point now, const DataEvents& events) {
   }
 }
 
+void DataClient::forget(const std::string& address) {
+  silent_.erase(address);
+  for (const auto& [rid, r] : requests_) {
+    if (r.address == address) return;
+  }
+  drop_peer(address);
+}
+
 std::string DataClient::recently_silent(const std::string& address, Clock::time_point now) {
   auto it = silent_.find(address);
   if (it == silent_.end()) return "";

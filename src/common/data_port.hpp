@@ -98,6 +98,9 @@ class DataClient {
   /// would otherwise find out for itself, a whole timeout each (a silent partition between two
   /// hosts would cost one timeout per task).
   std::string recently_silent(const std::string& address, Clock::time_point now);
+  /// The peer at `address` left (the scheduler said so): its connection is closed now, unless
+  /// a request to it is still in flight (that one ends by its answer or its timeout).
+  void forget(const std::string& address);
   /// Requests not yet answered in full.
   std::size_t in_flight() const { return requests_.size(); }
   /// Open connections (for tests of descriptor growth).

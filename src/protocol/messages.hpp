@@ -68,6 +68,7 @@ using TaskId = std::uint64_t;
   X(gang_abort, 33, GangAbortEvent)         /* scheduler -> worker: a member failed */             \
   X(logs_reply, 34, LogsReply)              /* scheduler -> client */                              \
   X(logs_fetch, 35, LogsRequest)            /* scheduler -> worker: your log / a task's output */  \
+  X(peers_gone, 36, PeersGoneEvent)         /* scheduler -> worker|client: data ports now closed */ \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
@@ -134,6 +135,13 @@ struct HelloReply {
   std::uint64_t max_message_bytes = 0;        // largest message the scheduler accepts (0 = unknown):
                                               //   a task or scatter over it fails alone, before sending
   MSGPACK_DEFINE_MAP(protocol, ok, error, peer_index, heartbeat_ms, timeout_ms, scheduler_id, max_message_bytes);
+};
+
+/// Workers that left: their data ports' addresses, so that clients and workers close their
+/// connections to them at once (a long run with worker churn keeps its descriptors flat).
+struct PeersGoneEvent {
+  std::vector<std::string> addresses;
+  MSGPACK_DEFINE(addresses);
 };
 
 struct HeartbeatEvent {

@@ -419,7 +419,9 @@ void Scheduler::flush() {
     if (c.heartbeat) protocol::send<MessageType::heartbeat>(socket_, *identity, {});
     if (c.shutdown) protocol::send<MessageType::shutdown>(socket_, *identity, {*c.shutdown});
   }
+  protocol::PeersGoneEvent gone;
   for (const Departure& d : out.departed) {
+    if (!d.address.empty()) gone.addresses.push_back(d.address);
     if (auto identity = worker_identity_.find(d.id); identity != worker_identity_.end()) {
       peers_.erase(identity->second);
       worker_identity_.erase(identity);
@@ -434,6 +436,10 @@ void Scheduler::flush() {
       peers_.erase(identity->second);
       client_identity_.erase(identity);
     }
+  }
+  if (!gone.addresses.empty()) {
+    // One message per peer per turn, however many left in it.
+    for (const auto& [identity, p] : peers_) protocol::send<MessageType::peers_gone>(socket_, identity, gone);
   }
   if (out.cluster_changed) broadcast_cluster_state();
   out.clear();

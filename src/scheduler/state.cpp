@@ -307,7 +307,8 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   // left on its own (drain signal, walltime, requeue) leaves its job alone: a requeued job's
   // next incarnation must not be cancelled for its predecessor.
   out_.departed.push_back(
-      {id, w.name, w.pool, w.job_id, why, w.retired_by_pool || !w.retiring, !w.processing.empty() || !w.has.empty()});
+      {id, w.name, w.pool, w.job_id, why, w.retired_by_pool || !w.retiring, !w.processing.empty() || !w.has.empty(),
+       w.address});
   std::vector<TaskId> processing;
   processing.reserve(w.processing.size());
   for (const auto& [tid, shape] : w.processing) processing.push_back(tid);

@@ -99,6 +99,7 @@ struct Departure {
   std::string name, pool, job_id, why;
   bool release_job = false;  // its pool should make sure its job is gone too
   bool worked = false;       // it ran tasks or held results (a job that crashed early did not)
+  std::string address;       // its data port, closed now: peers forget their connections to it
 };
 
 struct Outbox {

@@ -343,6 +343,13 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
       if (protocol::decode<MessageType::execute_tasks>(msg, ev, error)) on_execute(ev);
       break;
     }
+    case MessageType::peers_gone: {
+      protocol::PeersGoneEvent ev;
+      if (protocol::decode<MessageType::peers_gone>(msg, ev, error)) {
+        for (const auto& a : ev.addresses) fetcher_->forget(a);
+      }
+      break;
+    }
     case MessageType::free_keys: {
       protocol::KeysEvent ev;
       if (protocol::decode<MessageType::free_keys>(msg, ev, error)) state_->free_keys(ev.ids);
