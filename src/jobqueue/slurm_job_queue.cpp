@@ -40,6 +40,21 @@ std::vector<std::string> fields(const std::string& line) {
   return out;
 }
 
+/// This user's live jobs running `script` (by squeue's command column): id -> state.
+std::map<std::string, std::string> jobs_of_script(const std::string& script, double timeout_s, bool* ok) {
+  std::map<std::string, std::string> out;
+  const auto r = run({"squeue", "--me", "--noheader", "-r", "--format=%i|%T|%o"}, timeout_s);
+  *ok = r.ok();
+  std::istringstream lines(r.ok() ? r.stdout_tail : std::string());
+  for (std::string line; std::getline(lines, line);) {
+    auto f = fields(line);
+    if (f.size() >= 3 && f[2] == script && (f[1] == "PENDING" || f[1] == "RUNNING" || f[1] == "CONFIGURING")) {
+      out[f[0]] = f[1];
+    }
+  }
+  return out;
+}
+
 JobState state_of(const std::string& slurm) {
   if (slurm == "PENDING" || slurm == "CONFIGURING" || slurm == "REQUEUED" || slurm == "REQUEUE_HOLD" ||
       slurm == "REQUEUE_FED" || slurm == "RESV_DEL_HOLD" || slurm == "SUSPENDED" || slurm == "STOPPED" ||
@@ -93,8 +108,10 @@ void SlurmJobQueue::submit(std::size_t count, SubmitDone done) {
   const std::string jobs_file = options_.jobs_file;
   const double timeout = options_.command_timeout_s;
   std::vector<std::string> argv = {"sbatch", "--parsable", "--array=0-" + std::to_string(count - 1), script_path_};
+  const std::string script = script_path_;
   runner().post([=, this]() -> CommandRunner::Continuation {
     SubmitResult res;
+    std::map<std::string, std::string> made;  // jobs a timed-out sbatch made after all
     // Slurm does not create the log directory, and a job whose output file cannot be opened
     // dies without a trace.
     std::error_code ec;
@@ -107,7 +124,12 @@ void SlurmJobQueue::submit(std::size_t count, SubmitDone done) {
       // --parsable: "<jobid>" or "<jobid>;<cluster>"; warnings may precede it on earlier lines.
       if (const auto nl = out.rfind('\n'); nl != std::string::npos) out = out.substr(nl + 1);
       const std::string array_id = out.substr(0, out.find(';'));
-      if (!r.ok()) {
+      if (r.timed_out) {
+        // The controller may have made the jobs and only the answer was late: look for them.
+        bool looked = false;
+        made = jobs_of_script(script, timeout, &looked);
+        res.error = "sbatch refused the jobs of pool '" + pool + "': " + failure(r, "sbatch", timeout);
+      } else if (!r.ok()) {
         res.error = "sbatch refused the jobs of pool '" + pool + "': " + failure(r, "sbatch", timeout);
       } else if (array_id.empty() || array_id.find_first_not_of("0123456789") != std::string::npos) {
         res.error = "unexpected sbatch output: '" + out + "'";
@@ -119,9 +141,20 @@ void SlurmJobQueue::submit(std::size_t count, SubmitDone done) {
         }
       }
     }
-    return [this, res = std::move(res), done] {
+    return [this, res = std::move(res), made = std::move(made), done, jobs_file]() mutable {
       --submitting_;
       const auto now = std::chrono::steady_clock::now();
+      if (!made.empty() || !res.error.empty()) {
+        if (res.error.find("did not answer") != std::string::npos) orphan_checks_ = 3;
+        for (const auto& [id, state] : made) {
+          if (jobs_.count(id)) continue;
+          HERD_LOG(warning) << "sbatch timed out but made job " << id << " (" << state << "): adopted";
+          res.ids.push_back(id);
+          if (!jobs_file.empty()) std::ofstream(jobs_file, std::ios::app) << id << "\n";
+        }
+        // Counted as submitted: the pool does not ask for them again.
+        if (!res.ids.empty()) res.error.clear();
+      }
       for (const auto& id : res.ids) jobs_[id] = Job{{id, JobState::pending, "PENDING", "submitted"}, now, 0};
       done(res);
     };
@@ -149,7 +182,7 @@ void SlurmJobQueue::cancel(const std::vector<std::string>& ids, CancelDone done)
 }
 
 void SlurmJobQueue::poll(PollDone done) {
-  if (jobs_.empty()) {
+  if (jobs_.empty() && orphan_checks_ == 0) {
     runner().complete([done = std::move(done)] { done({}); });
     return;
   }
@@ -160,12 +193,18 @@ void SlurmJobQueue::poll(PollDone done) {
     bool squeue_ok = false, sacct_ok = true;
     std::string squeue_error, sacct_error;
     std::map<std::string, std::vector<std::string>> squeue, sacct;  // id -> fields
+    bool looked = false;                                             // for jobs of a timed-out sbatch
+    std::map<std::string, std::string> own;                          // this pool's script's jobs
   };
-  runner().post([ids, timeout, done = std::move(done), this]() -> CommandRunner::Continuation {
+  const bool look = orphan_checks_ > 0;
+  const std::string script = script_path_;
+  runner().post([ids, timeout, done = std::move(done), look, script, this]() -> CommandRunner::Continuation {
     Answer a;
+    if (look) a.own = jobs_of_script(script, timeout, &a.looked);
     // One squeue for the whole pool; -r lists array tasks one per line.
-    const auto r = run({"squeue", "--noheader", "-r", "--format=%i|%T|%r", "--jobs=" + util::join(ids, ",")}, timeout);
-    if (r.ok() || (!r.timed_out && r.stderr_tail.find("Invalid job id") != std::string::npos)) {
+    const auto r = ids.empty() ? ShellResult{}
+                               : run({"squeue", "--noheader", "-r", "--format=%i|%T|%r", "--jobs=" + util::join(ids, ",")}, timeout);
+    if (ids.empty() || r.ok() || (!r.timed_out && r.stderr_tail.find("Invalid job id") != std::string::npos)) {
       a.squeue_ok = true;  // "Invalid job id": none of them is in the queue any more
       std::istringstream lines(r.ok() ? r.stdout_tail : std::string());
       for (std::string line; std::getline(lines, line);) {
@@ -193,6 +232,17 @@ void SlurmJobQueue::poll(PollDone done) {
     }
     return [this, a = std::move(a), ids, done] {
       PollResult result;
+      if (a.looked) {
+        --orphan_checks_;
+        const auto at = std::chrono::steady_clock::now();
+        for (const auto& [id, state] : a.own) {
+          if (jobs_.count(id)) continue;
+          // Made by an sbatch whose answer never came: ours, and capacity like any other.
+          result.log.push_back("adopted job " + id + " (" + state + "), made by an sbatch that timed out");
+          jobs_[id] = Job{{id, state_of(state), state, "adopted"}, at, 0};
+          if (!options_.jobs_file.empty()) std::ofstream(options_.jobs_file, std::ios::app) << id << "\n";
+        }
+      }
       if (!a.squeue_ok) {
         // slurmctld down or slow: keep what we knew (nothing ends for want of an answer).
         result.error = a.squeue_error;

@@ -51,6 +51,9 @@ class SlurmJobQueue : public JobQueue {
   std::string submit_dir_;  // where sbatch ran: relative --output paths start there
   std::map<std::string, Job> jobs_;  // live jobs (not yet reported ended)
   int submitting_ = 0;               // submissions under way (their ids are not known yet)
+  // An sbatch that timed out may still have made its jobs: the next polls look for jobs of
+  // this pool's script that it does not know, and adopt them (never a job left running unseen).
+  int orphan_checks_ = 0;
 };
 
 }  // namespace herd::jobqueue

@@ -218,6 +218,10 @@ PoolState::Ended PoolState::polled(Clock::time_point now, const jobqueue::PollRe
       to_cancel_.erase(job.id);
       stalled_since_.erase(job.id);
       requeued_.erase(job.id);
+    } else if (!jobs_.count(job.id) && job.reason == "adopted") {
+      // A job the queue found of an sbatch that timed out: capacity, and cancelled like any.
+      jobs_[job.id] = job;
+      ++submitted_;
     } else if (auto it = jobs_.find(job.id); it != jobs_.end()) {
       // Running, then pending again: the batch system requeued it (a node failure, scontrol
       // requeue). Its worker may still be registered, silent on a dead node, until it is

@@ -357,3 +357,43 @@ TEST_CASE("SlurmResilience.SuspendedJob.ItsSilentWorkerIsNotChargedADeath" * doc
   client.close();
   CHECK(eventually([&] { return queued(name).empty(); }, 60s));
 }
+
+TEST_CASE("SlurmResilience.SlowSbatch.JobsItMadeAfterTimingOutAreAdoptedNotDuplicated" * doctest::timeout(300)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("sbatch-late");
+  const std::string dir = "/tmp/" + name;
+  std::filesystem::create_directories(dir);
+  struct Cleanup {
+    std::string dir, path;
+    ~Cleanup() {
+      ::setenv("PATH", path.c_str(), 1);
+      ::unsetenv("HERD_COMMAND_TIMEOUT_S");
+      std::filesystem::remove_all(dir);
+    }
+  } cleanup{dir, env_value("PATH", "/usr/bin:/bin")};
+  // sbatch makes the jobs, then its answer is 8 s late; the scheduler gives up on it after 2 s.
+  const std::string calls = dir + "/calls";
+  {
+    std::ofstream shim(dir + "/sbatch");
+    shim << "#!/bin/sh\necho \"$@\" >> " << calls << "\nout=$(/usr/bin/sbatch \"$@\")\nrc=$?\nsleep 8\necho \"$out\"\nexit $rc\n";
+  }
+  std::filesystem::permissions(dir + "/sbatch", std::filesystem::perms::owner_all);
+  ::setenv("PATH", (dir + ":" + cleanup.path).c_str(), 1);
+  ::setenv("HERD_COMMAND_TIMEOUT_S", "2", 1);
+  herd::Client client{herd::SlurmCluster{options(name)}};
+  client.scale(2);
+  client.wait_for_workers(2, 120s);
+  // No more than asked for: the two made by the sbatch that timed out were adopted, not made again.
+  std::this_thread::sleep_for(5s);
+  const auto jobs = queued(name);
+  CHECK(jobs.size() == 2);
+  CHECK(lines_of(calls).size() == 1);
+  CHECK(client.n_workers() == 2);
+  auto futures = client.map(slow_id, iota_n(20));
+  CHECK(client.gather(futures) == iota_n(20));
+  MESSAGE("sbatch answered 8 s late (timeout 2 s): " << lines_of(calls).size() << " sbatch call(s), " << jobs.size()
+                                                     << " job(s) in the queue, 2 workers");
+  client.close();
+  // Adopted jobs are cancelled with the rest: none left behind.
+  CHECK(eventually([&] { return queued(name).empty(); }, 60s));
+}
