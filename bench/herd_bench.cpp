@@ -123,7 +123,24 @@ void latency(int rounds) {
   }
   std::sort(us.begin(), us.end());
   auto pct = [&](double p) { return us[static_cast<std::size_t>(p * static_cast<double>(us.size() - 1))]; };
-  emit("round_trip", {{"rounds", rounds}, {"p50_us", pct(0.5)}, {"p99_us", pct(0.99)}, {"max_us", us.back()}});
+  // Beside it, in the same run: raw libzmq over the same hops (client -> scheduler -> worker ->
+  // scheduler -> client, three processes, CURVE as herd's sockets), from zmq_round_trip, built
+  // next to this program. The ratio is what herd's own work adds to the transport.
+  double relay_p50 = 0;
+  const auto relay = std::filesystem::path(herd::process::self_executable()).parent_path() / "zmq_round_trip";
+  if (std::filesystem::exists(relay)) {
+    const std::string cmd = relay.string() + " relay " + (herd::security::auth_off() ? "plain " : "curve ") +
+                            std::to_string(rounds) + " " + std::to_string(47000 + ::getpid() % 2000);
+    if (FILE* p = ::popen(cmd.c_str(), "r")) {
+      char line[512] = {0};
+      std::string out;
+      while (std::fgets(line, sizeof line, p) != nullptr) out += line;
+      ::pclose(p);
+      if (auto at = out.find("\"p50_us\":"); at != std::string::npos) relay_p50 = std::atof(out.c_str() + at + 9);
+    }
+  }
+  emit("round_trip", {{"rounds", rounds}, {"p50_us", pct(0.5)}, {"p99_us", pct(0.99)}, {"max_us", us.back()},
+                      {"relay_p50_us", relay_p50}, {"p50_over_relay", relay_p50 > 0 ? pct(0.5) / relay_p50 : 0.0}});
 }
 
 void tree(int leaves, int workers, int repeat) {
