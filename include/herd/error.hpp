@@ -41,7 +41,8 @@ class TaskError : public Error {
                             const std::string& task, const std::string& worker,
                             const std::string& root) {
     std::string s = "task " + task;
-    if (!root.empty() && root != task) s += " failed because its input " + root + " failed";
+    // root: an input it depended on, or another rank of its gang
+    if (!root.empty() && root != task) s += " failed because task " + root + " failed";
     s += ": " + type + ": " + message;
     if (!worker.empty()) s += " (on worker " + worker + ")";
     return s;

@@ -537,8 +537,12 @@ void ClientCore::on_fetch_failed(const std::string& address, const std::vector<T
     for (TaskId id : ids) {
       auto it = states_.find(id);
       if (it == states_.end()) continue;
-      it->second->fetching = false;
-      it->second->location = 0;
+      FutureState& st = *it->second;
+      // Already here, or already pointed at another holder (a late failure of an old fetch):
+      // nothing to ask.
+      if (st.data || (st.location != 0 && addresses_[st.location - 1] != address)) continue;
+      st.fetching = false;
+      st.location = 0;
       asked.push_back(id);
     }
   }

@@ -106,7 +106,7 @@ TEST_CASE("LocalCluster.Exceptions.PropagateToDependents" * doctest::timeout(60)
   } catch (const herd::TaskError& e) {
     CHECK(e.task() == downstream.key());
     CHECK(e.root_task() == bad.key());
-    CHECK(std::string(e.what()).find("failed because its input " + bad.key()) != std::string::npos);
+    CHECK(std::string(e.what()).find("failed because task " + bad.key()) != std::string::npos);
   }
   CHECK(fine.result() == 2);
   CHECK(bad.status() == "error");
