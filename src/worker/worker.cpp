@@ -605,7 +605,9 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
         c.error = {"herd::MissingInput", "input was freed before the task ran", task.key, options_.name};
         return c;
       }
-      inputs.push_back(msgpack::unpack(bytes->data(), bytes->size()));
+      // Referencing the stored bytes (kept alive below), not copying strings and binaries.
+      inputs.push_back(msgpack::unpack(bytes->data(), bytes->size(),
+                                       [](msgpack::type::object_type, std::size_t, void*) { return true; }));
       keep.push_back(std::move(bytes));
       if (!substitute(args, ref, inputs.back().get())) {
         throw std::invalid_argument("argument reference does not match the arguments");
