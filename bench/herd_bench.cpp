@@ -4,6 +4,8 @@
 //   herd_bench latency --rounds 1000                      sequential submit().result()
 //   herd_bench tree --leaves 8192                         binary-tree sum, 2*leaves-1 tasks
 //   herd_bench data --mib 1,16,256                        gather one big result vs raw ZeroMQ
+//   herd_bench spread --mib 256 --workers 4               worker-to-worker copy (replicate) and
+//                                                         scatter broadcast to W workers
 //   herd_bench startup --workers 2                        LocalCluster creation to N workers
 //   herd_bench memory --pending 1000000                   scheduler bytes per pending task
 //   herd_bench slurm --workers 8                          scale(8) to 8 workers, close() to an
@@ -199,15 +201,29 @@ double raw_zmq_mbps(std::size_t bytes, bool curve) {
   return static_cast<double>(bytes) / 1e6 / s;
 }
 
+/// This process's resident bytes ("VmRSS") or peak ("VmHWM").
+std::uint64_t self_status_bytes(const char* field) {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  const std::string key = std::string(field) + ":";
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) == 0) return std::stoull(line.substr(key.size())) * 1024;
+  }
+  return 0;
+}
+
 void data(const std::vector<int>& mibs) {
   herd::Client client{herd::LocalCluster{1, 1}};
   for (int mib : mibs) {
     const std::uint64_t bytes = static_cast<std::uint64_t>(mib) << 20;
     auto f = client.submit(blob, bytes);
     f.wait();
+    std::ofstream("/proc/self/clear_refs") << "5";  // the peak (VmHWM) starts again from now
+    const std::uint64_t rss_before = self_status_bytes("VmRSS");
     auto t0 = Clock::now();
     auto v = f.result();
     const double s = seconds_since(t0);
+    const std::uint64_t peak = self_status_bytes("VmHWM");
     if (v.size() != bytes) throw std::runtime_error("short result");
     const double raw = raw_zmq_mbps(bytes, false);
     const double raw_curve = raw_zmq_mbps(bytes, true);
@@ -215,7 +231,51 @@ void data(const std::vector<int>& mibs) {
     // herd encrypts by default (HERD_AUTH=off does not): compare with the same kind of socket.
     const double limit = herd::security::cluster_keys() ? raw_curve : raw;
     emit("gather_bytes", {{"mib", mib}, {"seconds", s}, {"mb_per_s", mbps}, {"raw_zmq_mb_per_s", raw},
-                          {"raw_zmq_curve_mb_per_s", raw_curve}, {"fraction_of_raw", mbps / limit}});
+                          {"raw_zmq_curve_mb_per_s", raw_curve}, {"fraction_of_raw", mbps / limit},
+                          {"client_rss_before_bytes", static_cast<double>(rss_before)},
+                          {"client_peak_rss_bytes", static_cast<double>(peak)}});
+  }
+}
+
+/// Waits until `n` workers hold a result (status polled every 2 ms).
+void until_held_by(herd::Client& client, std::size_t n) {
+  const auto deadline = Clock::now() + std::chrono::minutes(5);
+  while (Clock::now() < deadline) {
+    std::size_t held = 0;
+    for (const auto& w : client.status().workers) held += w.stored > 0;
+    if (held >= n) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  throw std::runtime_error("copies did not arrive within 5 minutes");
+}
+
+/// Worker to worker: one result copied to a second worker (replicate). Broadcast: a value
+/// scattered to every one of `workers` workers (each new holder serves the next ones).
+void spread(const std::vector<int>& mibs, int workers) {
+  for (int mib : mibs) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(mib) << 20;
+    {
+      herd::Client client{herd::LocalCluster{2, 1}};
+      auto f = client.submit(blob, bytes);
+      f.wait();
+      until_held_by(client, 1);
+      auto t0 = Clock::now();
+      client.replicate(std::vector{f}, 2);
+      until_held_by(client, 2);
+      const double s = seconds_since(t0);
+      emit("worker_to_worker", {{"mib", mib}, {"seconds", s}, {"mb_per_s", static_cast<double>(bytes) / 1e6 / s}});
+    }
+    {
+      herd::Client client{herd::LocalCluster{workers, 1}};
+      client.wait_for_workers(workers);
+      const std::vector<char> value(bytes, 'x');
+      auto t0 = Clock::now();
+      auto f = client.scatter(value, true);
+      until_held_by(client, static_cast<std::size_t>(workers));
+      const double s = seconds_since(t0);
+      emit("scatter_broadcast", {{"mib", mib}, {"workers", workers}, {"seconds", s},
+                                 {"mb_per_s", static_cast<double>(bytes) * workers / 1e6 / s}});
+    }
   }
 }
 
@@ -406,7 +466,7 @@ int main(int argc, char** argv) {
   bool small = false;
   std::string partition = "cpu";
   app.add_option("workload", what, "throughput|latency|tree|data|startup|memory|slurm|all")
-      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "startup", "memory", "slurm", "faults", "allreduce",
+      ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "spread", "startup", "memory", "slurm", "faults", "allreduce",
                              "journal", "all"}));
   app.add_option("--partition", partition, "partition for the slurm workload")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks for throughput")->capture_default_str();
@@ -434,6 +494,7 @@ int main(int argc, char** argv) {
     if (what == "latency" || what == "all") latency(rounds);
     if (what == "tree" || what == "all") tree(leaves, workers, repeat);
     if (what == "data" || what == "all") data(parse_list(mibs));
+    if (what == "spread" || what == "all") spread(parse_list(mibs), std::max(2, workers));
     if (what == "startup" || what == "all") startup(workers, repeat);
     if (what == "memory" || what == "all") memory(pending);
     if (what == "slurm") slurm(workers, partition);

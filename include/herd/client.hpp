@@ -237,6 +237,23 @@ class Client {
     return Future<std::remove_cvref_t<T>>(detail::core_scatter(*core_, std::move(bytes)));
   }
 
+  /// @brief As scatter(value); with `broadcast`, copies go to every connected worker (tree-wise:
+  /// each worker that has it serves the next ones), so tasks anywhere find it at hand.
+  template <typename T>
+  Future<std::remove_cvref_t<T>> scatter(T&& value, bool broadcast) {
+    auto f = scatter(std::forward<T>(value));
+    if (broadcast) replicate(std::vector<Future<std::remove_cvref_t<T>>>{f}, 0);
+    return f;
+  }
+
+  /// @brief Copies of each result on `n` workers (0 = every connected worker), as Dask's
+  /// replicate: placement prefers workers that hold an input, and losing a copy costs nothing
+  /// while another is left. Returns at once; results not computed yet are copied once they are.
+  template <typename T>
+  void replicate(const std::vector<Future<T>>& futures, int n = 0) {
+    detail::core_replicate(*core_, raw_states(futures), n < 0 ? 0u : static_cast<std::uint32_t>(n));
+  }
+
   /// @brief Cancels every future that has not finished.
   template <typename T>
   void cancel(const std::vector<Future<T>>& futures) {

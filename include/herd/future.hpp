@@ -83,7 +83,11 @@ class Future {
       return;
     } else {
       try {
-        msgpack::object_handle handle = msgpack::unpack(payload->data(), payload->size());
+        // Strings and binaries reference the payload (alive until we return) instead of being
+        // copied into msgpack's zone first: a 1 GiB result costs its bytes and its value, not
+        // a third copy in between.
+        msgpack::object_handle handle = msgpack::unpack(
+            payload->data(), payload->size(), [](msgpack::type::object_type, std::size_t, void*) { return true; });
         return handle.get().as<T>();
       } catch (const std::exception& e) {
         detail::throw_decode_error(*state_, typeid(T).name(), e.what());

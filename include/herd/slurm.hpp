@@ -56,6 +56,10 @@ class SlurmOptions {
   HERD_SLURM_SETTER(std::string, job_name)
   /// Directory for the jobs' output and error files; created before submission.
   HERD_SLURM_SETTER(std::string, log_directory)
+  /// Where each worker spills results to disk when memory runs short, on the compute node
+  /// (dask-jobqueue's local_directory; exported as HERD_LOCAL_DIRECTORY, taken literally;
+  /// "" = $SLURM_TMPDIR when Slurm sets it, else $TMPDIR or /tmp).
+  HERD_SLURM_SETTER(std::string, local_directory)
   /// Extra `#SBATCH` directives, e.g. {"--constraint=skylake", "--exclusive"}.
   HERD_SLURM_SETTER(std::vector<std::string>, job_extra_directives)
   /// Lines run before the worker, e.g. {"module load gcc/12", "source venv/bin/activate"}.
@@ -89,6 +93,7 @@ class SlurmOptions {
   int gpus_ = 0;
   std::string partition_, account_, qos_, walltime_ = "01:00:00", job_name_;
   std::string log_directory_ = "herd-logs";
+  std::string local_directory_;
   std::vector<std::string> job_extra_directives_, job_script_prologue_, worker_extra_args_;
   std::string worker_executable_;
   std::map<std::string, std::string> env_;

@@ -69,6 +69,8 @@ struct WorkerInfo {
   double time_left_s = -1;        ///< seconds until end_time (-1 = no walltime)
   bool retiring = false;          ///< draining, takes no new tasks
   std::vector<GpuInfo> gpus;      ///< its GPUs
+  std::uint64_t spilled_bytes = 0; ///< results it wrote to its local directory (memory pressure)
+  std::string paused;             ///< why it starts no new task (memory), "" = not paused
 };
 
 /// @brief One batch job of a pool.

@@ -122,6 +122,7 @@ class ClientCore {
   std::vector<protocol::BatchWriter> spare_batches_;
   void add_submits_locked(protocol::TaskSpec* specs, std::size_t n);
   std::vector<TaskId> out_releases_, out_cancels_;
+  std::vector<protocol::ReplicateRequest> out_replicates_;
   std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> out_scatters_;
   std::map<std::string, std::vector<TaskId>> out_fetches_;
   std::vector<protocol::ScalePoolRequest> out_scales_;
@@ -323,6 +324,7 @@ void ClientCore::io_loop() {
     std::vector<protocol::ScalePoolRequest> scales;
     std::vector<protocol::StatusRequest> statuses;
     std::vector<protocol::LogsRequest> logs;
+    std::vector<protocol::ReplicateRequest> replicates;
     {
       std::lock_guard lock(mu_);
       scales.swap(out_scales_);
@@ -331,6 +333,7 @@ void ClientCore::io_loop() {
       submits.swap(out_submits_);
       releases.swap(out_releases_);
       cancels.swap(out_cancels_);
+      replicates.swap(out_replicates_);
       scatters.swap(out_scatters_);
       fetches.swap(out_fetches_);
       wake_pending_ = false;
@@ -348,6 +351,9 @@ void ClientCore::io_loop() {
         batch.clear();
         spare_batches_.push_back(std::move(batch));
       }
+    }
+    for (const auto& req : replicates) {  // after the scatters and submissions they name
+      protocol::send(sched_, "", MessageType::replicate, protocol::encode(req));
     }
     if (!cancels.empty()) {
       protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
@@ -794,6 +800,16 @@ void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
     }
   }
   queue->cv.notify_all();
+}
+
+void core_replicate(ClientCore& core, const std::vector<FutureState*>& states, std::uint32_t n) {
+  protocol::ReplicateRequest req;
+  req.n = n;
+  for (FutureState* s : states) req.ids.push_back(s->id);
+  std::lock_guard lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError("cannot replicate: " + core.lost_reason_);
+  core.out_replicates_.push_back(std::move(req));
+  core.wake_locked();
 }
 
 void core_cancel(ClientCore&, const std::vector<FutureState*>& states) {

@@ -44,3 +44,14 @@ HERD_CONFIG(pool_crash_backoff_s, std::uint32_t, 5, "HERD_POOL_CRASH_BACKOFF_S",
 HERD_CONFIG(pool_stalled_s, std::uint32_t, 60, "HERD_POOL_STALLED_S",
             "a job suspended, stopped or held this long stops counting as one of its pool's workers, "
             "so that a replacement is submitted (seconds)")
+HERD_CONFIG(memory_target_percent, std::uint32_t, 60, "HERD_MEMORY_TARGET_PERCENT",
+            "a worker with a memory limit writes its least-recently-used results to its local "
+            "directory once the results it holds in memory pass this share of the limit (percent, "
+            "Dask's distributed.worker.memory.target; 0 = off)")
+HERD_CONFIG(memory_spill_percent, std::uint32_t, 70, "HERD_MEMORY_SPILL_PERCENT",
+            "... and once its resident memory passes this share of the limit, whatever holds it "
+            "(percent, Dask's memory.spill; 0 = off)")
+HERD_CONFIG(memory_pause_percent, std::uint32_t, 80, "HERD_MEMORY_PAUSE_PERCENT",
+            "resident memory past this share of the limit pauses the worker: it starts no new task "
+            "until spilling or released results bring it back under; `herd status` says so "
+            "(percent, Dask's memory.pause; 0 = off)")

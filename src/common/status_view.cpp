@@ -60,6 +60,8 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
     i.end_time = w.end_time;
     i.time_left_s = w.end_time > 0 ? std::max<double>(0, static_cast<double>(w.end_time) - static_cast<double>(r.now_ms) / 1000.0) : -1;
     i.retiring = w.retiring;
+    i.spilled_bytes = w.spilled_bytes;
+    i.paused = w.paused;
     for (const auto& g : w.gpus) i.gpus.push_back({g.id, g.name, g.memory});
     s.workers.push_back(std::move(i));
   }
@@ -146,6 +148,8 @@ std::string ClusterStatus::to_json() const {
     x["processing"] = w.processing;
     x["stored"] = w.stored;
     x["memory_rss"] = w.memory_rss;
+    x["spilled_bytes"] = w.spilled_bytes;
+    x["paused"] = w.paused;
     x["memory_limit"] = w.memory_limit;
     x["resources"] = w.resources;
     x["end_time"] = w.end_time;
@@ -226,13 +230,17 @@ std::string ClusterStatus::to_text() const {
     for (const auto& w : workers) {
       std::string mem = util::format_bytes(w.memory_rss);
       if (w.memory_limit > 0) mem += " / " + util::format_bytes(w.memory_limit);
-      rows.push_back({w.name + (w.retiring ? " (retiring)" : ""), w.host, w.pool.empty() ? "-" : w.pool,
+      if (w.spilled_bytes > 0) mem += ", " + util::format_bytes(w.spilled_bytes) + " spilled";
+      rows.push_back({w.name + (w.retiring ? " (retiring)" : "") + (w.paused.empty() ? "" : " (paused)"), w.host, w.pool.empty() ? "-" : w.pool,
                       w.job_id.empty() ? "-" : w.job_id,
                       std::to_string(w.busy) + "/" + std::to_string(w.nthreads),
                       std::to_string(std::max(0, w.processing - w.busy)), mem, resources_text(w.resources),
                       gpus_text(w.gpus), w.time_left_s < 0 ? "-" : util::format_duration(w.time_left_s)});
     }
     out << table(rows);
+    for (const auto& w : workers) {
+      if (!w.paused.empty()) out << "  " << w.name << " paused: " << w.paused << "\n";
+    }
   }
   out << "\ntasks: " << finished_total << " finished, " << failed_total << " failed since start; "
       << rate << "/s over the last 10 s; " << in_graph << " in the graph\n";

@@ -136,6 +136,7 @@ const std::map<std::string, Setter>& setters() {
     str("walltime", &SlurmOptions::walltime);
     str("job_name", &SlurmOptions::job_name);
     str("log_directory", &SlurmOptions::log_directory);
+    str("local_directory", &SlurmOptions::local_directory);
     str("worker_executable", &SlurmOptions::worker_executable);
     str("warning_signal", &SlurmOptions::warning_signal);
     str("interface", &SlurmOptions::interface);
@@ -282,6 +283,7 @@ std::string to_toml(const SchedulerConfig& c) {
     str("walltime", o.walltime());
     str("job_name", o.job_name());
     str("log_directory", o.log_directory());
+    str("local_directory", o.local_directory());
     str("worker_executable", o.worker_executable());
     str("warning_signal", o.warning_signal());
     str("interface", o.interface());

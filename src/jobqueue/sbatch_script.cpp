@@ -53,6 +53,7 @@ void check_script_values(const SlurmOptions& o, const std::string& scheduler_add
   check_line("walltime", o.walltime());
   check_line("job_name", o.job_name());
   check_line("log_directory", o.log_directory());
+  check_line("local_directory", o.local_directory());
   check_line("warning_signal", o.warning_signal());
   check_line("worker_executable", o.worker_executable());
   check_line("scheduler address", scheduler_address);
@@ -151,6 +152,9 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
   s << "export HERD_JOB_ID=\"${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}_${SLURM_ARRAY_TASK_ID:-0}\"\n";
   s << "export HERD_WALLTIME_S=" << walltime << "\n";
   s << "export HERD_RETIRE_BEFORE_S=" << o.retire_before() << "\n";
+  if (!o.local_directory().empty()) {
+    s << "export HERD_LOCAL_DIRECTORY=" << util::shell_quote(o.local_directory(), util::Quote::always) << "\n";
+  }
   for (const auto& [k, v] : o.env()) {
     if (!is_identifier(k)) throw std::invalid_argument("env: '" + k + "' is not a variable name");
     s << "export " << k << "=" << util::shell_quote(v, util::Quote::always) << "\n";

@@ -49,6 +49,7 @@ using TaskId = std::uint64_t;
   X(scale_pool, 9, ScalePoolRequest)        /* client -> scheduler */                              \
   X(retire_request, 10, GoodbyeEvent)       /* worker asks to be retired (walltime, SIGTERM) */    \
   X(status_request, 11, StatusRequest)      /* client -> scheduler */                              \
+  X(replicate, 13, ReplicateRequest)        /* client -> scheduler: copies on n workers */         \
   X(gang_join, 14, GangJoinRequest)         /* worker -> scheduler: a member wants the others */    \
   X(logs_request, 15, LogsRequest)          /* client -> scheduler (`herd logs`) */                \
   X(worker_logs_reply, 16, LogsReply)       /* worker -> scheduler (answers logs_fetch) */         \
@@ -148,7 +149,9 @@ struct HeartbeatEvent {
   std::uint64_t memory_rss = 0;  // worker: resident bytes of the process (0 from clients)
   std::uint32_t executing = 0;   // worker: tasks running now
   std::uint64_t stored = 0;      // worker: results held
-  MSGPACK_DEFINE_MAP(memory_rss, executing, stored);
+  std::uint64_t spilled_bytes = 0;  // worker: of those, bytes written to its local directory
+  std::string paused;            // worker: why it starts no new task (memory), "" = it does
+  MSGPACK_DEFINE_MAP(memory_rss, executing, stored, spilled_bytes, paused);
 };
 
 /// A dependency edge: the result of task `id` is substituted into the arguments.
@@ -195,6 +198,14 @@ struct ScatterRequest {
   TaskId id = 0;      // id the client chose for the scattered value; 1 payload frame follows
   std::string key;    // user name for it, "" = "scatter-<id>"
   MSGPACK_DEFINE(id, key);
+};
+
+/// client.replicate(futures, n), scatter(value, broadcast): copies of these results on `n`
+/// workers (0 = every connected worker).
+struct ReplicateRequest {
+  std::vector<TaskId> ids;
+  std::uint32_t n = 0;
+  MSGPACK_DEFINE(ids, n);
 };
 
 struct ErrorInfo {
@@ -347,8 +358,11 @@ struct WorkerStatus {
   bool retiring = false;                    // draining: takes no new tasks
   double last_seen_s = 0;                   // seconds since its last message
   std::vector<GpuInfo> gpus;                // its GPUs: id, model, memory
+  std::uint64_t spilled_bytes = 0;          // results it wrote to its local directory (bytes)
+  std::string paused;                       // why it starts no new task ("" = not paused)
   MSGPACK_DEFINE_MAP(id, name, host, address, job_id, pool, nthreads, processing, executing, stored,
-                     memory_rss, memory_limit, resources, end_time, retiring, last_seen_s, gpus);
+                     memory_rss, memory_limit, resources, end_time, retiring, last_seen_s, gpus,
+                     spilled_bytes, paused);
 };
 
 struct JobStatus {

@@ -337,6 +337,11 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       (void)state_.scatter(id, req, std::move(msg.frames[2]), error);
       break;
     }
+    case MessageType::replicate: {
+      protocol::ReplicateRequest req;
+      if (protocol::decode<MessageType::replicate>(msg, req, error)) state_.replicate(id, req.ids, req.n);
+      break;
+    }
     case MessageType::scale_pool: {
       protocol::ScalePoolRequest req;
       if (protocol::decode<MessageType::scale_pool>(msg, req, error)) handle_scale(id, req, now);

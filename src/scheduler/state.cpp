@@ -144,7 +144,8 @@ bool SchedulerState::offers(const WorkerRec& w, const Shape& s) const {
 bool SchedulerState::available(const WorkerRec& w) const {
   if (w.retiring || w.suspect != 0 || w.reserved_for != 0 || w.reserved_gang != 0) return false;
   // Near its memory limit a worker takes nothing new until it is back under.
-  return !(w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9);
+  // A paused worker (memory, as Dask's) likewise.
+  return !(w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9) && w.paused.empty();
 }
 
 std::size_t SchedulerState::capacity(const WorkerRec& w) const { return w.nthreads * (1 + extra_per_slot_); }
@@ -319,6 +320,13 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   if (auto a = by_address_.find(gone.address); a != by_address_.end() && a->second == id) by_address_.erase(a);
   gang_worker_lost(gone, processing);
   graph_.worker_lost(id, processing, held, options_.allowed_failures, fx_, count_deaths, name);
+  if (!replications_.empty()) {  // copies it was making are made elsewhere
+    std::vector<TaskId> ids;
+    for (auto& [tid, r] : replications_) {
+      if (std::erase(r.copying, id) > 0) ids.push_back(tid);
+    }
+    for (TaskId tid : ids) advance_replication(tid);
+  }
   out_.workers.erase(id);  // nothing more to send it (a shutdown already queued is kept below)
   if (gone.reserved_gang != 0) release_gang_reservations(gone.reserved_gang);
   out_.cluster_changed = true;
@@ -350,6 +358,8 @@ void SchedulerState::heartbeat(WorkerId id, const protocol::HeartbeatEvent& hb, 
   w->last_seen = now.mono;
   w->memory_rss = hb.memory_rss;
   w->executing = hb.executing;
+  w->spilled_bytes = hb.spilled_bytes;
+  w->paused = hb.paused;
   refresh(*w);  // a worker near its memory limit stops taking work, and comes back under it
   check();
 }
@@ -390,6 +400,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
                                  std::find(t->who_has.begin(), t->who_has.end(), w.id) != t->who_has.end()) {
         w.has.insert(r.id);
         keep_inline(r.id, r.inline_data);
+        if (!replications_.empty()) advance_replication(r.id);  // replicate() before it was done
       }
     } else if (r.handed_back) {
       graph_.requeue(r.id, fx_);  // unstarted task given back (retiring, stolen, cancelled)
@@ -409,9 +420,18 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
     } else {
       out(w.id).free.push_back(tid);
     }
+    if (auto r = replications_.find(tid); r != replications_.end()) {  // the next round
+      std::erase(r->second.copying, w.id);
+      advance_replication(tid);
+    }
   }
   for (const auto& loc : ev.acquire_failed) {
     if (relocations_.count(loc.id)) relocation_failed(loc.id, "worker " + w.name + " could not copy it either");
+    if (auto r = replications_.find(loc.id); r != replications_.end()) {
+      std::erase(r->second.copying, w.id);
+      ++r->second.failures;
+      advance_replication(loc.id);
+    }
   }
   refresh(w);
   apply(fx_);
@@ -522,6 +542,70 @@ void SchedulerState::release(ClientId id, const std::vector<TaskId>& ids) {
   }
   apply(fx_);
   check();
+}
+
+void SchedulerState::replicate(ClientId id, const std::vector<TaskId>& ids, std::uint32_t n) {
+  for (TaskId tid : ids) {
+    const Task* t = graph_.find(tid);
+    if (t == nullptr || t->client != id) continue;
+    Replication& r = replications_[tid];
+    r.n = n;
+    r.failures = 0;
+    advance_replication(tid);
+  }
+  apply(fx_);
+  check();
+}
+
+void SchedulerState::advance_replication(TaskId id) {
+  auto it = replications_.find(id);
+  if (it == replications_.end()) return;
+  Replication& r = it->second;
+  const Task* t = graph_.find(id);
+  if (t == nullptr) {  // released
+    replications_.erase(it);
+    return;
+  }
+  if (!t->in_memory() || t->who_has.empty()) return;  // not computed yet (or again): later
+  std::vector<WorkerRec*> targets;  // may take a copy: not retiring, not holding, not copying
+  std::size_t eligible = 0;
+  for (auto& [wid, w] : workers_) {
+    if (w.retiring) continue;
+    ++eligible;
+    if (std::find(t->who_has.begin(), t->who_has.end(), wid) != t->who_has.end()) continue;
+    if (std::find(r.copying.begin(), r.copying.end(), wid) != r.copying.end()) continue;
+    targets.push_back(&w);
+  }
+  const std::size_t want = r.n == 0 ? eligible : std::min<std::size_t>(r.n, eligible);
+  const std::size_t have = t->who_has.size();
+  // Gives up on a result no worker manages to copy (each copy may fail once per holder).
+  if (r.failures > 2 * (want + have)) {
+    HERD_LOG(warning) << "replicate " << graph_.key_of(*t) << ": giving up after " << r.failures << " failed copies";
+    replications_.erase(it);
+    return;
+  }
+  if (have + r.copying.size() >= want || targets.empty()) {
+    if (r.copying.empty()) replications_.erase(it);
+    return;
+  }
+  // Each holder serves one copy at a time: the holders double each round, as a tree.
+  const std::size_t busy = std::min(have, r.copying.size());
+  const std::size_t count = std::min(have - busy, want - have - r.copying.size());
+  // Least loaded first (fewest results held), then by id, so that the choice is reproducible.
+  std::sort(targets.begin(), targets.end(), [](const WorkerRec* a, const WorkerRec* b) {
+    return a->has.size() != b->has.size() ? a->has.size() < b->has.size() : a->id < b->id;
+  });
+  for (std::size_t i = 0; i < count && i < targets.size(); ++i) {
+    protocol::DepLocation loc;
+    loc.id = id;
+    // Its own source first, the other holders after it as fallbacks.
+    const std::size_t first = r.next_holder++ % have;
+    for (std::size_t k = 0; k < have; ++k) {
+      if (const WorkerRec* h = worker(t->who_has[(first + k) % have])) loc.holders.push_back(h->address);
+    }
+    out(targets[i]->id).acquire.push_back(std::move(loc));
+    r.copying.push_back(targets[i]->id);
+  }
 }
 
 void SchedulerState::cancel(ClientId id, const std::vector<TaskId>& ids) {

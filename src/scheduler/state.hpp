@@ -127,6 +127,8 @@ struct WorkerRec {
   std::uint64_t memory_rss = 0;
   std::uint64_t memory_limit = 0;           // 0 = none
   std::uint32_t executing = 0;              // running now, as its last heartbeat said
+  std::uint64_t spilled_bytes = 0;          // results on its disk, as its last heartbeat said
+  std::string paused;                       // memory: it starts nothing new ("" = not paused)
   std::int64_t end_time = 0;                // unix seconds when its job ends (0 = never)
   std::vector<protocol::GpuInfo> gpus;
   bool retiring = false;                    // takes nothing new; leaves once drained and copied
@@ -284,6 +286,12 @@ class SchedulerState {
   void release(ClientId id, const std::vector<TaskId>& ids);
   void cancel(ClientId id, const std::vector<TaskId>& ids);
   bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
+  /// client.replicate / scatter(broadcast): copies of each result on `n` workers (0 = every
+  /// connected worker), copied tree-wise: each holder serves one new copy at a time, so the
+  /// holders double with each round instead of one source sending n-1 copies. The copies are
+  /// holders like any (placement prefers them; a lost one costs nothing while another is left).
+  /// A result not computed yet is replicated once it is.
+  void replicate(ClientId id, const std::vector<TaskId>& ids, std::uint32_t n);
   /// A result from the journal of an earlier run is being read from disk for task `id`: keep the
   /// task from running until journal_read(). False when the task does not need it any more.
   bool await_journal(TaskId id);
@@ -450,6 +458,15 @@ class SchedulerState {
     std::uint32_t attempts = 0;
   };
   std::unordered_map<TaskId, Relocation> relocations_;
+  struct Replication {                       // replicate(): copies wanted of a result
+    std::uint32_t n = 0;                     // 0 = every worker
+    std::vector<WorkerId> copying;           // told to acquire it, not answered yet
+    std::uint32_t next_holder = 0;           // rotates the source each copy is sent to first
+    std::uint32_t failures = 0;
+  };
+  std::unordered_map<TaskId, Replication> replications_;
+  /// Sends the next round of copies of `id` (or forgets the replication when done or moot).
+  void advance_replication(TaskId id);
   WorkerId next_worker_id_ = 1;
   ClientId next_client_index_ = 1;
   double avg_task_us_ = -1;                  // moving average of run time; < 0 until one finishes

@@ -51,6 +51,8 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
     ws.end_time = w.end_time;
     ws.gpus = w.gpus;
     ws.retiring = w.retiring;
+    ws.spilled_bytes = w.spilled_bytes;
+    ws.paused = w.paused;
     ws.last_seen_s = std::chrono::duration<double>(now - w.last_seen).count();
     s.workers.push_back(std::move(ws));
   }

@@ -10,8 +10,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <typeinfo>
+
+#include <malloc.h>
 
 #include "task/this_task.hpp"
 #include "common/logging.hpp"
@@ -149,6 +153,7 @@ Worker::Worker(WorkerOptions options)
   fetch_events_.found = [this](const std::string& address, TaskId id, data::PayloadPtr bytes) {
     const std::uint64_t n = bytes->size();
     store_.put(id, std::move(bytes));
+    spill_to_target();
     state_->fetched(address, id, n);
   };
   fetch_events_.missing = [this](const std::string& address, TaskId id) { state_->not_there(address, id); };
@@ -156,6 +161,43 @@ Worker::Worker(WorkerOptions options)
     HERD_LOG(warning) << "could not fetch " << ids.size() << " input(s) from " << address << ": " << why;
     state_->fetch_failed(address, ids, why);
   };
+  make_spill_directory();  // last: nothing below can throw and leave it behind
+}
+
+void Worker::make_spill_directory() {
+  if (options_.memory_limit == 0 || options_.config.memory_target_percent + options_.config.memory_spill_percent == 0) return;
+  // As Dask: the local directory the user chose, else the job's own scratch space, else the
+  // system's temporary directory; a private directory inside, as several workers may share it.
+  std::string base = options_.local_directory;
+  const bool chosen = !base.empty();
+  if (base.empty()) {
+    if (const char* t = std::getenv("SLURM_TMPDIR"); t != nullptr && *t != '\0') base = t;
+  }
+  if (base.empty()) {
+    std::error_code ec;
+    base = std::filesystem::temp_directory_path(ec).string();
+    if (ec) base = "/tmp";
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(base, ec);
+  std::string dir = base + "/herd-worker-XXXXXX";
+  if (ec || ::mkdtemp(dir.data()) == nullptr) {
+    const std::string why = "cannot make a spill directory in " + base + ": " +
+                            (ec ? ec.message() : std::string(std::strerror(errno)));
+    if (chosen) throw std::runtime_error(why + " (--local-directory)");
+    HERD_LOG(warning) << why << "; results will not spill to disk (the worker pauses when memory is short)";
+    return;
+  }
+  store_.set_spill_directory(dir);
+  HERD_LOG(info) << "results spill to " << dir << " past " << options_.config.memory_target_percent
+                 << "% of the memory limit of " << util::format_bytes(options_.memory_limit);
+}
+
+void Worker::spill_to_target() {
+  if (options_.memory_limit == 0 || options_.config.memory_target_percent == 0) return;
+  const std::uint64_t keep = options_.memory_limit / 100 * options_.config.memory_target_percent;
+  if (store_.memory_bytes() <= keep) return;
+  if (store_.spill_until(keep) > 0) ::malloc_trim(0);  // give the freed pages back to the system
 }
 
 Worker::~Worker() {
@@ -255,6 +297,10 @@ int Worker::run() {
       std::uint64_t n;
       (void)!::read(wake_fd_, &n, sizeof n);
     }
+    if (pause_.load() != state_->paused()) {  // the monitor decided: start nothing new, or again
+      state_->pause(pause_.load());
+      last_heartbeat_ = {};  // tell the scheduler now
+    }
     drain_completions();
     if (const std::uint64_t rss = over_limit_rss_.load(); rss > 0) {
       over_memory_limit(rss);
@@ -323,6 +369,11 @@ int Worker::run() {
       hb.memory_rss = rss_bytes();
       hb.executing = static_cast<std::uint32_t>(state_->executing());
       hb.stored = store_.size();
+      hb.spilled_bytes = store_.spilled_bytes();
+      {
+        std::lock_guard lock(pause_mu_);
+        hb.paused = pause_reason_;
+      }
       protocol::send<MessageType::heartbeat>(sched_, "", hb);
     }
   }
@@ -371,6 +422,7 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
         auto bytes = std::make_shared<const data::MessagePayload>(std::move(msg.frames[2]));
         const std::uint64_t n = bytes->size();
         store_.put(ev.id, std::move(bytes));
+        spill_to_target();
         state_->put(ev.id, n);
       }
       break;
@@ -435,7 +487,13 @@ void Worker::carry_out() {
       fetcher_->request(address, std::move(ids), now);
     }
   }
-  for (TaskId id : out.free) store_.erase(id);
+  if (!out.free.empty()) {
+    const std::uint64_t before = store_.memory_bytes();
+    for (TaskId id : out.free) store_.erase(id);
+    // Under a memory limit, big results released give their pages back at once (else the
+    // allocator may keep them, and a paused worker would stay paused).
+    if (options_.memory_limit > 0 && before - store_.memory_bytes() >= (4u << 20)) ::malloc_trim(0);
+  }
   if (!out.run.empty()) {
     {
       std::lock_guard lock(run_mu_);
@@ -570,7 +628,9 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
         c.error = {"herd::MissingInput", "input was freed before the task ran", task.key, options_.name};
         return c;
       }
-      inputs.push_back(msgpack::unpack(bytes->data(), bytes->size()));
+      // Referencing the stored bytes (kept alive below), not copying strings and binaries.
+      inputs.push_back(msgpack::unpack(bytes->data(), bytes->size(),
+                                       [](msgpack::type::object_type, std::size_t, void*) { return true; }));
       keep.push_back(std::move(bytes));
       if (!substitute(args, ref, inputs.back().get())) {
         throw std::invalid_argument("argument reference does not match the arguments");
@@ -622,7 +682,15 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   }
   c.duration_us = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-  if (c.ok) store_.put(c.id, c.bytes);  // before the scheduler can hear of it
+  if (c.ok) {
+    store_.put(c.id, c.bytes);  // before the scheduler can hear of it
+    spill_to_target();
+    // Paused before the state hears this task finished, so that it starts no next one when
+    // the result left memory short (the monitor samples every 20 ms: a task may be quicker).
+    if (options_.memory_limit > 0 && options_.config.memory_pause_percent > 0 && c.bytes->size() >= (1u << 20)) {
+      update_pause();
+    }
+  }
   return c;
 }
 
@@ -649,17 +717,58 @@ void Worker::flush_results() {
 }
 
 void Worker::memory_monitor() {
-  // A task can allocate gigabytes between two heartbeats: sample often. /proc/self/statm is
-  // cheap (one read of a few bytes).
+  // A task can allocate gigabytes between two heartbeats: sample often (a few small /proc reads).
+  // Past the spill share of the limit, results go to disk (least recently used first) until
+  // the process is back at the target share; past the pause share, the worker starts nothing
+  // new until it is back under (as Dask's memory.spill and memory.pause).
+  const Config& c = options_.config;
+  const std::uint64_t limit = options_.memory_limit;
+  const std::uint64_t target = limit / 100 * (c.memory_target_percent > 0 ? c.memory_target_percent : c.memory_spill_percent);
   while (!g_stop.load() && over_limit_rss_.load() == 0) {
     const std::uint64_t rss = rss_bytes();
-    if (rss > options_.memory_limit) {
+    if (rss > limit) {
       over_limit_rss_.store(rss);
       wake_io();
       return;
     }
+    if (c.memory_spill_percent > 0 && rss > limit / 100 * c.memory_spill_percent) {
+      const std::uint64_t over = rss - std::min(rss, target);
+      const std::uint64_t in_memory = store_.memory_bytes();
+      if (store_.spill_until(in_memory > over ? in_memory - over : 0) > 0) ::malloc_trim(0);
+    }
+    update_pause();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+void Worker::update_pause() {
+  const Config& c = options_.config;
+  const std::uint64_t limit = options_.memory_limit;
+  // Sampled under the lock: the monitor and an executor decide in turn, each on a fresh figure
+  // (an older sample must not undo a pause that a newer one decided).
+  std::lock_guard lock(pause_mu_);
+  const std::uint64_t rss = rss_bytes();
+  const bool want_pause = c.memory_pause_percent > 0 && rss > limit / 100 * c.memory_pause_percent;
+  std::string why;
+  if (want_pause) {  // kept current while paused: `herd status` shows it
+    const std::string error = store_.spill_error();
+    why = "memory " + util::format_bytes(rss) + " is past " + std::to_string(c.memory_pause_percent) +
+          "% of its limit of " + util::format_bytes(limit) + "; " +
+          (!error.empty() ? error
+           : store_.spill_directory().empty() ? std::string("it has no spill directory")
+           : store_.memory_bytes() == 0 ? std::string("no result is left in memory to spill")
+                                        : std::string("spilling"));
+  }
+  pause_reason_ = why;
+  if (want_pause == pause_.load()) return;
+  if (want_pause) {
+    HERD_LOG(warning) << "pausing: " << why;
+  } else {
+    HERD_LOG(info) << "resuming: memory " << util::format_bytes(rss) << " is back under " << c.memory_pause_percent
+                   << "% of its limit";
+  }
+  pause_.store(want_pause);
+  wake_io();
 }
 
 void Worker::over_memory_limit(std::uint64_t rss) {
@@ -699,7 +808,18 @@ void Worker::goodbye(const std::string& reason) {
 }
 
 std::uint64_t Worker::rss_bytes() const {
-  return process::tree_rss_bytes(::getpid());  // with the commands its tasks started
+  // With the commands its tasks started; less its own file-backed pages (the program's text,
+  // spilled results mapped while they are served): clean page cache, not its memory.
+  const std::uint64_t all = process::tree_rss_bytes(::getpid());
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("RssFile:", 0) == 0) {
+      const std::uint64_t file = std::strtoull(line.c_str() + 8, nullptr, 10) * 1024;  // "NNN kB"
+      return all > file ? all - file : 0;
+    }
+  }
+  return all;
 }
 
 int run_worker(WorkerOptions options) {
@@ -707,6 +827,7 @@ int run_worker(WorkerOptions options) {
   // interrupted: leave without joining them (or running static destructors under them).
   auto* w = new Worker(std::move(options));
   const int rc = w->run();
+  w->remove_local_files();  // spilled results: nobody can ask for them any more
   std::fflush(nullptr);
   task::LogBook::instance().stop_capture();  // what is still in the capture pipes reaches the log files
   ::_exit(rc);

@@ -39,6 +39,9 @@ struct WorkerOptions {
   std::string interface;                    // network interface every listener binds, e.g. ib0
   std::vector<std::string> load;            // task libraries to dlopen
   std::uint64_t memory_limit = 0;           // bytes of RSS (0 = Slurm's job memory, or none)
+  std::string local_directory;              // where results spill ("" = $SLURM_TMPDIR, else the
+                                            //   system's temporary directory); a private
+                                            //   directory is made inside and removed on leaving
   Config config = Config::from_env();
 };
 
@@ -52,6 +55,8 @@ class Worker {
   static void request_stop();
   /// SIGTERM / walltime warning: drain (the first time), leave at once (the second time).
   static void request_drain();
+  /// Removes what the worker wrote to its local directory (spilled results). On leaving.
+  void remove_local_files() { store_.remove_spill_directory(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -71,6 +76,12 @@ class Worker {
   void drain_completions();
   void wake_io();  // any thread: the I/O thread leaves its poll and drains completions
   void memory_monitor();
+  /// Pauses (or resumes) by resident memory against the pause share of the limit; any thread.
+  void update_pause();
+  /// Results in memory past the target share of the limit go to disk (after each put).
+  void spill_to_target();
+  /// Makes the private spill directory under the local directory (a memory limit only).
+  void make_spill_directory();
   void over_memory_limit(std::uint64_t rss);
   void flush_results();
   /// Says goodbye and waits (bounded) for the scheduler's acknowledgement.
@@ -95,6 +106,9 @@ class Worker {
   bool stopping_ = false;
   std::vector<gpu::Device> gpus_;    // devices this worker may use
   std::atomic<std::uint64_t> over_limit_rss_{0};     // set by the monitor: RSS past the limit
+  std::atomic<bool> pause_{false};                   // set by the monitor: past the pause share
+  std::mutex pause_mu_;
+  std::string pause_reason_;                         // under pause_mu_: for heartbeats, status
   std::thread monitor_;
   std::vector<std::thread> executors_;
   std::mutex done_mu_;

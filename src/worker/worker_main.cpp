@@ -29,7 +29,13 @@ int worker_main(const std::vector<std::string>& args) {
   std::string memory_limit;
   app.add_option("--memory-limit", memory_limit,
                  "resident memory at which the running task fails and the worker leaves, e.g. 4G "
-                 "(default: 95% of Slurm's job memory, else none)");
+                 "(default: 95% of Slurm's job memory, else none); results spill to disk past "
+                 "HERD_MEMORY_TARGET_PERCENT / HERD_MEMORY_SPILL_PERCENT of it, new tasks pause past "
+                 "HERD_MEMORY_PAUSE_PERCENT");
+  if (const char* d = std::getenv("HERD_LOCAL_DIRECTORY")) options.local_directory = d;
+  app.add_option("--local-directory", options.local_directory,
+                 "where results spill to disk, in a private directory removed when the worker leaves "
+                 "(default: $HERD_LOCAL_DIRECTORY, else $SLURM_TMPDIR, else $TMPDIR or /tmp)");
   if (const char* h = std::getenv("HERD_LISTEN_HOST")) options.listen_host = h;
   app.add_option("--listen-host", options.listen_host,
                  "address (or interface name) its listeners bind and advertise (default: "

@@ -246,7 +246,14 @@ std::vector<int> WorkerState::pick_gpus(double need) const {
   return out;
 }
 
+void WorkerState::pause(bool on) {
+  if (paused_ == on) return;
+  paused_ = on;
+  start_ready();
+}
+
 void WorkerState::start_ready() {
+  if (paused_) return;
   while (running_.size() < options_.nthreads && !ready_.empty()) {
     auto fits = [&](const protocol::ExecuteTask& t) {
       for (const auto& [r, amount] : t.resources) {

@@ -109,6 +109,9 @@ class WorkerState {
   void not_started(TaskId id);
   /// The worker went over its memory limit: running tasks fail with `why`, the rest go back.
   void over_memory(const std::string& why);
+  /// Memory is short and nothing more can be spilled: start nothing new until resumed (the
+  /// running tasks go on; fetches and frees too). Paused, the ready tasks wait here.
+  void pause(bool on);
 
   // ---- read access -------------------------------------------------------------------------
   bool holds(TaskId id) const { return stored_.count(id) != 0; }
@@ -119,6 +122,7 @@ class WorkerState {
   std::uint64_t stored_bytes() const { return stored_bytes_; }
   std::size_t waiting_for_inputs() const { return pending_.size(); }
   std::size_t ready() const { return ready_.size(); }
+  bool paused() const { return paused_; }
   WorkerInstructions& out() { return out_; }
   /// Checks the state's invariants; "" when all hold.
   std::string validate() const;
@@ -162,6 +166,7 @@ class WorkerState {
   std::map<std::string, double> free_resources_;
   std::vector<double> gpu_free_;                  // by device: 1 = free, 0 = taken
   WorkerInstructions out_;
+  bool paused_ = false;                           // pause(): start nothing new
 };
 
 }  // namespace herd::worker

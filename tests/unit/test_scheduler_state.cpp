@@ -677,3 +677,108 @@ TEST_CASE("SchedulerState.ReadyQueue.PriorityThenOldestFirstWhateverTheArrivalOr
   }
   CHECK(q.empty());
 }
+
+namespace {
+/// The acquire_keys for `t` in the outbox, by worker; the outbox is cleared.
+std::map<WorkerId, herd::protocol::DepLocation> take_acquires(Harness& h, TaskId t) {
+  std::map<WorkerId, herd::protocol::DepLocation> m;
+  Outbox& out = h.state.outbox();
+  for (auto& [id, w] : out.workers) {
+    for (auto& a : w.acquire) {
+      if (a.id == t) m[id] = a;
+    }
+  }
+  out.clear();
+  return m;
+}
+
+void copied(Harness& h, WorkerId w, TaskId t) {
+  herd::protocol::TaskResultsEvent ev;
+  ev.acquired.push_back(t);
+  h.state.task_results(w, ev, h.now);
+}
+}  // namespace
+
+TEST_CASE("SchedulerState.Replicate.TreeShapedCopiesThenALostOneCostsNoRecompute") {
+  Harness h;
+  for (int i = 0; i < 5; ++i) h.add_worker("w" + std::to_string(i), 1);
+  const TaskId t = h.submit("f");
+  h.turn();
+  const WorkerId first = h.where(t);
+  h.finish(first);
+  REQUIRE(h.task(t)->in_memory());
+  // Every worker (0): one holder serves one copy...
+  h.state.replicate(h.client, {t}, 0);
+  auto round1 = take_acquires(h, t);
+  REQUIRE(round1.size() == 1);
+  const auto [second, loc1] = *round1.begin();
+  CHECK(loc1.holders == std::vector<std::string>{h.state.worker(first)->address});
+  copied(h, second, t);
+  // ... then two holders serve two, each from a different source first (not both from one).
+  auto round2 = take_acquires(h, t);
+  REQUIRE(round2.size() == 2);
+  std::set<std::string> sources;
+  for (const auto& [w, loc] : round2) {
+    CHECK(loc.holders.size() == 2);  // the other holder is the fallback
+    sources.insert(loc.holders.front());
+  }
+  CHECK(sources == std::set<std::string>{h.state.worker(first)->address, h.state.worker(second)->address});
+  for (const auto& [w, loc] : round2) copied(h, w, t);
+  // Four holders, one worker left: one more copy, then nothing.
+  auto round3 = take_acquires(h, t);
+  REQUIRE(round3.size() == 1);
+  copied(h, round3.begin()->first, t);
+  CHECK(take_acquires(h, t).empty());
+  CHECK(h.task(t)->who_has.size() == 5);
+  // Losing the first holder costs nothing: the result stays in memory, nothing reruns.
+  h.state.worker_lost(first, "killed");
+  h.turn();
+  REQUIRE(h.task(t) != nullptr);
+  CHECK(h.task(t)->in_memory());
+  CHECK(h.task(t)->who_has.size() == 4);
+  for (const auto& [id, w] : h.workers) {
+    CHECK(w.queue.empty());
+    CHECK(w.running.empty());
+  }
+  // A task that needs it runs on a holder.
+  const TaskId user = h.submit("g", {}, {t});
+  h.turn();
+  const WorkerId where = h.where(user);
+  CHECK(std::find(h.task(t)->who_has.begin(), h.task(t)->who_has.end(), where) != h.task(t)->who_has.end());
+}
+
+TEST_CASE("SchedulerState.Replicate.NCopiesOnceComputedAndFailuresRetried") {
+  Harness h;
+  for (int i = 0; i < 4; ++i) h.add_worker("w" + std::to_string(i), 1);
+  const TaskId t = h.submit("f");
+  // Asked before it finished: copies follow the result.
+  h.state.replicate(h.client, {t}, 3);
+  h.turn();
+  const WorkerId first = h.where(t);
+  CHECK(take_acquires(h, t).empty());
+  {  // it finishes (without a turn, which would deliver the outbox)
+    herd::protocol::TaskResultsEvent ev;
+    herd::protocol::TaskResult r;
+    r.id = t;
+    r.ok = true;
+    r.nbytes = 8;
+    ev.results.push_back(r);
+    h.workers.at(first).running.clear();
+    h.state.task_results(first, ev, h.now);
+  }
+  auto round1 = take_acquires(h, t);
+  REQUIRE(round1.size() == 1);
+  // The copy fails: another worker is asked.
+  const WorkerId failed = round1.begin()->first;
+  herd::protocol::TaskResultsEvent ev;
+  ev.acquire_failed.push_back(round1.begin()->second);
+  h.state.task_results(failed, ev, h.now);
+  auto retry = take_acquires(h, t);
+  REQUIRE(retry.size() == 1);
+  copied(h, retry.begin()->first, t);
+  auto round2 = take_acquires(h, t);
+  REQUIRE(round2.size() == 1);  // 2 holders, 3 wanted: one more
+  copied(h, round2.begin()->first, t);
+  CHECK(take_acquires(h, t).empty());
+  CHECK(h.task(t)->who_has.size() == 3);
+}

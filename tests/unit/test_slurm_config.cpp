@@ -32,6 +32,7 @@ TEST_CASE("Slurm.JobScript.Content") {
                .gpus(2)
                .walltime("02:00:00")
                .log_directory("/scratch/logs")
+               .local_directory("/local/scratch/it's mine")
                .job_extra_directives({"--constraint=a100", "#SBATCH --exclusive"})
                .job_script_prologue({"module load cuda/12", "source ~/venv/bin/activate"})
                .worker_extra_args({"--load", "/home/me/libtasks.so"})
@@ -63,6 +64,9 @@ TEST_CASE("Slurm.JobScript.Content") {
   has("export OMP_NUM_THREADS='8'");
   has("export NOTE='it'\\''s quoted'");
   has("export HERD_WALLTIME_S=7200");
+  has("export HERD_LOCAL_DIRECTORY='/local/scratch/it'\\''s mine'");  // where the worker spills
+  // Without one, nothing is exported: the worker takes $SLURM_TMPDIR.
+  CHECK(herd::job_script(herd::SlurmOptions{}, "tcp://login1:8786").find("HERD_LOCAL_DIRECTORY") == std::string::npos);
   has("export HERD_ROLE_ARGS='--scheduler tcp://login1:8786 --nthreads 8 --resources gpu=2 --load /home/me/libtasks.so'");
   has("exec '/home/me/bin/train'");
   // The prologue runs before the worker starts.
@@ -93,6 +97,7 @@ TEST_CASE("Slurm.JobScript.RefusesLineBreaksNamingTheOption") {
   refused(herd::SlurmOptions{}.qos(std::string("high\x01", 5)), "qos 'high\\x01' contains a control character");
   refused(herd::SlurmOptions{}.memory("8G\n"), "memory");
   refused(herd::SlurmOptions{}.log_directory("/scratch/logs\n#SBATCH --uid=0"), "log_directory");
+  refused(herd::SlurmOptions{}.local_directory("/tmp\nrm -rf ~"), "local_directory");
   refused(herd::SlurmOptions{}.job_script_prologue({"module load gcc", "source venv/bin/activate\ntouch /tmp/x"}),
           "job_script_prologue 'source venv/bin/activate\\ntouch /tmp/x'");
   refused(herd::SlurmOptions{}.job_extra_directives({"--exclusive\nrm -rf ~"}), "job_extra_directives");
@@ -232,6 +237,7 @@ TEST_CASE("Slurm.Config.WriteThenReadGivesTheSameOptions") {
       .walltime("1-02:03:04")
       .job_name("job\\name")
       .log_directory("/scratch/\xc3\xa9t\xc3\xa9 logs")
+      .local_directory("$SLURM_TMPDIR/herd spill")
       .worker_executable("/home/me/bin/train \"v2\"")
       .warning_signal("USR2")
       .interface("ib0")
@@ -271,6 +277,7 @@ TEST_CASE("Slurm.Config.WriteThenReadGivesTheSameOptions") {
   CHECK(q.options.walltime() == o.walltime());
   CHECK(q.options.job_name() == o.job_name());
   CHECK(q.options.log_directory() == o.log_directory());
+  CHECK(q.options.local_directory() == "$SLURM_TMPDIR/herd spill");
   CHECK(q.options.worker_executable() == o.worker_executable());
   CHECK(q.options.warning_signal() == "USR2");
   CHECK(q.options.interface() == "ib0");

@@ -64,6 +64,7 @@ bool core_wait_all(ClientCore& core, const std::vector<FutureState*>& states, st
 void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
                 const std::shared_ptr<CompletionQueue>& queue);
 void core_cancel(ClientCore& core, const std::vector<FutureState*>& states);
+void core_replicate(ClientCore& core, const std::vector<FutureState*>& states, std::uint32_t n);
 [[noreturn]] void throw_foreign_future();
 
 /// msgpack write target appending to a vector (no intermediate sbuffer copy).
