@@ -2,7 +2,8 @@
 // saves a checkpoint after each one (on a cluster: a directory on the shared filesystem). When
 // its worker drains (Slurm's warning signal, `scancel --signal=TERM`, preemption, the walltime's
 // retirement margin) herd::this_task().draining() turns true: the task gives up the interval it
-// is in and throws, and its retry, on another worker, resumes from the last checkpoint.
+// is in and throws, and its retry (TaskOptions::checkpointable), on another worker, resumes from
+// the last checkpoint, at this_task().checkpoint_path(): the same path for every run.
 //
 // Here the "preemptions" are SIGTERMs sent to the worker running the task, twice, as Slurm
 // would send them. The example counts every interval started (one marker line each) and checks
@@ -55,7 +56,8 @@ void append(const std::string& path, const std::string& line) {
 
 /// Sum of i*i for i in [0, steps): one interval per i, each ~50 ms of "work".
 std::int64_t long_sum(std::string dir, std::int64_t steps) {
-  const std::string checkpoint = dir + "/checkpoint";
+  // The same path for every run of this task (its key), on the shared filesystem.
+  const std::string checkpoint = herd::this_task().checkpoint_path(dir + "/checkpoints");
   Checkpoint c = load(checkpoint);
   append(dir + "/runs", std::to_string(::getpid()) + " " + std::to_string(c.step));  // who runs it now
   while (c.step < steps) {
@@ -106,7 +108,8 @@ int main(int argc, char** argv) {
   client.wait_for_workers(3);
 
   constexpr std::int64_t kSteps = 60;
-  auto f = client.submit(herd::TaskOptions{}.key("long-sum").retries(3), long_sum, dir, kSteps);
+  // Checkpointable: up to 3 preemptions, each run resuming from the last checkpoint.
+  auto f = client.submit(herd::TaskOptions{}.key("long-sum").checkpointable(3), long_sum, dir, kSteps);
   // Two preemptions: SIGTERM to the worker running the task, as Slurm sends it.
   const pid_t first = wait_for_intervals(dir, 15);
   ::kill(first, SIGTERM);
@@ -126,11 +129,12 @@ int main(int argc, char** argv) {
   for (std::int64_t i = 0; i < kSteps; ++i) expected += i * i;
   const auto runs = lines(dir + "/runs");
   const auto started = lines(dir + "/intervals").size();
+  const bool saved = fs::exists(dir + "/checkpoints/long-sum.ckpt");
   std::cout << "sum " << sum << " (expected " << expected << "); " << runs.size() << " runs, " << started
             << " intervals started for " << kSteps << " (lost: " << started - kSteps << ")\n";
   fs::remove_all(dir);
   // Exact, resumed twice (three runs on three workers), at most one interval lost per preemption.
-  const bool ok = sum == expected && runs.size() == 3 && started >= static_cast<std::size_t>(kSteps) &&
+  const bool ok = saved && sum == expected && runs.size() == 3 && started >= static_cast<std::size_t>(kSteps) &&
                   started <= static_cast<std::size_t>(kSteps) + 2 && first != second;
   return ok ? 0 : 1;
 }

@@ -38,6 +38,12 @@ struct TaskInfo {
   bool draining() const;
   /// @brief Seconds until the worker's batch job ends (-1 = no end known).
   long seconds_left() const;
+  /// @brief Where this task keeps its checkpoint: `dir` (default: $HERD_CHECKPOINT_DIR, a
+  /// directory on the shared filesystem, e.g. set in the pool's env) + "/" + the task's key +
+  /// ".ckpt". The same for every run of the task, so a retry on another worker finds what the
+  /// last run saved (see TaskOptions::checkpointable). The directory is created if missing.
+  /// @throws std::runtime_error when no directory is given or it cannot be created.
+  std::string checkpoint_path(const std::string& dir = "") const;
 };
 
 /// @brief The task running on this thread; empty fields outside a task.
