@@ -306,3 +306,30 @@ TEST_CASE("Slurm.Processes.TwoWorkersPerJobAndScaleByCores" * doctest::timeout(2
   client.close();
   CHECK(queued(name).empty());
 }
+
+TEST_CASE("Slurm.Explain.PendingJobsGiveSlurmsReason" * doctest::timeout(120)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("explain");
+  // A job that may not start for an hour: it pends with Slurm's reason BeginTime.
+  herd::Client client{herd::SlurmCluster{options(name).job_extra_directives({"--begin=now+3600"})}};
+  client.scale(1);
+  auto f = client.submit(herd::TaskOptions{}.key("waits-for-a-job"), nap, 10);
+  herd::TaskExplanation e;
+  const bool explained = eventually(
+      [&] {
+        e = client.explain(f);
+        return !e.pools.empty() && e.pools[0].find("BeginTime") != std::string::npos;
+      },
+      60s);
+  INFO(e.to_text());
+  REQUIRE(explained);
+  CHECK(e.state == "ready");
+  CHECK_FALSE(e.never);
+  CHECK(e.summary.find("no worker is connected") == 0);
+  CHECK(e.pools[0].find("pool default: its workers can run it; 0 connected, 1 wanted, 1 job(s) pending "
+                        "(Slurm's reasons: BeginTime: 1)") == 0);
+  CHECK(e.summary.find("BeginTime") != std::string::npos);
+  f.cancel();
+  client.close();
+  CHECK(queued(name).empty());
+}
