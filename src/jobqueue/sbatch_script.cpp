@@ -243,7 +243,7 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
   }
   // Several workers (or an epilogue): the script stays, starts them in the background and
   // passes on the signals that Slurm sends the batch shell (--signal=B:..., preemption); a
-  // worker that gets the same signal twice within a second counts it once.
+  // worker that gets the same signal twice within 300 ms counts it once.
   s << "export HERD_WORKERS_PER_JOB=" << workers << "\n";
   s << "export HERD_PROCESSES_PER_NODE=" << processes << "\n";
   s << "herd_pids=()\n";

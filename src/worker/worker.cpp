@@ -66,13 +66,13 @@ void Worker::wake_io() {
 }
 
 void Worker::request_drain() {
-  // A second signal: leave now. One that follows the first within a second is the same signal
+  // A second signal: leave now. One that follows the first within 300 ms is the same signal
   // come twice (a job script with several workers passes on what Slurm sent it, and scancel
-  // may have sent it to the worker itself too).
+  // may have sent it to the worker itself too); a person's second Ctrl-C comes later.
   const long long now = monotonic_ms();
   if (g_drain_signals.fetch_add(1) == 0) {
     g_first_drain_ms.store(now);
-  } else if (now - g_first_drain_ms.load() >= 1000) {
+  } else if (now - g_first_drain_ms.load() >= 300) {
     g_stop.store(true);
   }
 }
