@@ -45,6 +45,25 @@ class AsCompleted;
 
 // PoolInfo is in herd/status.hpp, with the rest of what the scheduler reports.
 
+/// @brief What Client::scale(ScaleTo) asks for, e.g. `herd::ScaleTo{}.cores(64)`; several
+/// given: the largest number of jobs wins. -1 / "" = not given.
+class ScaleTo {
+ public:
+  ScaleTo& jobs(int n) { jobs_ = n; return *this; }
+  ScaleTo& workers(int n) { workers_ = n; return *this; }
+  ScaleTo& cores(int n) { cores_ = n; return *this; }
+  /// A Slurm memory size: "256G", "512M", "4000" (megabytes).
+  ScaleTo& memory(std::string m) { memory_ = std::move(m); return *this; }
+  int jobs() const { return jobs_; }
+  int workers() const { return workers_; }
+  int cores() const { return cores_; }
+  const std::string& memory() const { return memory_; }
+
+ private:
+  int jobs_ = -1, workers_ = -1, cores_ = -1;
+  std::string memory_;
+};
+
 namespace detail {
 template <typename T>
 struct is_future_vector : std::false_type {};
@@ -267,6 +286,13 @@ class Client {
   /// bulk; surplus workers retire gracefully (no new tasks, results copied) before scancel.
   /// @throws JobQueueError with the batch system's own message if it refuses.
   void scale(int n, const std::string& pool = "");
+  /// @brief Sizes a pool in other units, as dask-jobqueue's scale(jobs=, cores=, memory=):
+  /// `client.scale(herd::ScaleTo{}.cores(64))` asks for enough jobs to hold 64 cores,
+  /// `.memory("256G")` enough for 256 GiB (the pool's memory option per job), `.jobs(4)` four
+  /// jobs of processes x nodes workers each. Given several, the largest number of jobs wins.
+  /// @throws std::invalid_argument (nothing given, a negative count, a bad memory size),
+  /// JobQueueError (e.g. memory of a pool that asks for none).
+  void scale(const ScaleTo& to, const std::string& pool = "");
   /// @brief Lets a pool follow the backlog between `minimum` and `maximum` workers; workers
   /// idle for `idle_timeout` are released.
   void adapt(int minimum, int maximum, const std::string& pool = "",
@@ -282,6 +308,17 @@ class Client {
   /// std::cout << client.status().to_text();
   /// @endcode
   ClusterStatus status(int max_events = 0) const;
+  /// @brief Why a task is not running, as `herd explain KEY` prints it: its state, the inputs
+  /// it waits for, each connected worker's reason (resources, walltime left against its
+  /// duration, memory pause, busy, retiring, suspect isolation, gang) and each pool's (what its
+  /// workers offer, walltime, paused and why, Slurm's reasons for pending jobs).
+  /// @throws ConnectionError, TimeoutError (no answer within 30 s)
+  template <typename T>
+  TaskExplanation explain(const Future<T>& future) const {
+    return explain(future.key());
+  }
+  /// @brief The same by key: a TaskOptions::key, or the key a future shows.
+  TaskExplanation explain(const std::string& key) const;
   /// @brief The newest `lines` of a worker's log ("" = every connected worker), as Dask's
   /// Client.get_worker_logs: herd's own lines and what the worker process printed.
   /// @throws LogsNotFound naming the worker when it is not connected (or gone)

@@ -33,6 +33,12 @@ class TaskOptions {
   /// ends before that.
   TaskOptions& duration(std::uint32_t seconds) { duration_s_ = seconds; return *this; }
 
+  /// A task that saves checkpoints (herd::this_task().checkpoint_path()) and gives up when its
+  /// worker drains (this_task().draining(): preemption, walltime): it may be preempted this
+  /// many times, each run resuming on another worker from the last checkpoint (they add to
+  /// retries()).
+  TaskOptions& checkpointable(std::uint32_t preemptions = 3) { retries_ += preemptions; return *this; }
+
   const std::string& key() const { return key_; }
   std::uint32_t duration() const { return duration_s_; }
   std::int32_t priority() const { return priority_; }

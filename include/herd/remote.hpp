@@ -31,6 +31,19 @@ struct TaskInfo {
   void* cuda_stream = nullptr;  ///< a cudaStream_t of its own on gpus[0] (nullptr: no GPU/CUDA)
   int gang_rank = -1;      ///< rank in its gang (-1: not a gang member)
   int gang_size = 0;       ///< members of its gang (0: not a gang member)
+  /// @brief True once the worker running the task drains: Slurm's warning signal, preemption
+  /// (`scancel --signal`), the walltime's retirement margin, or a pool that shrinks. A long
+  /// task then saves a checkpoint (on the shared filesystem) and throws, so that its retry
+  /// on another worker resumes from it (give it TaskOptions::retries). Live: poll it.
+  bool draining() const;
+  /// @brief Seconds until the worker's batch job ends (-1 = no end known).
+  long seconds_left() const;
+  /// @brief Where this task keeps its checkpoint: `dir` (default: $HERD_CHECKPOINT_DIR, a
+  /// directory on the shared filesystem, e.g. set in the pool's env) + "/" + the task's key +
+  /// ".ckpt". The same for every run of the task, so a retry on another worker finds what the
+  /// last run saved (see TaskOptions::checkpointable). The directory is created if missing.
+  /// @throws std::runtime_error when no directory is given or it cannot be created.
+  std::string checkpoint_path(const std::string& dir = "") const;
 };
 
 /// @brief The task running on this thread; empty fields outside a task.

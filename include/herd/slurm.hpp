@@ -83,7 +83,27 @@ class SlurmOptions {
   /// Network interface every worker listener binds and advertises (data port, gang ring, NCCL),
   /// e.g. "ib0" (dask-jobqueue's interface; "" = the interface that routes to the scheduler).
   HERD_SLURM_SETTER(std::string, interface)
+  /// Workers per node of each job (dask-jobqueue's processes): they share the node's cores()
+  /// and memory(), each with cores()/processes() task slots (unless nthreads() is set). On
+  /// one node they are background processes of the batch script; on several, srun tasks.
+  HERD_SLURM_SETTER(int, processes)
+  /// Nodes per job (`--nodes`): one worker per node (times processes()), started with srun;
+  /// cores(), memory() and gpus() are per node.
+  HERD_SLURM_SETTER(int, nodes)
+  /// Generated `#SBATCH` lines that contain one of these strings are left out (e.g. {"--mem"}
+  /// on a site that refuses it); job_extra_directives() are kept.
+  HERD_SLURM_SETTER(std::vector<std::string>, job_directives_skip)
+  /// Lines run after the worker(s) ended, e.g. {"rm -rf $TMPDIR/herd"}; the job's exit status
+  /// is still the workers'.
+  HERD_SLURM_SETTER(std::vector<std::string>, job_script_epilogue)
+  /// First line of the script (default "#!/usr/bin/env bash"; the script needs bash).
+  HERD_SLURM_SETTER(std::string, shebang)
+  /// Extra arguments of sbatch itself, e.g. {"--reservation=mine"} (before the script's name).
+  HERD_SLURM_SETTER(std::vector<std::string>, submit_command_extra)
 #undef HERD_SLURM_SETTER
+
+  /// Workers each job brings: processes() * nodes().
+  int workers_per_job() const { return processes_ * nodes_; }
 
  private:
   std::string pool_ = "default";
@@ -103,6 +123,10 @@ class SlurmOptions {
   int retire_before_ = 60;
   int jobs_ = 0;
   std::string interface_;
+  int processes_ = 1;
+  int nodes_ = 1;
+  std::vector<std::string> job_directives_skip_, job_script_epilogue_, submit_command_extra_;
+  std::string shebang_ = "#!/usr/bin/env bash";
 };
 
 /// @brief The exact batch script a pool submits (the array size is passed to sbatch as
@@ -113,6 +137,11 @@ std::string job_script(const SlurmOptions& options, const std::string& scheduler
 /// @brief Time limit in seconds from Slurm's formats: "MM", "MM:SS", "HH:MM:SS", "D-HH",
 /// "D-HH:MM", "D-HH:MM:SS". @throws std::invalid_argument naming the value.
 long walltime_seconds(const std::string& walltime);
+
+/// @brief Bytes in a Slurm memory size: "8G", "512M", "1T", "4000" (megabytes, as --mem);
+/// K, M, G and T are powers of 1024, and "GB"/"GiB" are read as "G".
+/// @throws std::invalid_argument naming the value.
+long long memory_bytes(const std::string& memory);
 
 /// @brief A scheduler process on this node with one or more pools of Slurm workers.
 ///

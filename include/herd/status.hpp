@@ -41,6 +41,9 @@ struct PoolInfo {
   /// the next try is ("" = it answers). The pool's workers go on meanwhile.
   std::string batch_error;
   double last_answer_s = -1;  ///< seconds since the batch system last answered (-1 = not yet)
+  int workers_per_job = 1;    ///< processes x nodes of each job
+  long walltime_s = 0;        ///< its jobs' time limit in seconds (0 = none)
+  long retire_before_s = 0;   ///< its workers retire this long before the time limit
   std::uint64_t submitted = 0;  ///< jobs submitted since the scheduler started
 };
 
@@ -125,6 +128,30 @@ struct ClusterStatus {
   std::string to_text() const;
   /// @brief One JSON object with every field above (what `herd status --json` prints).
   std::string to_json() const;
+};
+
+/// @brief Why a task is not running: `herd explain KEY`, Client::explain(future).
+/// @code
+/// std::cout << client.explain(future).to_text();
+/// // task train-7 (function train): ready
+/// //   ready: waiting for a free slot on one of the 2 worker(s) that can run it
+/// //   worker 123_0: busy: 4 task(s) on 4 slot(s), or their resources in use
+/// //   pool gpu: its workers can run it; 2 connected, 4 wanted, 2 job(s) pending (Slurm's reasons: Priority: 2)
+/// @endcode
+struct TaskExplanation {
+  bool found = false;       ///< the scheduler knows the task
+  std::string key;          ///< its key
+  std::string function;     ///< its function
+  std::string state;        ///< waiting, ready, processing, memory, erred, cancelled
+  std::string summary;      ///< one line: where it runs, or why it does not
+  std::vector<std::string> inputs;   ///< waiting: inputs not computed yet, "key (state)"
+  std::vector<std::string> workers;  ///< ready: each connected worker, "name: why not there"
+  std::vector<std::string> pools;    ///< ready: each pool, whether a worker it brings could run it
+  bool never = false;       ///< no connected worker and no pool can ever run it
+  std::map<std::string, double> resources;  ///< what it needs
+  int duration_s = 0;       ///< its TaskOptions::duration (0 = none)
+  /// @brief The explanation as `herd explain` prints it.
+  std::string to_text() const;
 };
 
 }  // namespace herd

@@ -12,6 +12,8 @@ int jobscript_main(const std::vector<std::string>& args);
 int sweep_main(const std::vector<std::string>& args);
 /// `herd status ARGS...` (src/cli/status.cpp)
 int status_main(const std::vector<std::string>& args);
+/// `herd explain KEY ARGS...` (src/cli/status.cpp)
+int explain_main(const std::vector<std::string>& args);
 /// `herd logs ARGS...` (src/cli/logs.cpp)
 int logs_main(const std::vector<std::string>& args);
 

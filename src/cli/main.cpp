@@ -23,6 +23,7 @@ const char* kUsage =
     "              (herd sweep --grid lr=0.1,0.01 --metric loss -- python train.py --lr {lr})\n"
     "  status      show a running scheduler's workers, tasks, pools and jobs\n"
     "              (herd status --scheduler tcp://host:port [--json])\n"
+    "  explain     why a task is not running (herd explain KEY --scheduler tcp://host:port)\n"
     "  logs        a worker's log, a job's output file or a task's output\n"
     "              (herd logs [WORKER|JOB|TASK] --scheduler tcp://host:port [-n LINES])\n"
     "  version     print herd's version and the wire protocol version it speaks (also --version)\n";
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   if (command == "sweep") return herd::detail::sweep_main(args);
   if (command == "status") return herd::detail::status_main(args);
   if (command == "logs") return herd::detail::logs_main(args);
+  if (command == "explain") return herd::detail::explain_main(args);
   if (command == "version" || command == "--version") {
     // Clients, schedulers and workers talk only when their wire protocol versions match.
     std::cout << "herd " << HERD_VERSION << " (wire protocol " << static_cast<int>(herd::protocol::kProtocolVersion)

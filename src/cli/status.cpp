@@ -31,4 +31,22 @@ int status_main(const std::vector<std::string>& args) {
   }
 }
 
+int explain_main(const std::vector<std::string>& args) {
+  CLI::App app{"herd explain: why a task is not running (its inputs, each worker's and each pool's reason)"};
+  app.name("herd explain");
+  SchedulerArgs scheduler(app);
+  std::string key;
+  app.add_option("key", key, "the task's key (TaskOptions::key, or the key its future shows)")->required();
+  if (const int rc = scheduler.parse(app, args); rc >= 0) return rc;
+  try {
+    Client client = scheduler.connect("herd-explain");
+    const TaskExplanation e = client.explain(key);
+    std::cout << e.to_text() << std::flush;
+    return e.found ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::cerr << "herd explain: " << e.what() << "\n";
+    return 1;
+  }
+}
+
 }  // namespace herd::detail

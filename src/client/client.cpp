@@ -23,6 +23,7 @@
 #include "common/logging.hpp"
 #include "common/util.hpp"
 #include "herd/client.hpp"
+#include "herd/slurm.hpp"
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
 
@@ -904,6 +905,27 @@ void Client::scale(int n, const std::string& pool) {
   scale_request(*core_, req);
 }
 
+void Client::scale(const ScaleTo& to, const std::string& pool) {
+  if (to.jobs() < -1 || to.workers() < -1 || to.cores() < -1) {
+    throw std::invalid_argument("scale: jobs, workers and cores must be >= 0");
+  }
+  if (to.jobs() < 0 && to.workers() < 0 && to.cores() < 0 && to.memory().empty()) {
+    throw std::invalid_argument("scale: give jobs, workers, cores or memory");
+  }
+  protocol::ScalePoolRequest req;
+  req.pool = pool;
+  if (to.workers() >= 0) {
+    req.target = static_cast<std::uint32_t>(to.workers());
+    if (to.jobs() >= 0 || to.cores() >= 0 || !to.memory().empty()) {
+      throw std::invalid_argument("scale: give workers alone, or jobs, cores and memory");
+    }
+  }
+  req.jobs = to.jobs();
+  req.cores = to.cores();
+  if (!to.memory().empty()) req.memory = memory_bytes(to.memory());
+  scale_request(*core_, req);
+}
+
 void Client::adapt(int minimum, int maximum, const std::string& pool, std::chrono::seconds idle_timeout) {
   if (minimum < 0 || maximum < minimum) {
     throw std::invalid_argument("adapt: need 0 <= minimum <= maximum, got " + std::to_string(minimum) +
@@ -958,6 +980,17 @@ ClusterStatus Client::status(int max_events) const {
   req.max_events = static_cast<std::uint32_t>(std::max(0, max_events));
   return detail::to_cluster_status(ask_scheduler(core, lock, req, core.next_status_id_, core.out_statuses_,
                                                  core.status_replies_, "status"));
+}
+
+TaskExplanation Client::explain(const std::string& key) const {
+  auto& core = *core_;
+  std::unique_lock lock(core.mu_);
+  protocol::StatusRequest req;
+  req.explain = true;
+  req.explain_key = key;
+  return detail::to_task_explanation(ask_scheduler(core, lock, req, core.next_status_id_, core.out_statuses_,
+                                                   core.status_replies_, "explain")
+                                         .explanation);
 }
 
 int Client::n_workers() const {

@@ -30,6 +30,9 @@ PoolInfo to_pool_info(const protocol::PoolStatus& p) {
   i.stalled = static_cast<int>(p.stalled);
   i.batch_error = p.batch_error;
   i.last_answer_s = p.last_answer_s;
+  i.workers_per_job = static_cast<int>(p.workers_per_job);
+  i.walltime_s = static_cast<long>(p.walltime_s);
+  i.retire_before_s = static_cast<long>(p.retire_before_s);
   i.submitted = p.submitted;
   return i;
 }
@@ -184,6 +187,9 @@ std::string ClusterStatus::to_json() const {
     x["stalled"] = p.stalled;
     x["batch_error"] = p.batch_error;
     x["last_answer_s"] = p.last_answer_s;
+    x["workers_per_job"] = p.workers_per_job;
+    x["walltime_s"] = p.walltime_s;
+    x["retire_before_s"] = p.retire_before_s;
     x["submitted"] = p.submitted;
     o["pools"].push_back(std::move(x));
   }
@@ -296,6 +302,43 @@ std::string ClusterStatus::to_text() const {
     }
   }
   return out.str();
+}
+
+
+TaskExplanation detail::to_task_explanation(const protocol::TaskExplanation& e) {
+  TaskExplanation out;
+  out.found = e.found;
+  out.key = e.key;
+  out.function = e.function;
+  out.state = e.state;
+  out.summary = e.summary;
+  out.inputs = e.inputs;
+  out.workers = e.workers;
+  out.pools = e.pools;
+  out.never = e.never;
+  out.resources = e.resources;
+  out.duration_s = static_cast<int>(e.duration_s);
+  return out;
+}
+
+std::string TaskExplanation::to_text() const {
+  if (!found) return summary + "\n";
+  std::string s = "task " + key + " (function " + function + "): " + state + "\n";
+  s += "  " + summary + "\n";
+  if (never) s += "  NOTHING CAN RUN IT: no connected worker, and no pool's workers, offer what it needs\n";
+  if (!resources.empty()) {
+    s += "  needs:";
+    for (const auto& [r, amount] : resources) s += " " + r + "=" + util::format_double(amount);
+    s += "\n";
+  }
+  if (duration_s > 0) s += "  duration: " + std::to_string(duration_s) + " s\n";
+  if (!inputs.empty()) s += "  inputs not ready:\n";
+  for (const auto& i : inputs) s += "    " + i + "\n";
+  if (!workers.empty()) s += "  workers:\n";
+  for (const auto& w : workers) s += "    " + w + "\n";
+  if (!pools.empty()) s += "  pools:\n";
+  for (const auto& p : pools) s += "    " + p + "\n";
+  return s;
 }
 
 }  // namespace herd

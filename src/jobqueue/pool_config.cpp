@@ -140,6 +140,12 @@ const std::map<std::string, Setter>& setters() {
     str("worker_executable", &SlurmOptions::worker_executable);
     str("warning_signal", &SlurmOptions::warning_signal);
     str("interface", &SlurmOptions::interface);
+    str("shebang", &SlurmOptions::shebang);
+    num("processes", &SlurmOptions::processes);
+    num("nodes", &SlurmOptions::nodes);
+    list("job_directives_skip", &SlurmOptions::job_directives_skip);
+    list("job_script_epilogue", &SlurmOptions::job_script_epilogue);
+    list("submit_command_extra", &SlurmOptions::submit_command_extra);
     num("cores", &SlurmOptions::cores);
     num("nthreads", &SlurmOptions::nthreads);
     num("gpus", &SlurmOptions::gpus);
@@ -275,6 +281,8 @@ std::string to_toml(const SchedulerConfig& c) {
     t.insert("warning_seconds", o.warning_seconds());
     t.insert("retire_before", o.retire_before());
     t.insert("jobs", o.jobs());
+    t.insert("processes", o.processes());
+    t.insert("nodes", o.nodes());
     auto str = [&](const char* key, const std::string& v) { t.insert(key, text(at + key, v)); };
     str("memory", o.memory());
     str("partition", o.partition());
@@ -287,6 +295,7 @@ std::string to_toml(const SchedulerConfig& c) {
     str("worker_executable", o.worker_executable());
     str("warning_signal", o.warning_signal());
     str("interface", o.interface());
+    str("shebang", o.shebang());
     auto list = [&](const char* key, const std::vector<std::string>& v) {
       toml::array a;
       for (const auto& s : v) a.push_back(text(at + key, s));
@@ -295,6 +304,9 @@ std::string to_toml(const SchedulerConfig& c) {
     list("job_extra_directives", o.job_extra_directives());
     list("job_script_prologue", o.job_script_prologue());
     list("worker_extra_args", o.worker_extra_args());
+    list("job_directives_skip", o.job_directives_skip());
+    list("job_script_epilogue", o.job_script_epilogue());
+    list("submit_command_extra", o.submit_command_extra());
     toml::table env, resources;
     for (const auto& [k, v] : o.env()) env.insert(text(at + "env", k), text(at + "env." + k, v));
     for (const auto& [k, v] : o.resources()) insert_amount(resources, text(at + "resources", k), v);

@@ -13,6 +13,12 @@
 //   jobs = 2                        # initial size; or adapt_minimum / adapt_maximum
 //   job_script_prologue = ["module load gcc/12", "source ~/venv/bin/activate"]
 //   worker_extra_args = ["--load", "/home/me/libtasks.so"]
+//   processes = 2                   # workers per node of a job, sharing its cores and memory
+//   nodes = 1                       # nodes per job (one srun task per worker)
+//   job_directives_skip = ["--mem"] # generated #SBATCH lines containing these are left out
+//   job_script_epilogue = ["echo done"]
+//   shebang = "#!/bin/bash -l"
+//   submit_command_extra = ["--reservation=mine"]   # arguments of sbatch itself
 //
 //   [pool.cpu.env]                  # or, in the pool's table: env = ["OMP_NUM_THREADS=4"]
 //   OMP_NUM_THREADS = "4"

@@ -1,4 +1,5 @@
 // The batch script of a Slurm pool, and Slurm's time formats.
+#include <algorithm>
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -57,6 +58,10 @@ void check_script_values(const SlurmOptions& o, const std::string& scheduler_add
   check_line("warning_signal", o.warning_signal());
   check_line("worker_executable", o.worker_executable());
   check_line("scheduler address", scheduler_address);
+  check_line("shebang", o.shebang());
+  for (const auto& d : o.job_directives_skip()) check_line("job_directives_skip", d);
+  for (const auto& l : o.job_script_epilogue()) check_line("job_script_epilogue", l);
+  for (const auto& a : o.submit_command_extra()) check_line("submit_command_extra", a);
   for (const auto& d : o.job_extra_directives()) check_line("job_extra_directives", d);
   for (const auto& l : o.job_script_prologue()) check_line("job_script_prologue", l);
   for (const auto& a : o.worker_extra_args()) check_line("worker_extra_args", a);
@@ -114,33 +119,91 @@ long walltime_seconds(const std::string& w) {
   return days * 86400 + s;
 }
 
+long long memory_bytes(const std::string& m) {
+  auto fail = [&]() -> long long {
+    throw std::invalid_argument("memory '" + m + "' is not a Slurm memory size (e.g. 4000, 512M, 8G, 1T)");
+  };
+  std::size_t digits = 0;
+  while (digits < m.size() && std::isdigit(static_cast<unsigned char>(m[digits]))) ++digits;
+  if (digits == 0 || digits > 15) fail();
+  const long long n = std::stoll(m.substr(0, digits));
+  std::string unit = m.substr(digits);
+  for (auto& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (unit.size() == 3 && unit.substr(1) == "IB") unit = unit.substr(0, 1);
+  if (unit.size() == 2 && unit[1] == 'B') unit = unit.substr(0, 1);
+  long long scale = 0;
+  if (unit.empty() || unit == "M") scale = 1LL << 20;
+  else if (unit == "K") scale = 1LL << 10;
+  else if (unit == "G") scale = 1LL << 30;
+  else if (unit == "T") scale = 1LL << 40;
+  else fail();
+  if (n > (1LL << 62) / scale) fail();
+  return n * scale;
+}
+
 std::string job_script(const SlurmOptions& o, const std::string& scheduler_address) {
   check_script_values(o, scheduler_address);
   if (o.cores() < 1) throw std::invalid_argument("cores must be >= 1, got " + std::to_string(o.cores()));
   if (o.gpus() < 0) throw std::invalid_argument("gpus must be >= 0, got " + std::to_string(o.gpus()));
+  if (o.processes() < 1) throw std::invalid_argument("processes must be >= 1, got " + std::to_string(o.processes()));
+  if (o.nodes() < 1) throw std::invalid_argument("nodes must be >= 1, got " + std::to_string(o.nodes()));
+  if (o.processes() > o.cores()) {
+    throw std::invalid_argument("processes (" + std::to_string(o.processes()) + ") must be at most cores (" +
+                                std::to_string(o.cores()) + "): each worker needs a core of its own");
+  }
+  if (o.nodes() > 1 && o.cores() % o.processes() != 0) {
+    throw std::invalid_argument("cores (" + std::to_string(o.cores()) + ") must be a multiple of processes (" +
+                                std::to_string(o.processes()) + ") when a job spans nodes: srun gives each worker "
+                                "cores/processes CPUs");
+  }
+  if (o.gpus() > 0 && o.processes() > 1) {
+    throw std::invalid_argument("gpus with processes > 1 is not supported: every worker of the node would see "
+                                "all of its GPUs; use processes = 1 (one worker per node) for GPU pools");
+  }
+  if (o.shebang().rfind("#!", 0) != 0) {
+    throw std::invalid_argument("shebang '" + o.shebang() + "' must start with #! (e.g. #!/usr/bin/env bash)");
+  }
   if (o.warning_signal() == "USR1" || o.warning_signal() == "SIGUSR1") {
     throw std::invalid_argument("warning_signal USR1 is used by NCCL; choose TERM, USR2 or another");
   }
   const long walltime = walltime_seconds(o.walltime());
   const std::string name = o.job_name().empty() ? "herd-" + o.pool() : o.job_name();
   const std::string logs = std::filesystem::absolute(o.log_directory()).lexically_normal().string();
-  const int nthreads = o.nthreads() > 0 ? o.nthreads() : o.cores();
+  const int processes = o.processes();
+  const int workers = o.workers_per_job();
+  const int nthreads = o.nthreads() > 0 ? o.nthreads() : std::max(1, o.cores() / processes);
 
   std::ostringstream s;
-  s << "#!/usr/bin/env bash\n";
-  s << "#SBATCH --job-name=" << name << "\n";
-  s << "#SBATCH --output=" << logs << "/" << name << "-%A_%a.out\n";
-  s << "#SBATCH --error=" << logs << "/" << name << "-%A_%a.err\n";
-  if (!o.partition().empty()) s << "#SBATCH --partition=" << o.partition() << "\n";
-  if (!o.account().empty()) s << "#SBATCH --account=" << o.account() << "\n";
-  if (!o.qos().empty()) s << "#SBATCH --qos=" << o.qos() << "\n";
-  s << "#SBATCH --nodes=1\n#SBATCH --ntasks=1\n";
-  s << "#SBATCH --cpus-per-task=" << o.cores() << "\n";
-  if (!o.memory().empty()) s << "#SBATCH --mem=" << o.memory() << "\n";
-  if (o.gpus() > 0) s << "#SBATCH --gres=gpu:" << o.gpus() << "\n";
-  s << "#SBATCH --time=" << o.walltime() << "\n";
+  s << o.shebang() << "\n";
+  // The generated directives, less those job_directives_skip names.
+  auto directive = [&](const std::string& text) {
+    for (const auto& skip : o.job_directives_skip()) {
+      if (!skip.empty() && text.find(skip) != std::string::npos) return;
+    }
+    s << "#SBATCH " << text << "\n";
+  };
+  directive("--job-name=" + name);
+  directive("--output=" + logs + "/" + name + "-%A_%a.out");
+  directive("--error=" + logs + "/" + name + "-%A_%a.err");
+  if (!o.partition().empty()) directive("--partition=" + o.partition());
+  if (!o.account().empty()) directive("--account=" + o.account());
+  if (!o.qos().empty()) directive("--qos=" + o.qos());
+  if (o.nodes() == 1) {
+    // One task: the workers of the node are processes of the batch script, sharing its CPUs.
+    directive("--nodes=1");
+    directive("--ntasks=1");
+    directive("--cpus-per-task=" + std::to_string(o.cores()));
+  } else {
+    // One srun task per worker.
+    directive("--nodes=" + std::to_string(o.nodes()));
+    directive("--ntasks-per-node=" + std::to_string(processes));
+    directive("--cpus-per-task=" + std::to_string(o.cores() / processes));
+  }
+  if (!o.memory().empty()) directive("--mem=" + o.memory());
+  if (o.gpus() > 0) directive("--gres=gpu:" + std::to_string(o.gpus()));
+  directive("--time=" + o.walltime());
   if (!o.warning_signal().empty() && o.warning_seconds() > 0) {
-    s << "#SBATCH --signal=B:" << o.warning_signal() << "@" << o.warning_seconds() << "\n";
+    directive("--signal=B:" + o.warning_signal() + "@" + std::to_string(o.warning_seconds()));
   }
   for (const auto& d : o.job_extra_directives()) {
     s << (d.rfind("#SBATCH", 0) == 0 ? d : "#SBATCH " + d) << "\n";
@@ -176,8 +239,46 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
   s << "export HERD_ROLE=worker\n";
   s << "export HERD_ROLE_ARGS=" << util::shell_quote(util::join(args, " "), util::Quote::always) << "\n";
   const std::string exe = o.worker_executable().empty() ? process::self_executable() : o.worker_executable();
-  // exec: the worker is the batch step's process, so Slurm's signals reach it directly.
-  s << "exec " << util::shell_quote(exe, util::Quote::always) << "\n";
+  const std::string quoted_exe = util::shell_quote(exe, util::Quote::always);
+  if (workers == 1 && o.job_script_epilogue().empty()) {
+    // exec: the worker is the batch step's process, so Slurm's signals reach it directly.
+    s << "exec " << quoted_exe << "\n";
+    return s.str();
+  }
+  // Several workers (or an epilogue): the script stays, starts them in the background and
+  // passes on the signals that Slurm sends the batch shell (--signal=B:..., preemption); a
+  // worker that gets the same signal twice within 300 ms counts it once.
+  s << "export HERD_WORKERS_PER_JOB=" << workers << "\n";
+  s << "export HERD_PROCESSES_PER_NODE=" << processes << "\n";
+  s << "herd_pids=()\n";
+  std::vector<std::string> signals = {"TERM", "INT", "USR2"};
+  std::string warning = o.warning_signal();
+  if (warning.rfind("SIG", 0) == 0) warning = warning.substr(3);
+  if (!warning.empty() && std::find(signals.begin(), signals.end(), warning) == signals.end()) {
+    signals.push_back(warning);
+  }
+  for (const auto& sig : signals) {
+    s << "trap 'kill -" << sig << " \"${herd_pids[@]}\" 2>/dev/null' " << sig << "\n";
+  }
+  if (o.nodes() == 1) {
+    s << "for herd_i in $(seq 0 " << (processes - 1) << "); do\n";
+    s << "  HERD_WORKER_INDEX=$herd_i " << quoted_exe << " &\n";
+    s << "  herd_pids+=($!)\n";
+    s << "done\n";
+  } else {
+    // Each srun task is one worker; SLURM_PROCID tells them apart.
+    s << "srun --nodes=" << o.nodes() << " --ntasks=" << workers << " --ntasks-per-node=" << processes
+      << " --cpus-per-task=" << o.cores() / processes << " --kill-on-bad-exit=0 " << quoted_exe << " &\n";
+    s << "herd_pids+=($!)\n";
+  }
+  // wait returns early when a trapped signal comes: wait again until each one has ended.
+  s << "herd_status=0\n";
+  s << "for herd_pid in \"${herd_pids[@]}\"; do\n";
+  s << "  while true; do herd_s=0; wait \"$herd_pid\" || herd_s=$?; kill -0 \"$herd_pid\" 2>/dev/null || break; done\n";
+  s << "  [ \"$herd_s\" -ne 0 ] && herd_status=$herd_s\n";
+  s << "done\n";
+  for (const auto& line : o.job_script_epilogue()) s << line << "\n";
+  s << "exit \"$herd_status\"\n";
   return s.str();
 }
 

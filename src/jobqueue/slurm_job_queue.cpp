@@ -107,7 +107,9 @@ void SlurmJobQueue::submit(std::size_t count, SubmitDone done) {
   const std::string pool = options_.options.pool();
   const std::string jobs_file = options_.jobs_file;
   const double timeout = options_.command_timeout_s;
-  std::vector<std::string> argv = {"sbatch", "--parsable", "--array=0-" + std::to_string(count - 1), script_path_};
+  std::vector<std::string> argv = {"sbatch", "--parsable", "--array=0-" + std::to_string(count - 1)};
+  argv.insert(argv.end(), options_.options.submit_command_extra().begin(), options_.options.submit_command_extra().end());
+  argv.push_back(script_path_);
   const std::string script = script_path_;
   runner().post([=, this]() -> CommandRunner::Continuation {
     SubmitResult res;

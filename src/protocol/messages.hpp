@@ -302,9 +302,12 @@ struct PoolStatus {
                                              //   or timed out): since when, why, next try ("" = ok)
   double last_answer_s = -1;                 // seconds since the batch system last answered a
                                              //   poll (-1 = not yet)
+  std::uint32_t workers_per_job = 1;         // processes x nodes of each job
+  std::uint32_t walltime_s = 0;              // jobs' time limit (0 = none)
+  std::uint32_t retire_before_s = 0;         // workers retire this long before it
   MSGPACK_DEFINE_MAP(name, kind, target, adaptive, minimum, maximum, pending, running, workers,
                      pending_reasons, paused, last_error, submitted, failed_submissions, last_failure,
-                     crashes, stalled, batch_error, last_answer_s);
+                     crashes, stalled, batch_error, last_answer_s, workers_per_job, walltime_s, retire_before_s);
 };
 
 struct ClusterStateEvent {
@@ -321,7 +324,10 @@ struct ScalePoolRequest {
   std::uint32_t target = 0;
   std::uint32_t minimum = 0, maximum = 0;
   std::uint32_t idle_timeout_s = 0;  // adapt: retire workers idle this long (0 = default)
-  MSGPACK_DEFINE_MAP(request_id, pool, adaptive, target, minimum, maximum, idle_timeout_s);
+  // A fixed size in other units than workers (>= 0 = given; the largest number of jobs any
+  // of them needs wins): whole jobs, cores, memory in bytes.
+  std::int64_t jobs = -1, cores = -1, memory = -1;
+  MSGPACK_DEFINE_MAP(request_id, pool, adaptive, target, minimum, maximum, idle_timeout_s, jobs, cores, memory);
 };
 
 struct ScalePoolReply {
@@ -337,7 +343,28 @@ struct ScalePoolReply {
 struct StatusRequest {
   std::uint64_t request_id = 0;  // echoed in the reply
   std::uint32_t max_events = 0;  // task stream entries wanted (newest last; 0 = none)
-  MSGPACK_DEFINE_MAP(request_id, max_events);
+  // `herd explain` / Client::explain(): explain this task instead (the reply's `explanation`;
+  // the rest of the snapshot is left empty). By key (a user key or a display key) or by id.
+  bool explain = false;
+  std::string explain_key;
+  std::uint64_t explain_id = 0;
+  MSGPACK_DEFINE_MAP(request_id, max_events, explain, explain_key, explain_id);
+};
+
+/// Why a task is not running (`herd explain`, Client::explain()), as HyperQueue's task explain.
+struct TaskExplanation {
+  bool found = false;
+  std::string key;                          // the task's key ("" when not found)
+  std::string function;
+  std::string state;                        // waiting, ready, processing, memory, erred, cancelled
+  std::string summary;                      // one line: where it runs, or why it does not
+  std::vector<std::string> inputs;          // waiting: inputs not in memory yet, "key (state)"
+  std::vector<std::string> workers;         // ready: each connected worker, "name: why not there"
+  std::vector<std::string> pools;           // each pool: whether a worker it brings could run it
+  bool never = false;                       // no connected worker and no pool can ever run it
+  std::map<std::string, double> resources;  // what it needs
+  std::uint32_t duration_s = 0;             // its declared duration (0 = none)
+  MSGPACK_DEFINE_MAP(found, key, function, state, summary, inputs, workers, pools, never, resources, duration_s);
 };
 
 struct WorkerStatus {
@@ -414,9 +441,10 @@ struct StatusReply {
   bool journal_failing = false;             // the journal cannot write (disk full, I/O error)
   std::uint64_t journal_behind = 0;         // records not on disk yet
   bool auth_off = false;                    // HERD_AUTH=off: no authentication, no encryption
+  TaskExplanation explanation;              // asked with StatusRequest::explain
   MSGPACK_DEFINE_MAP(request_id, scheduler_id, address, dashboard, now_ms, uptime_s, clients, workers,
                      tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, no_worker,
-                     journal, journal_failing, journal_behind, auth_off);
+                     journal, journal_failing, journal_behind, auth_off, explanation);
 };
 
 struct AcquireKeysEvent {

@@ -20,6 +20,30 @@ std::string seconds_until(PoolState::Clock::time_point t, PoolState::Clock::time
 
 }  // namespace
 
+// The jobs a fixed-size request asks for: workers (whole jobs of workers_per_job), jobs, cores
+// or memory (the most jobs any of them needs); nullopt with `refused` set when the pool cannot
+// tell (memory of a pool that asks for none).
+std::optional<std::uint32_t> scale_jobs(const PoolPolicy& policy, const protocol::ScalePoolRequest& req,
+                                        std::string& refused) {
+  auto ceil_div = [](std::int64_t a, std::int64_t b) {
+    const std::int64_t d = std::max<std::int64_t>(1, b);
+    return static_cast<std::uint32_t>(std::min<std::int64_t>((a + d - 1) / d, UINT32_MAX));
+  };
+  const bool other_units = req.jobs >= 0 || req.cores >= 0 || req.memory >= 0;
+  std::uint32_t jobs = other_units ? 0 : ceil_div(req.target, policy.workers_per_job);
+  if (req.jobs >= 0) jobs = std::max(jobs, static_cast<std::uint32_t>(req.jobs));
+  if (req.cores >= 0) jobs = std::max(jobs, ceil_div(req.cores, policy.cores_per_job));
+  if (req.memory >= 0) {
+    if (policy.memory_per_job <= 0) {
+      refused = "pool '" + policy.name + "' asks for no memory per job (set its memory option), so herd cannot "
+                "convert scale(memory=) into jobs";
+      return std::nullopt;
+    }
+    jobs = std::max(jobs, ceil_div(req.memory, policy.memory_per_job));
+  }
+  return jobs;
+}
+
 // --- PoolState: decisions ---------------------------------------------------------------------
 
 void PoolState::scale(std::uint32_t n) {
@@ -88,12 +112,15 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
       want = std::min(want, std::ceil(static_cast<double>(backlog) * avg_task_us / (slots * 10e6)));
       if (backlog > 0) want = std::max(want, 1.0);
     }
-    desired = static_cast<std::uint32_t>(std::clamp(want, static_cast<double>(policy_.minimum),
-                                                    static_cast<double>(policy_.maximum)));
+    std::uint32_t want_workers = static_cast<std::uint32_t>(
+        std::clamp(want, static_cast<double>(policy_.minimum), static_cast<double>(policy_.maximum)));
     // Never below the workers that are busy: shrink only by idleness (below).
     std::uint32_t busy = 0;
     for (const auto& w : workers) busy += (!w.leaving && !w.idle);
-    desired = std::max(desired, std::min(busy, policy_.maximum));
+    want_workers = std::max(want_workers, std::min(busy, policy_.maximum));
+    // Whole jobs: the bounds count workers, each job brings workers_per_job of them.
+    const std::uint32_t per_job = std::max<std::uint32_t>(1, policy_.workers_per_job);
+    desired = (want_workers + per_job - 1) / per_job;
   }
   desired_ = desired;
   if (active < desired) {
@@ -106,19 +133,34 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
     std::uint32_t excess = active - desired;
     // Pending jobs go first: they cost nothing to drop.
     for (auto it = pending.rbegin(); it != pending.rend() && excess > 0; ++it, --excess) queue_cancel(now, *it);
-    // Then running workers: for a fixed size at once; when adapting, only after idle_timeout.
-    std::vector<const PoolWorker*> candidates;
+    // Then running jobs, every worker of each: for a fixed size at once; when adapting, only
+    // once all of its workers have been idle for idle_timeout.
+    struct Candidate {
+      std::vector<std::uint32_t> ids;
+      bool idle = true;
+      Clock::time_point idle_since{};
+      bool eligible = true;
+    };
+    std::map<std::string, Candidate> by_job;
     for (const auto& w : workers) {
-      if (w.leaving || !jobs_.count(w.job_id) || cancelled_.count(w.job_id)) continue;
-      if (policy_.adaptive && !(w.idle && now - w.idle_since >= policy_.idle_timeout)) continue;
-      candidates.push_back(&w);
+      if (!jobs_.count(w.job_id) || cancelled_.count(w.job_id)) continue;
+      Candidate& c = by_job[w.job_id];
+      if (w.leaving) c.eligible = false;
+      if (policy_.adaptive && !(w.idle && now - w.idle_since >= policy_.idle_timeout)) c.eligible = false;
+      c.ids.push_back(w.id);
+      c.idle = c.idle && w.idle;
+      c.idle_since = std::max(c.idle_since, w.idle_since);
     }
-    std::sort(candidates.begin(), candidates.end(), [](const PoolWorker* a1, const PoolWorker* b1) {
+    std::vector<const Candidate*> candidates;
+    for (const auto& [job, c] : by_job) {
+      if (c.eligible) candidates.push_back(&c);
+    }
+    std::sort(candidates.begin(), candidates.end(), [](const Candidate* a1, const Candidate* b1) {
       return a1->idle != b1->idle ? a1->idle : a1->idle_since < b1->idle_since;
     });
-    for (const PoolWorker* w : candidates) {
+    for (const Candidate* c : candidates) {
       if (excess == 0) break;
-      a.retire.push_back(w->id);
+      a.retire.insert(a.retire.end(), c->ids.begin(), c->ids.end());
       --excess;
     }
   }
@@ -256,11 +298,12 @@ void PoolState::cancelled(Clock::time_point now, const std::vector<std::string>&
   HERD_LOG(warning) << "pool " << name() << ": " << error << " (" << ids.size() << " job(s); trying again)";
 }
 
-void PoolState::worker_left(Clock::time_point now, const std::string& job_id, bool worked) {
+void PoolState::worker_left(Clock::time_point now, const std::string& job_id, bool worked, bool siblings) {
   if (worked && (jobs_.count(job_id) || std::any_of(undecided_.begin(), undecided_.end(),
                                                     [&](const auto& u) { return u.first.id == job_id; }))) {
     worked_.insert(job_id);
   }
+  if (siblings) return;  // the job goes with its last worker
   auto it = jobs_.find(job_id);
   if (it == jobs_.end() || cancelled_.count(job_id)) return;
   // The worker of an incarnation the batch system already requeued: the job is its next one,
@@ -302,7 +345,10 @@ void PoolState::clear_jobs() {
 protocol::PoolStatus PoolState::status(std::uint32_t connected_workers, Clock::time_point now) const {
   protocol::PoolStatus s;
   s.name = policy_.name;
-  s.target = desired_;
+  s.target = desired_ * std::max<std::uint32_t>(1, policy_.workers_per_job);  // workers
+  s.workers_per_job = policy_.workers_per_job;
+  s.walltime_s = policy_.walltime_s;
+  s.retire_before_s = policy_.retire_before_s;
   s.adaptive = policy_.adaptive;
   s.minimum = policy_.minimum;
   s.maximum = policy_.maximum;

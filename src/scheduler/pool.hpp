@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -39,6 +40,10 @@ struct PoolPolicy {
   std::uint32_t minimum = 0, maximum = 0;
   std::chrono::seconds idle_timeout{60};
   std::uint32_t slots_per_worker = 1;
+  std::uint32_t workers_per_job = 1;        // processes x nodes: `target` counts jobs, scale()
+                                            //   and adapt() bounds count workers
+  std::uint32_t cores_per_job = 1;          // for scale(cores=)
+  long long memory_per_job = 0;             // bytes, for scale(memory=) (0 = not known)
   std::map<std::string, double> resources;  // what its workers offer
   std::uint32_t retire_before_s = 60;       // workers retire this long before their walltime
   std::uint32_t walltime_s = 0;             // jobs' time limit (0 = none)
@@ -61,6 +66,13 @@ struct PoolPolicy {
     return retire_before_s + std::min(retire_before_s, walltime_s / 4);
   }
 };
+
+/// The jobs a fixed-size scale request asks for: `target` workers (whole jobs of
+/// workers_per_job), or `jobs`, `cores` or `memory` when given (the most jobs any of them
+/// needs). nullopt with `refused` saying why when the pool cannot tell (memory of a pool that
+/// asks for none).
+std::optional<std::uint32_t> scale_jobs(const PoolPolicy& policy, const protocol::ScalePoolRequest& req,
+                                        std::string& refused);
 
 /// The scheduler's view of one worker of the pool, each step.
 struct PoolWorker {
@@ -99,7 +111,7 @@ class PoolState {
 
   const std::string& name() const { return policy_.name; }
   const PoolPolicy& policy() const { return policy_; }
-  /// The user asks for a size or bounds: also resumes a paused pool (try now).
+  /// The user asks for a size (in jobs) or bounds (in workers): also resumes a paused pool.
   void scale(std::uint32_t n);
   void adapt(std::uint32_t minimum, std::uint32_t maximum, std::chrono::seconds idle_timeout);
 
@@ -116,7 +128,8 @@ class PoolState {
   void output_read(const std::string& job, std::vector<std::string> files, std::vector<std::string> tail);
   /// A worker of job `job_id` left: the job goes too (in the next scancel). `worked`: it had
   /// tasks or results (its death is then the tasks' business, not a crash loop's).
-  void worker_left(Clock::time_point now, const std::string& job_id, bool worked = false);
+  /// `siblings`: other workers of the same job are still connected (the job stays for them).
+  void worker_left(Clock::time_point now, const std::string& job_id, bool worked = false, bool siblings = false);
 
   bool submitting() const { return submitting_; }
   bool polling() const { return polling_; }
@@ -203,7 +216,9 @@ class Pool {
   /// Jobs that ended (id, how), from polls answered since the last call.
   PoolState::Ended take_ended();
   /// A worker of job `job_id` left: make sure the job is gone too (gathered into one scancel).
-  void worker_left(const std::string& job_id, bool worked = false) { state_.worker_left(Clock::now(), job_id, worked); }
+  void worker_left(const std::string& job_id, bool worked = false, bool siblings = false) {
+    state_.worker_left(Clock::now(), job_id, worked, siblings);
+  }
   /// `done(error)` once the submission under way is answered ("" = accepted), or at once when
   /// none is (the scale reply waits for sbatch without the loop waiting).
   void when_settled(std::function<void(const std::string& error)> done);

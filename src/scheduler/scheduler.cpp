@@ -355,6 +355,13 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
     case MessageType::status_request: {
       protocol::StatusRequest req;
       if (!protocol::decode<MessageType::status_request>(msg, req, error)) break;
+      if (req.explain) {  // `herd explain` (status.cpp)
+        protocol::StatusReply reply;
+        reply.explanation = explain(req);
+        reply.request_id = req.request_id;
+        protocol::send<MessageType::status_reply>(socket_, msg.identity, reply);
+        break;
+      }
       protocol::StatusReply reply = status_snapshot(std::min<std::uint32_t>(req.max_events, 10000));
       reply.request_id = req.request_id;
       protocol::send<MessageType::status_reply>(socket_, msg.identity, reply);
@@ -432,7 +439,12 @@ void Scheduler::flush() {
       worker_identity_.erase(identity);
     }
     if (Pool* pool = find_pool(d.pool); pool != nullptr && !d.pool.empty() && !d.job_id.empty() && d.release_job) {
-      pool->worker_left(d.job_id, d.worked);
+      // A job of several workers stays while one of them is still connected.
+      bool siblings = false;
+      for (const auto& [wid, w] : state_.workers()) {
+        siblings = siblings || (wid != d.id && w.pool == d.pool && w.job_id == d.job_id);
+      }
+      pool->worker_left(d.job_id, d.worked, siblings);
     }
     logs_worker_gone(d.id, d.name, d.why);  // pending `herd logs` requests stop waiting for it
   }
@@ -506,10 +518,18 @@ void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req,
     reply.error = pools_.empty() ? std::string("this scheduler has no worker pool to scale")
                                  : "no pool named '" + req.pool + "'";
   } else {
+    std::string refused;
     if (req.adaptive) {
       pool->adapt(req.minimum, req.maximum, std::chrono::seconds(req.idle_timeout_s));
-    } else {
-      pool->scale(req.target);
+    } else if (const auto jobs = scale_jobs(pool->policy(), req, refused)) {
+      pool->scale(*jobs);
+    }
+    if (!refused.empty()) {
+      reply.error = refused;
+      if (const std::string* identity = identity_of(Role::client, id)) {
+        protocol::send<MessageType::scale_reply>(socket_, *identity, reply);
+      }
+      return;
     }
     step_pools(now);  // start the submission now
     state_.outbox().cluster_changed = true;

@@ -58,6 +58,8 @@ class Scheduler {
   /// Workers, tasks by state and function, throughput, pools and jobs, and the newest
   /// `max_events` task runs (src/scheduler/status.cpp).
   protocol::StatusReply status_snapshot(std::uint32_t max_events) const;
+  /// `herd explain`: the task's explanation from the core, and each pool's part (status.cpp).
+  protocol::TaskExplanation explain(const protocol::StatusRequest& req) const;
   /// "http://127.0.0.1:8787/" once bind() started the dashboard ("" = none).
   const std::string& dashboard_url() const { return dashboard_url_; }
 

@@ -33,7 +33,21 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
   scheduler::PoolPolicy policy;
   policy.name = o.pool();
   policy.target = static_cast<std::uint32_t>(std::max(0, o.jobs()));
-  policy.slots_per_worker = static_cast<std::uint32_t>(o.nthreads() > 0 ? o.nthreads() : o.cores());
+  if (pc.kind == "local" && o.workers_per_job() != 1) {
+    throw std::runtime_error("pool '" + o.pool() + "' is local: processes and nodes are for Slurm pools "
+                             "(a local pool's jobs are one worker each)");
+  }
+  policy.slots_per_worker = static_cast<std::uint32_t>(
+      o.nthreads() > 0 ? o.nthreads() : std::max(1, o.cores() / std::max(1, o.processes())));
+  policy.workers_per_job = static_cast<std::uint32_t>(std::max(1, o.workers_per_job()));
+  policy.cores_per_job = static_cast<std::uint32_t>(std::max(1, o.cores() * std::max(1, o.nodes())));
+  if (!o.memory().empty()) {
+    try {
+      policy.memory_per_job = memory_bytes(o.memory()) * std::max(1, o.nodes());
+    } catch (const std::invalid_argument&) {
+      // Slurm's to judge; scale(memory=) then says the pool's memory is unknown.
+    }
+  }
   policy.resources = o.resources();
   if (o.gpus() > 0) policy.resources["gpu"] = o.gpus();
   policy.retire_before_s = static_cast<std::uint32_t>(std::max(0, o.retire_before()));

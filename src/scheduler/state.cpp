@@ -1021,7 +1021,6 @@ std::map<std::string, std::uint64_t> SchedulerState::unrunnable() const {
 }
 
 void SchedulerState::steal(const Now& now) {
-  (void)now;
   // Idle threads whose shapes have nothing ready, while other workers queue tasks beyond their
   // threads: take queued (unstarted) tasks back from them, so they run on the idle threads.
   // The victim hands back only what it has not started; a task that started meanwhile just
@@ -1066,6 +1065,12 @@ void SchedulerState::steal(const Now& now) {
       auto& pool = offer[sid];
       for (std::size_t& i = next[sid]; i < pool.size() && want > 0; ++i) {
         Task* t = pool[i];  // on an overloaded worker: never the thief's own
+        // A task whose duration the thief's walltime cannot hold would only come back to where
+        // it was, turn after turn.
+        if (t->duration_s > 0 && thief->end_time > 0 &&
+            now.unix_s() + static_cast<std::int64_t>(t->duration_s) > thief->end_time) {
+          continue;
+        }
         t->stealing = true;
         out(t->worker).cancel.push_back(t->id);
         --want;

@@ -338,6 +338,12 @@ class SchedulerState {
   const std::map<std::string, double>& resources_of(const Task& t) const;
   /// Why `t` cannot run anywhere now ("" = it can, or it is not ready).
   std::string why_no_worker(const Task& t) const;
+  /// The task with this key (a user key, or a display key "<function>-<hex id>"); nullptr when
+  /// none. O(tasks): for `herd explain`, not the hot path.
+  const Task* find_by_key(const std::string& key) const;
+  /// Why `t` is not running (state_explain.cpp): its inputs, and each connected worker's reason.
+  /// The pools' part is the server's (it holds them).
+  protocol::TaskExplanation explain(const Task& t, const Now& now) const;
   /// Ready tasks no connected worker can run, by reason (for status).
   std::map<std::string, std::uint64_t> unrunnable() const;
   double avg_task_us() const { return avg_task_us_; }

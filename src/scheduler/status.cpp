@@ -3,6 +3,7 @@
 // the event loop's thread; the HTTP thread only ever sees a published copy.
 #include <algorithm>
 
+#include "common/util.hpp"
 #include "common/logging.hpp"
 #include "scheduler/http_server.hpp"
 #include "scheduler/scheduler.hpp"
@@ -85,7 +86,10 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
     for (const auto& [id, w] : state_.workers()) {
       if (w.pool != p->name()) continue;
       ++connected;
-      if (!w.job_id.empty()) by_job[w.job_id] = w.name;
+      if (!w.job_id.empty()) {  // several workers per job: "12_0.0, 12_0.1"
+        std::string& names = by_job[w.job_id];
+        names += (names.empty() ? "" : ", ") + w.name;
+      }
     }
     s.pools.push_back(p->status(connected));
     for (const auto& [job_id, info] : p->jobs()) {
@@ -145,6 +149,76 @@ void Scheduler::start_dashboard() {
 
 void Scheduler::publish_dashboard() {
   if (http_) http_->publish(status_snapshot(kDashboardEvents));
+}
+
+}  // namespace herd::scheduler
+
+namespace herd::scheduler {
+
+protocol::TaskExplanation Scheduler::explain(const protocol::StatusRequest& req) const {
+  const Now at = now();
+  const Task* t = nullptr;
+  if (req.explain_id != 0) t = state_.graph().find(req.explain_id);
+  if (t == nullptr && !req.explain_key.empty()) t = state_.find_by_key(req.explain_key);
+  if (t == nullptr || t->scattered) {
+    protocol::TaskExplanation e;
+    e.summary = "no task " + (req.explain_key.empty() ? "with this id" : "'" + req.explain_key + "'") +
+                " in the scheduler (finished and released, never submitted, or a typo)";
+    return e;
+  }
+  protocol::TaskExplanation e = state_.explain(*t, at);
+  if (t->status != TaskStatus::ready) return e;
+  // Each pool: could a worker it brings run the task, and what its jobs are doing.
+  bool some_pool = false;
+  std::string waiting_pool;
+  for (const auto& p : pools_) {
+    const PoolPolicy& policy = p->policy();
+    std::string line = "pool " + p->name() + ": ";
+    std::string missing;
+    for (const auto& [r, amount] : e.resources) {
+      auto it = policy.resources.find(r);
+      if (it == policy.resources.end() || it->second + 1e-9 < amount) {
+        missing += (missing.empty() ? "" : ", ") + r + " " + util::format_double(amount) + " (its workers offer " +
+                   util::format_double(it == policy.resources.end() ? 0 : it->second) + ")";
+      }
+    }
+    const std::int64_t usable = static_cast<std::int64_t>(policy.walltime_s) - policy.retire_before_s;
+    if (!missing.empty()) {
+      e.pools.push_back(line + "cannot run it: the task needs " + missing);
+      continue;
+    }
+    if (policy.walltime_s > 0 && e.duration_s > 0 && static_cast<std::int64_t>(e.duration_s) > usable) {
+      e.pools.push_back(line + "cannot run it: its jobs' walltime (" + std::to_string(policy.walltime_s) +
+                        " s) less the retirement margin (" + std::to_string(policy.retire_before_s) +
+                        " s) is shorter than the task's duration (" + std::to_string(e.duration_s) + " s)");
+      continue;
+    }
+    some_pool = true;
+    std::uint32_t connected = 0;
+    for (const auto& [id, w] : state_.workers()) connected += w.pool == p->name();
+    const protocol::PoolStatus ps = p->status(connected);
+    line += "its workers can run it; " + std::to_string(connected) + " connected, " + std::to_string(ps.target) +
+            " wanted" + (ps.adaptive ? " (adaptive " + std::to_string(ps.minimum) + "-" + std::to_string(ps.maximum) + ")" : "");
+    if (ps.running > 0) line += ", " + std::to_string(ps.running) + " job(s) running";
+    if (ps.pending > 0) {
+      line += ", " + std::to_string(ps.pending) + " job(s) pending";
+      std::string reasons;
+      for (const auto& [why, n] : ps.pending_reasons) reasons += (reasons.empty() ? "" : ", ") + why + ": " + std::to_string(n);
+      if (!reasons.empty()) line += " (Slurm's reasons: " + reasons + ")";
+    }
+    if (!ps.paused.empty()) line += "; PAUSED: " + ps.paused;
+    if (!ps.batch_error.empty()) line += "; the batch system does not answer: " + ps.batch_error;
+    if (ps.target == 0 && !ps.adaptive) line += "; scaled to 0: scale() or adapt() brings workers";
+    if (waiting_pool.empty() && (ps.pending > 0 || !ps.paused.empty())) waiting_pool = line;
+    e.pools.push_back(std::move(line));
+  }
+  if (e.never && !some_pool) {
+    e.summary += pools_.empty() ? "; no pool could bring a worker that can" : "; and no pool's workers could either";
+  } else if (e.never) {
+    e.never = false;
+    e.summary += waiting_pool.empty() ? "; a pool's workers could (see pools)" : "; " + waiting_pool;
+  }
+  return e;
 }
 
 }  // namespace herd::scheduler

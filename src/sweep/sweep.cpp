@@ -376,6 +376,10 @@ class Sweep::Impl::Driver {
   std::deque<Run> pending_;
   std::size_t runs_ = 0;
   std::uint64_t submitted_ = 0;
+  std::uint32_t duration_s_ = 0;  // TaskOptions::duration of each trial (0 = none)
+  /// With a timeout: the duration trials ask for, bounded by the pools' walltimes; a warning
+  /// when it had to be (a trial asking for more than any worker has would wait for ever).
+  std::string bound_duration();
 
   // Shared with the monitor thread.
   std::mutex mu_;
@@ -403,6 +407,35 @@ void Sweep::Impl::Driver::monitor_loop() {
   }
 }
 
+std::string Sweep::Impl::Driver::bound_duration() {
+  duration_s_ = s_.timeout_s > 0 ? static_cast<std::uint32_t>(std::ceil(s_.timeout_s)) : 0;
+  if (duration_s_ == 0) return {};
+  std::vector<PoolInfo> pools;
+  try {
+    pools = client_.status().pools;
+  } catch (const std::exception&) {
+    return {};  // the scheduler did not answer: the trials ask for their timeout
+  }
+  long longest = -1;  // usable walltime of the pool that has most (-1 = every pool has none)
+  std::string names;
+  for (const auto& p : pools) {
+    if (p.walltime_s <= 0) return {};  // a pool without a time limit fits any timeout
+    longest = std::max(longest, p.walltime_s - p.retire_before_s);
+    names += (names.empty() ? "" : ", ") + p.name + " " + std::to_string(p.walltime_s) + " s less " +
+             std::to_string(p.retire_before_s) + " s";
+  }
+  if (longest < 0 || duration_s_ <= longest) return {};
+  if (longest < 1) {
+    throw std::invalid_argument("herd sweep: no pool's workers have any time for a trial: walltime less "
+                                "retire_before is at most 0 (" + names + ")");
+  }
+  const std::string asked = util::format_double(s_.timeout_s);
+  duration_s_ = static_cast<std::uint32_t>(longest);
+  return "warning: the timeout (" + asked + " s) is longer than any worker's time (walltime less the retirement "
+         "margin: " + names + "); trials ask for " + std::to_string(longest) + " s, and one still running when its "
+         "worker retires is cut short and retried elsewhere. Raise the pools' walltime, or lower the timeout.";
+}
+
 void Sweep::Impl::Driver::submit(const Run& run) {
   const std::size_t t = run.trial;
   TrialRequest request = s_.request(ids_[t], t, trials_[t], budget_text(run.rung));
@@ -411,7 +444,7 @@ void Sweep::Impl::Driver::submit(const Run& run) {
               std::to_string(++submitted_));
   for (const auto& [name, amount] : s_.resources) options.resource(name, amount);
   // With a timeout, the scheduler avoids a Slurm worker whose job would end first.
-  if (s_.timeout_s > 0) options.duration(static_cast<std::uint32_t>(std::ceil(s_.timeout_s)));
+  if (duration_s_ > 0) options.duration(duration_s_);
   InFlight job;
   job.run = run;
   job.future = client_.submit_by_name<TrialOutput>(sweep::kRunTrialTask, options, std::move(request));
@@ -585,6 +618,7 @@ SweepReport Sweep::Impl::Driver::run() {
       head += "; " + std::to_string(store_->unreadable_lines()) + " unreadable line(s) ignored";
     }
     view_->note(head, counts_);
+    if (const std::string warning = bound_duration(); !warning.empty()) view_->note(warning, counts_);
   }
   std::thread monitor([this] { monitor_loop(); });
   struct Joiner {

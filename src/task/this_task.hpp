@@ -9,4 +9,9 @@ namespace herd::detail {
 /// The TaskInfo of the task on this thread (set by the worker).
 TaskInfo& current_task();
 
+/// The worker starts draining (TaskInfo::draining); `end_unix_s` is when its job ends (0 =
+/// unknown). Safe from a signal handler.
+void set_worker_draining();
+void set_worker_end_time(long long end_unix_s);
+
 }  // namespace herd::detail

@@ -3,6 +3,7 @@
 #include <cxxabi.h>
 #include <dlfcn.h>
 #include <sys/eventfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,6 +35,13 @@ using protocol::TaskId;
 namespace {
 std::atomic<bool> g_stop{false};
 std::atomic<int> g_drain_signals{0};
+std::atomic<long long> g_first_drain_ms{0};  // CLOCK_MONOTONIC, when the first one came
+
+long long monotonic_ms() {  // async-signal-safe
+  timespec ts{};
+  ::clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<long long>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
 using util::demangle;
 using util::hostname;
@@ -62,7 +70,15 @@ void Worker::wake_io() {
 }
 
 void Worker::request_drain() {
-  if (g_drain_signals.fetch_add(1) >= 1) g_stop.store(true);  // a second signal: leave now
+  // A second signal: leave now. One that follows the first within 300 ms is the same signal
+  // come twice (a job script with several workers passes on what Slurm sent it, and scancel
+  // may have sent it to the worker itself too); a person's second Ctrl-C comes later.
+  const long long now = monotonic_ms();
+  if (g_drain_signals.fetch_add(1) == 0) {
+    g_first_drain_ms.store(now);
+  } else if (now - g_first_drain_ms.load() >= 300) {
+    g_stop.store(true);
+  }
 }
 
 Worker::Worker(WorkerOptions options)
@@ -73,6 +89,14 @@ Worker::Worker(WorkerOptions options)
   if (options_.name.empty()) {
     const char* job = std::getenv("HERD_JOB_ID");
     options_.name = job != nullptr && *job ? std::string(job) : hostname() + ":" + std::to_string(::getpid());
+    // Several workers of one job: "12345_0.1" (the job script numbers them on one node, srun's
+    // SLURM_PROCID across nodes).
+    const char* per_job = std::getenv("HERD_WORKERS_PER_JOB");
+    if (job != nullptr && *job && per_job != nullptr && std::atoi(per_job) > 1) {
+      const char* index = std::getenv("HERD_WORKER_INDEX");
+      if (index == nullptr) index = std::getenv("SLURM_PROCID");
+      options_.name += "." + (index != nullptr ? std::string(index) : std::to_string(::getpid()));
+    }
   }
   // The batch job's end: Slurm's own figure when it gives one, else start + walltime.
   const auto now_unix = std::chrono::duration_cast<std::chrono::seconds>(
@@ -83,10 +107,15 @@ Worker::Worker(WorkerOptions options)
     end_time_ = now_unix + std::atoll(wall);
   }
   if (const char* before = std::getenv("HERD_RETIRE_BEFORE_S")) retire_before_s_ = std::atoll(before);
+  detail::set_worker_end_time(end_time_);
   // Under Slurm, stay below the job's memory (the cgroup would kill us without a word).
   if (options_.memory_limit == 0) {
     if (const char* mb = std::getenv("SLURM_MEM_PER_NODE"); mb != nullptr && std::atoll(mb) > 0) {
       options_.memory_limit = static_cast<std::uint64_t>(std::atoll(mb)) * 1024 * 1024 * 95 / 100;
+      // The workers of one node share its memory.
+      if (const char* p = std::getenv("HERD_PROCESSES_PER_NODE"); p != nullptr && std::atoi(p) > 1) {
+        options_.memory_limit /= static_cast<std::uint64_t>(std::atoi(p));
+      }
     }
   }
   // GPUs: what the batch system gave this job. An explicit --resources gpu=N wins for the
@@ -343,6 +372,11 @@ int Worker::run() {
         grace = std::min(grace, std::chrono::milliseconds(std::max<std::int64_t>(0, (end_time_ - unix_now - 2) * 1000)));
       }
       drain_deadline_ = now + grace;
+      // Running tasks learn it (this_task().draining(), seconds_left()): time to checkpoint.
+      detail::set_worker_end_time(std::chrono::duration_cast<std::chrono::seconds>(
+                                      std::chrono::system_clock::now().time_since_epoch()).count() +
+                                  std::chrono::duration_cast<std::chrono::seconds>(grace).count());
+      detail::set_worker_draining();
       HERD_LOG(info) << "signal received: draining for at most " << grace.count() << " ms";
       if (!retire_asked_) {
         retire_asked_ = true;
@@ -359,6 +393,7 @@ int Worker::run() {
                                 std::chrono::system_clock::now().time_since_epoch()).count();
       if (unix_now + retire_before_s_ >= end_time_) {
         retire_asked_ = true;
+        detail::set_worker_draining();
         HERD_LOG(info) << "walltime ends in " << (end_time_ - unix_now) << " s: asking to retire";
         protocol::send<MessageType::retire_request>(sched_, "", {"walltime ends in " + std::to_string(end_time_ - unix_now) + " s"});
       }

@@ -192,3 +192,44 @@ TEST_CASE("Progress.Text.Format" * doctest::timeout(10)) {
   CHECK(herd::detail::progress_text(10, 1, 10, 4.0, false) == "10/10 (100%), 1 failed, 2.5/s, 4 s");
   CHECK(herd::detail::progress_text(0, 0, 3, 1.0, false) == "0/3 (0%), 0.0/s, ETA ?");
 }
+
+TEST_CASE("Explain.ClientAndCli.ResourcesInputsAndRunning" * doctest::timeout(90)) {
+  herd::Client client{herd::LocalCluster{1}};
+  client.wait_for_workers(1);
+  auto big = client.submit(herd::TaskOptions{}.key("needs-bigmem").resource("bigmem", 1), square, 3);
+  auto slow = client.submit(herd::TaskOptions{}.key("slow-one"), nap, 4000);
+  auto after = client.submit(herd::TaskOptions{}.key("after-slow"), square, slow);
+  // Nothing present or to come offers bigmem: flagged, with each worker's and pool's reason.
+  herd::TaskExplanation e;
+  REQUIRE(herd::testing::eventually([&] { return (e = client.explain(big)).state == "ready"; }, 20s));
+  INFO(e.to_text());
+  CHECK(e.found);
+  CHECK(e.key == "needs-bigmem");
+  CHECK(e.never);
+  CHECK(e.summary.find("no connected worker offers {bigmem: 1}") != std::string::npos);
+  REQUIRE(e.workers.size() == 1);
+  CHECK(e.workers[0].find("offers nothing, the task needs {bigmem: 1}") != std::string::npos);
+  REQUIRE(e.pools.size() == 1);
+  CHECK(e.pools[0].find("pool local: cannot run it: the task needs bigmem 1 (its workers offer 0)") == 0);
+  // Running, and a task waiting for it.
+  REQUIRE(herd::testing::eventually([&] { return client.explain(slow).state == "processing"; }, 20s));
+  CHECK(client.explain(slow).summary.find("running on worker") == 0);
+  e = client.explain(after);
+  CHECK(e.state == "waiting");
+  REQUIRE(e.inputs.size() == 1);
+  CHECK(e.inputs[0] == "slow-one (processing)");
+  CHECK_FALSE(e.never);
+  // The command line: the same text; an unknown key is an error that says so.
+  int rc = -1;
+  const std::string text =
+      run_command(std::string(HERD_CLI_PATH) + " explain needs-bigmem --scheduler " + client.scheduler_address(), &rc);
+  CHECK(rc == 0);
+  CHECK(text.find("task needs-bigmem (function square): ready") == 0);
+  CHECK(text.find("NOTHING CAN RUN IT") != std::string::npos);
+  const std::string none =
+      run_command(std::string(HERD_CLI_PATH) + " explain no-such-task --scheduler " + client.scheduler_address(), &rc);
+  CHECK(rc == 1);
+  CHECK(none.find("no task 'no-such-task'") != std::string::npos);
+  CHECK(after.result() == 16000000);
+  big.cancel();
+}

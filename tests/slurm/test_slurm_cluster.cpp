@@ -250,3 +250,86 @@ TEST_CASE("Slurm.TwoPools.GpuTasksOnlyOnGpuWorkers" * doctest::timeout(180)) {
   CHECK(queued(name + "-cpu").empty());
   CHECK(queued(name + "-gpu").empty());
 }
+
+TEST_CASE("Slurm.JobScript.ProcessesNodesAndExtrasAcceptedBySbatchTestOnly" * doctest::timeout(60)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("testonly-shape");
+  for (const auto& o : {options(name).cores(2).processes(2).job_script_epilogue({"echo bye"}),
+                        options(name).cores(2).nodes(1).processes(2).shebang("#!/bin/bash -l"),
+                        options(name).job_directives_skip({"--mem"}).job_extra_directives({"--mem=200M"})}) {
+    const std::string script = herd::job_script(o, "tcp://127.0.0.1:1");
+    const std::string path = "/tmp/" + name + ".sbatch";
+    std::ofstream(path) << script;
+    auto r = run({"sbatch", "--test-only", "--comment=herd-extra", path});
+    INFO(script);
+    INFO(r.stderr_tail);
+    CHECK(r.exit_code == 0);
+    CHECK(r.stderr_tail.find("to start at") != std::string::npos);
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_CASE("Slurm.Processes.TwoWorkersPerJobAndScaleByCores" * doctest::timeout(240)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("procs");
+  herd::Client client{herd::SlurmCluster{
+      options(name).cores(2).memory("600M").processes(2).submit_command_extra({"--comment=herd-extra-" + name})}};
+  client.scale(2);  // two workers: one job of two processes
+  client.wait_for_workers(2, 120s);
+  auto jobs = queued(name);
+  CHECK(jobs.size() == 1);
+  // sbatch got the extra argument.
+  auto comment = run({"squeue", "--noheader", "--name=" + name, "--format=%k"});
+  CHECK(std::string(comment.stdout_tail).find("herd-extra-" + name) != std::string::npos);
+  auto status = client.status();
+  REQUIRE(status.workers.size() == 2);
+  std::set<std::string> names;
+  for (const auto& w : status.workers) {
+    names.insert(w.name);
+    CHECK(w.job_id == status.workers[0].job_id);  // both registered with the job's id
+    CHECK(w.nthreads == 1);                        // the job's 2 cores split
+  }
+  CHECK(names.size() == 2);
+  REQUIRE(status.pools.size() == 1);
+  CHECK(status.pools[0].workers_per_job == 2);
+  CHECK(status.pools[0].target == 2);
+  // Tasks run on both.
+  std::vector<herd::Future<int>> naps;
+  for (int i = 0; i < 8; ++i) naps.push_back(client.submit(nap, 300));
+  for (auto& f : naps) CHECK(f.result() == 300);
+  // scale(cores=4): two jobs of 2 cores, four workers.
+  client.scale(herd::ScaleTo{}.cores(4));
+  client.wait_for_workers(4, 120s);
+  CHECK(queued(name).size() == 2);
+  client.scale(0);
+  CHECK(eventually([&] { return queued(name).empty(); }, 60s));
+  client.close();
+  CHECK(queued(name).empty());
+}
+
+TEST_CASE("Slurm.Explain.PendingJobsGiveSlurmsReason" * doctest::timeout(120)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("explain");
+  // A job that may not start for an hour: it pends with Slurm's reason BeginTime.
+  herd::Client client{herd::SlurmCluster{options(name).job_extra_directives({"--begin=now+3600"})}};
+  client.scale(1);
+  auto f = client.submit(herd::TaskOptions{}.key("waits-for-a-job"), nap, 10);
+  herd::TaskExplanation e;
+  const bool explained = eventually(
+      [&] {
+        e = client.explain(f);
+        return !e.pools.empty() && e.pools[0].find("BeginTime") != std::string::npos;
+      },
+      60s);
+  INFO(e.to_text());
+  REQUIRE(explained);
+  CHECK(e.state == "ready");
+  CHECK_FALSE(e.never);
+  CHECK(e.summary.find("no worker is connected") == 0);
+  CHECK(e.pools[0].find("pool default: its workers can run it; 0 connected, 1 wanted, 1 job(s) pending "
+                        "(Slurm's reasons: BeginTime: 1)") == 0);
+  CHECK(e.summary.find("BeginTime") != std::string::npos);
+  f.cancel();
+  client.close();
+  CHECK(queued(name).empty());
+}

@@ -124,3 +124,30 @@ TEST_CASE("Sweep.Slurm.CommandLineWithAConfigurationFile" * doctest::timeout(300
   CHECK(rows == 3);
   fs::remove_all(dir);
 }
+
+TEST_CASE("Sweep.Slurm.TimeoutLongerThanTheWalltimeRunsWithAWarning" * doctest::timeout(300)) {
+  // Trials ask for a duration equal to their timeout: 600 s on jobs of 120 s less a 60 s
+  // retirement margin would fit no worker and wait for ever. The sweep says so at the start
+  // and asks for 60 s.
+  if (!slurm_up()) return;
+  const std::string name = unique("sweepwall");
+  const std::string dir = "/tmp/" + name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir + "/cluster.toml") << "[pool.cpu]\npartition = \"cpu\"\ncores = 1\nmemory = \"300M\"\n"
+                                       << "walltime = \"00:02:00\"\nretire_before = 60\njob_name = \"" << name
+                                       << "\"\nlog_directory = \"" << dir << "/logs\"\njobs = 1\n";
+  const fs::path cli = fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd";
+  REQUIRE(fs::exists(cli));
+  const std::string line = "cd " + herd::util::shell_quote(dir) + " && timeout 200 " +
+                           herd::util::shell_quote(cli.string()) +
+                           " sweep --config cluster.toml --grid x=3,1 --metric loss --timeout 600 --progress lines "
+                           "-- 'echo herd-metric loss={x}' 2>&1";
+  const herd::ShellResult r = herd::shell(herd::ShellCommand{line});
+  INFO(r.stdout_tail);
+  CHECK(r.exit_code == 0);
+  CHECK(r.stdout_tail.find("warning: the timeout (600 s) is longer than any worker's time (walltime less the "
+                           "retirement margin: cpu 120 s less 60 s); trials ask for 60 s") != std::string::npos);
+  CHECK(r.stdout_tail.find("2 trials: 2 ok") != std::string::npos);
+  fs::remove_all(dir);
+}

@@ -476,3 +476,67 @@ TEST_CASE("Pool.Shell.AnswersComeLaterAndTheScaleReplyWaitsForThem") {
   (void)pool.step(now + 7000ms, 0, -1, {});
   CHECK(s.polls == 3);
 }
+
+TEST_CASE("Pool.WorkersPerJob.ScaleAndAdaptCountWholeJobs") {
+  PoolPolicy p = policy();
+  p.workers_per_job = 2;
+  p.cores_per_job = 8;
+  p.memory_per_job = 16LL << 30;
+  std::string refused;
+  auto jobs = [&](std::int64_t workers, std::int64_t j, std::int64_t cores, std::int64_t memory) {
+    herd::protocol::ScalePoolRequest req;
+    req.target = static_cast<std::uint32_t>(workers);
+    req.jobs = j;
+    req.cores = cores;
+    req.memory = memory;
+    return herd::scheduler::scale_jobs(p, req, refused);
+  };
+  CHECK(jobs(5, -1, -1, -1) == 3u);               // 5 workers: three jobs of two
+  CHECK(jobs(4, -1, -1, -1) == 2u);
+  CHECK(jobs(0, 3, -1, -1) == 3u);                // jobs as asked
+  CHECK(jobs(0, -1, 20, -1) == 3u);               // 20 cores: three jobs of 8
+  CHECK(jobs(0, -1, -1, 40LL << 30) == 3u);       // 40 GiB: three jobs of 16
+  CHECK(jobs(0, 1, 17, 1) == 3u);                 // several: the most jobs wins
+  CHECK(refused.empty());
+  p.memory_per_job = 0;
+  CHECK_FALSE(jobs(0, -1, -1, 1LL << 30).has_value());
+  CHECK(refused.find("asks for no memory") != std::string::npos);
+
+  // Adapt: the bounds and the backlog count workers, the submissions jobs.
+  p.memory_per_job = 16LL << 30;
+  Sim s(p);
+  s.pool.adapt(0, 6, std::chrono::seconds(60));
+  s.step(0, 5);  // five tasks of one slot: five workers, three jobs
+  REQUIRE(s.submissions.size() == 1);
+  CHECK(s.submissions[0].second == 3);
+  CHECK(s.pool.status(0, at(0)).target == 6);  // in workers
+  CHECK(s.pool.status(0, at(0)).workers_per_job == 2);
+}
+
+TEST_CASE("Pool.WorkersPerJob.ShrinkRetiresWholeJobsAndAJobStaysForItsLastWorker") {
+  PoolPolicy p = policy();
+  p.workers_per_job = 2;
+  Sim s(p);
+  s.pool.scale(2);
+  s.step(0);
+  s.run_all();
+  s.step(1.0);
+  const auto long_ago = at(-120);
+  std::vector<PoolWorker> w = {{1, "job0", true, long_ago, false}, {2, "job0", true, long_ago, false},
+                               {3, "job1", false, long_ago, false}, {4, "job1", true, long_ago, false}};
+  // One job too many: both workers of one job retire (the idle job first), none of the other.
+  s.pool.scale(1);
+  auto a = s.step(2.0, 0, -1, w);
+  CHECK(a.retire == std::vector<std::uint32_t>{1, 2});
+  // The first of them leaves: its sibling still runs there, the job stays.
+  w[0].leaving = w[1].leaving = true;
+  s.pool.worker_left(at(2.1), "job0", false, /*siblings=*/true);
+  a = s.step(4.0, 0, -1, {w[1], w[2], w[3]});
+  CHECK(a.cancel.empty());
+  // The last one leaves: the job goes.
+  s.pool.worker_left(at(4.1), "job0", false, /*siblings=*/false);
+  s.step(4.2, 0, -1, {w[2], w[3]});
+  a = s.step(6.0, 0, -1, {w[2], w[3]});
+  REQUIRE(s.cancels.size() == 1);
+  CHECK(s.cancels[0] == std::vector<std::string>{"job0"});
+}

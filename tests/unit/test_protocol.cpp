@@ -231,7 +231,25 @@ TEST_CASE("Protocol.Status.RoundTrip") {
   CHECK(out.jobs.at(0).reason == "Priority");
   CHECK(out.events.at(0).end_ms == 1500);
   CHECK_FALSE(out.events.at(0).ok);
-  CHECK(round_trip(StatusRequest{3, 100}).max_events == 100);
+  StatusRequest request;
+  request.request_id = 3;
+  request.max_events = 100;
+  CHECK(round_trip(request).max_events == 100);
+  // `herd explain`: the key asked about, and the explanation back.
+  request.explain = true;
+  request.explain_key = "train-7";
+  const StatusRequest explain = round_trip(request);
+  CHECK(explain.explain);
+  CHECK(explain.explain_key == "train-7");
+  StatusReply reply;
+  reply.explanation.found = true;
+  reply.explanation.key = "train-7";
+  reply.explanation.workers = {"w1: busy"};
+  reply.explanation.never = true;
+  const StatusReply reply_back = round_trip(reply);
+  CHECK(reply_back.explanation.key == "train-7");
+  CHECK(reply_back.explanation.workers == std::vector<std::string>{"w1: busy"});
+  CHECK(reply_back.explanation.never);
 }
 
 TEST_CASE("Protocol.Logs.RoundTrip") {

@@ -782,3 +782,56 @@ TEST_CASE("SchedulerState.Replicate.NCopiesOnceComputedAndFailuresRetried") {
   CHECK(take_acquires(h, t).empty());
   CHECK(h.task(t)->who_has.size() == 3);
 }
+
+TEST_CASE("State.Explain.GivesEachWorkersReason") {
+  Harness h;
+  // cpu-1's one "slot" resource is held by the first task: nothing more fits there.
+  const WorkerId cpu = h.add_worker("cpu-1", 1, {{"slot", 1}});
+  const TaskId first = h.submit("f", {{"slot", 1}});
+  h.turn();
+  h.add_worker("gpu-short", 1, {{"gpu", 1}, {"slot", 1}}, h.now.unix_s() + 100);
+  const Task* running = h.state.graph().find(first);
+  REQUIRE(running != nullptr);
+  auto e = h.state.explain(*running, h.now);
+  CHECK(e.state == "processing");
+  CHECK(e.summary.find("running on worker") != std::string::npos);
+
+  // Waiting on an input that is not computed yet.
+  const TaskId second = h.submit("g", {}, {first});
+  h.turn();
+  e = h.state.explain(*h.state.graph().find(second), h.now);
+  CHECK(e.state == "waiting");
+  CHECK(e.summary == "waiting for 1 of its 1 input(s) to be computed");
+  REQUIRE(e.inputs.size() == 1);
+  CHECK(e.inputs[0].find("(processing)") != std::string::npos);
+
+  // Ready, but cpu-1 is busy and gpu-short's walltime is too short for its duration.
+  const TaskId third = h.submit("h", {{"slot", 1}}, {}, 0, /*duration_s=*/500);
+  h.turn();
+  const Task* t3 = h.state.graph().find(third);
+  REQUIRE(t3->status == TaskStatus::ready);
+  e = h.state.explain(*t3, h.now);
+  CHECK(e.state == "ready");
+  CHECK_FALSE(e.never);
+  REQUIRE(e.workers.size() == 2);
+  CHECK(e.workers[0].find("cpu-1: busy") == 0);
+  CHECK(e.workers[1].find("gpu-short: has 100 s of walltime left, the task needs 500 s") == 0);
+  CHECK(e.summary.find("waiting for a free slot on one of the 1 worker(s)") != std::string::npos);
+
+  // Resources no connected worker offers: never, as far as the core knows.
+  const TaskId fourth = h.submit("k", {{"bigmem", 1}});
+  h.turn();
+  e = h.state.explain(*h.state.graph().find(fourth), h.now);
+  CHECK(e.never);
+  CHECK(e.summary.find("no connected worker offers {bigmem: 1}") != std::string::npos);
+  CHECK(e.workers[0].find("cpu-1: offers {slot: 1}, the task needs {bigmem: 1}") == 0);
+  CHECK(e.resources == std::map<std::string, double>{{"bigmem", 1}});
+
+  // Found by key; a finished task says so.
+  const std::string key = h.state.graph().key_of(*h.state.graph().find(fourth));
+  CHECK(h.state.find_by_key(key) == h.state.graph().find(fourth));
+  CHECK(h.state.find_by_key("no-such-key") == nullptr);
+  h.finish(cpu);
+  e = h.state.explain(*h.state.graph().find(first), h.now);
+  CHECK(e.state == "memory");
+}

@@ -1,11 +1,18 @@
 // Job scripts, Slurm time formats and the scheduler's configuration file, without Slurm.
 #include <doctest/doctest.h>
 
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <herd/slurm.hpp>
 
 #include "jobqueue/pool_config.hpp"
+#include "support/process_util.hpp"
 
 using herd::jobqueue::parse_config;
 
@@ -357,4 +364,199 @@ TEST_CASE("Slurm.Config.ErrorsNameTheProblem") {
   // A missing file is named.
   CHECK_THROWS_WITH_AS(herd::jobqueue::load_config("/nonexistent/cluster.toml"),
                        doctest::Contains("/nonexistent/cluster.toml"), std::invalid_argument);
+}
+
+// --- Several workers per job, nodes, and the other job options -------------------------------
+
+namespace {
+bool has_line(const std::string& script, const std::string& line) {
+  return script.find("\n" + line + "\n") != std::string::npos;
+}
+}  // namespace
+
+TEST_CASE("Slurm.JobScript.ProcessesShareTheJobsCores") {
+  const auto o = herd::SlurmOptions{}.pool("cpu").cores(8).memory("16G").processes(2).worker_executable("/bin/w");
+  const std::string s = herd::job_script(o, "tcp://login1:8786");
+  INFO(s);
+  // One task of 8 CPUs; the two workers are processes of the batch script with 4 slots each.
+  CHECK(has_line(s, "#SBATCH --nodes=1"));
+  CHECK(has_line(s, "#SBATCH --ntasks=1"));
+  CHECK(has_line(s, "#SBATCH --cpus-per-task=8"));
+  CHECK(has_line(s, "#SBATCH --mem=16G"));
+  CHECK(has_line(s, "export HERD_ROLE_ARGS='--scheduler tcp://login1:8786 --nthreads 4'"));
+  CHECK(has_line(s, "export HERD_WORKERS_PER_JOB=2"));
+  CHECK(has_line(s, "export HERD_PROCESSES_PER_NODE=2"));
+  CHECK(has_line(s, "for herd_i in $(seq 0 1); do"));
+  CHECK(has_line(s, "  HERD_WORKER_INDEX=$herd_i '/bin/w' &"));
+  CHECK(has_line(s, "trap 'kill -TERM \"${herd_pids[@]}\" 2>/dev/null' TERM"));
+  CHECK(s.find("exec ") == std::string::npos);  // the script stays, to pass signals on
+  CHECK(s.find("srun") == std::string::npos);
+  // nthreads, when set, wins.
+  CHECK(herd::job_script(herd::SlurmOptions{o}.nthreads(3), "tcp://h:1").find("--nthreads 3") != std::string::npos);
+  CHECK(herd::SlurmOptions{o}.workers_per_job() == 2);
+}
+
+TEST_CASE("Slurm.JobScript.NodesStartOneWorkerPerNodeWithSrun") {
+  const auto o = herd::SlurmOptions{}.cores(4).nodes(3).worker_executable("/bin/w");
+  const std::string s = herd::job_script(o, "tcp://h:1");
+  INFO(s);
+  CHECK(has_line(s, "#SBATCH --nodes=3"));
+  CHECK(has_line(s, "#SBATCH --ntasks-per-node=1"));
+  CHECK(has_line(s, "#SBATCH --cpus-per-task=4"));
+  CHECK(s.find("--ntasks=1\n") == std::string::npos);
+  CHECK(has_line(s, "srun --nodes=3 --ntasks=3 --ntasks-per-node=1 --cpus-per-task=4 --kill-on-bad-exit=0 '/bin/w' &"));
+  CHECK(has_line(s, "export HERD_WORKERS_PER_JOB=3"));
+  CHECK(s.find("--nthreads 4") != std::string::npos);
+  // Two nodes of two workers: four srun tasks of half the cores each.
+  const std::string s2 = herd::job_script(herd::SlurmOptions{o}.nodes(2).processes(2), "tcp://h:1");
+  CHECK(has_line(s2, "#SBATCH --ntasks-per-node=2"));
+  CHECK(has_line(s2, "#SBATCH --cpus-per-task=2"));
+  CHECK(has_line(s2, "srun --nodes=2 --ntasks=4 --ntasks-per-node=2 --cpus-per-task=2 --kill-on-bad-exit=0 '/bin/w' &"));
+  CHECK(herd::SlurmOptions{o}.nodes(2).processes(2).workers_per_job() == 4);
+}
+
+TEST_CASE("Slurm.JobScript.SkipEpilogueShebang") {
+  const auto o = herd::SlurmOptions{}
+                     .qos("high")
+                     .memory("4G")
+                     .job_directives_skip({"--mem", "--qos"})
+                     .job_extra_directives({"--mem-per-cpu=1G"})
+                     .job_script_epilogue({"echo all done", "rm -rf /tmp/scratch-$SLURM_JOB_ID"})
+                     .shebang("#!/bin/bash -l")
+                     .worker_executable("/bin/w");
+  const std::string s = herd::job_script(o, "tcp://h:1");
+  INFO(s);
+  CHECK(s.rfind("#!/bin/bash -l\n", 0) == 0);
+  CHECK(s.find("#SBATCH --mem=4G") == std::string::npos);  // skipped
+  CHECK(s.find("#SBATCH --qos") == std::string::npos);
+  CHECK(has_line(s, "#SBATCH --mem-per-cpu=1G"));         // the user's own directives stay
+  CHECK(has_line(s, "#SBATCH --time=01:00:00"));
+  // With an epilogue even one worker runs in the background, and the epilogue after it.
+  CHECK(s.find("exec ") == std::string::npos);
+  CHECK(s.find("echo all done") > s.find("'/bin/w' &"));
+  CHECK(s.find("rm -rf /tmp/scratch-$SLURM_JOB_ID") < s.find("exit \"$herd_status\""));
+  // Without them the script is what it was: exec of the worker.
+  CHECK(herd::job_script(herd::SlurmOptions{}.worker_executable("/bin/w"), "tcp://h:1").find("\nexec '/bin/w'\n") !=
+        std::string::npos);
+}
+
+TEST_CASE("Slurm.JobScript.RejectsBadJobShapes") {
+  auto refuses = [](const herd::SlurmOptions& o, const std::string& words) {
+    INFO(words);
+    CHECK_THROWS_WITH_AS(herd::job_script(o, "tcp://h:1"), doctest::Contains(words.c_str()), std::invalid_argument);
+  };
+  refuses(herd::SlurmOptions{}.cores(2).processes(3), "processes (3) must be at most cores (2)");
+  refuses(herd::SlurmOptions{}.processes(0), "processes must be >= 1");
+  refuses(herd::SlurmOptions{}.nodes(0), "nodes must be >= 1");
+  refuses(herd::SlurmOptions{}.cores(5).processes(2).nodes(2), "cores (5) must be a multiple of processes (2)");
+  refuses(herd::SlurmOptions{}.cores(4).processes(2).gpus(2), "gpus with processes > 1");
+  refuses(herd::SlurmOptions{}.shebang("/bin/bash"), "must start with #!");
+  refuses(herd::SlurmOptions{}.job_script_epilogue({"ok", "two\nlines"}), "job_script_epilogue");
+  refuses(herd::SlurmOptions{}.submit_command_extra({"--x\n"}), "submit_command_extra");
+  // One node, cores not a multiple: the processes share the task's CPUs, floor(cores/processes) slots.
+  CHECK(herd::job_script(herd::SlurmOptions{}.cores(5).processes(2), "tcp://h:1").find("--nthreads 2") !=
+        std::string::npos);
+}
+
+TEST_CASE("Slurm.MemoryBytes") {
+  CHECK(herd::memory_bytes("4000") == 4000LL << 20);
+  CHECK(herd::memory_bytes("512M") == 512LL << 20);
+  CHECK(herd::memory_bytes("8G") == 8LL << 30);
+  CHECK(herd::memory_bytes("8gb") == 8LL << 30);
+  CHECK(herd::memory_bytes("8GiB") == 8LL << 30);
+  CHECK(herd::memory_bytes("1T") == 1LL << 40);
+  CHECK(herd::memory_bytes("64K") == 64LL << 10);
+  CHECK_THROWS_WITH_AS(herd::memory_bytes("lots"), doctest::Contains("'lots'"), std::invalid_argument);
+  CHECK_THROWS_AS(herd::memory_bytes(""), std::invalid_argument);
+  CHECK_THROWS_AS(herd::memory_bytes("8Q"), std::invalid_argument);
+  CHECK_THROWS_AS(herd::memory_bytes("-1G"), std::invalid_argument);
+}
+
+TEST_CASE("Slurm.Config.JobShapeKeys") {
+  std::istringstream in(R"(
+[pool.cpu]
+cores = 8
+processes = 2
+nodes = 2
+job_directives_skip = ["--mem"]
+job_script_epilogue = ["echo bye"]
+shebang = "#!/bin/bash -l"
+submit_command_extra = ["--reservation=mine", "--hold"]
+)");
+  const auto c = parse_config(in, "cluster.toml");
+  REQUIRE(c.pools.size() == 1);
+  const auto& o = c.pools[0].options;
+  CHECK(o.processes() == 2);
+  CHECK(o.nodes() == 2);
+  CHECK(o.job_directives_skip() == std::vector<std::string>{"--mem"});
+  CHECK(o.job_script_epilogue() == std::vector<std::string>{"echo bye"});
+  CHECK(o.shebang() == "#!/bin/bash -l");
+  CHECK(o.submit_command_extra() == std::vector<std::string>{"--reservation=mine", "--hold"});
+  // Written and read back: the same options.
+  std::istringstream again(herd::jobqueue::to_toml(c));
+  const auto back = parse_config(again, "generated");
+  REQUIRE(back.pools.size() == 1);
+  const auto& b = back.pools[0].options;
+  CHECK(b.processes() == 2);
+  CHECK(b.nodes() == 2);
+  CHECK(b.job_directives_skip() == o.job_directives_skip());
+  CHECK(b.job_script_epilogue() == o.job_script_epilogue());
+  CHECK(b.shebang() == o.shebang());
+  CHECK(b.submit_command_extra() == o.submit_command_extra());
+  std::istringstream bad("[pool.cpu]\nprocesses = \"two\"\n");
+  CHECK_THROWS_WITH_AS(parse_config(bad, "c.toml"), doctest::Contains("processes must be an integer"),
+                       std::invalid_argument);
+}
+
+TEST_CASE("Slurm.JobScript.WorkersRunInTheBackgroundAndGetTheSignal" * doctest::timeout(60)) {
+  // The script itself, run by bash as the batch step would run it, with a stand-in worker that
+  // records how it was started and which signals reached it.
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("herd-script-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  const std::string d = dir.string();
+  const std::string worker = d + "/worker.sh";
+  std::ofstream(worker) << "#!/usr/bin/env bash\n"
+                           "echo \"$HERD_WORKER_INDEX|$HERD_JOB_ID|$HERD_ROLE_ARGS\" > " << d << "/started.$HERD_WORKER_INDEX\n"
+                           "trap 'echo TERM >> " << d << "/term.$HERD_WORKER_INDEX; exit 0' TERM\n"
+                           "while true; do sleep 0.05; done\n";
+  fs::permissions(worker, fs::perms::owner_all);
+  const auto o = herd::SlurmOptions{}.cores(6).processes(3).worker_executable(worker).job_script_epilogue(
+      {"echo \"after $HERD_WORKERS_PER_JOB\" > " + d + "/epilogue"});
+  const std::string script = d + "/job.sbatch";
+  std::ofstream(script) << herd::job_script(o, "tcp://h:1");
+
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::setenv("SLURM_ARRAY_JOB_ID", "77", 1);
+    ::setenv("SLURM_ARRAY_TASK_ID", "4", 1);
+    ::execl("/bin/bash", "bash", script.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  auto started = [&] {
+    for (int i = 0; i < 3; ++i) {  // written whole: the line ends with its newline
+      const std::string line = herd::testing::read_file(d + "/started." + std::to_string(i));
+      if (line.empty() || line.back() != '\n') return false;
+    }
+    return true;
+  };
+  REQUIRE(herd::testing::eventually(started, std::chrono::seconds(20)));
+  for (int i = 0; i < 3; ++i) {
+    CHECK(herd::testing::read_file(d + "/started." + std::to_string(i)) ==
+          std::to_string(i) + "|77_4|--scheduler tcp://h:1 --nthreads 2\n");
+  }
+  CHECK_FALSE(fs::exists(d + "/epilogue"));  // the workers still run
+  // Slurm's warning signal (--signal=B:TERM) reaches the batch shell only: it passes it on.
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  pid_t done = 0;
+  REQUIRE(herd::testing::eventually([&] { return (done = ::waitpid(pid, &status, WNOHANG)) == pid; },
+                                    std::chrono::seconds(20)));
+  CHECK(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  for (int i = 0; i < 3; ++i) CHECK(herd::testing::read_file(d + "/term." + std::to_string(i)) == "TERM\n");
+  CHECK(herd::testing::read_file(d + "/epilogue") == "after 3\n");
+  fs::remove_all(dir);
 }

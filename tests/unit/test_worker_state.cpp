@@ -2,9 +2,16 @@
 // back (what Dask's worker-state tests do). validate() is checked after every step.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+
+#include <herd/options.hpp>
 
 #include "common/data_port.hpp"
+#include "task/this_task.hpp"
 #include "worker/worker_state.hpp"
 
 using namespace herd::worker;
@@ -181,4 +188,29 @@ TEST_CASE("WorkerState.Store.FreeAndAcquire") {
   CHECK(s.out().acquired == std::vector<TaskId>{5});
   CHECK(s.stored_bytes() == 64);
   CHECK(s.validate().empty());
+}
+
+TEST_CASE("Task.CheckpointPath.SameForEveryRunOfATask") {
+  namespace fs = std::filesystem;
+  const std::string dir = (fs::temp_directory_path() / ("herd-ckpt-" + std::to_string(::getpid()))).string();
+  fs::remove_all(dir);
+  herd::TaskInfo& info = herd::detail::current_task();
+  const herd::TaskInfo saved = info;
+  info.key = "long sum/7";
+  // The key as a file name, in the directory given (created).
+  CHECK(herd::this_task().checkpoint_path(dir + "/a") == dir + "/a/long_sum_7.ckpt");
+  CHECK(fs::is_directory(dir + "/a"));
+  // Else $HERD_CHECKPOINT_DIR; neither: an error that says what to set.
+  ::setenv("HERD_CHECKPOINT_DIR", (dir + "/env").c_str(), 1);
+  CHECK(herd::this_task().checkpoint_path() == dir + "/env/long_sum_7.ckpt");
+  ::unsetenv("HERD_CHECKPOINT_DIR");
+  CHECK_THROWS_WITH_AS(herd::this_task().checkpoint_path(), doctest::Contains("HERD_CHECKPOINT_DIR"),
+                       std::runtime_error);
+  info.key.clear();
+  CHECK_THROWS_WITH_AS(herd::this_task().checkpoint_path(dir), doctest::Contains("outside a task"), std::runtime_error);
+  info = saved;
+  // checkpointable(n): n preemptions on top of the retries.
+  CHECK(herd::TaskOptions{}.retries(1).checkpointable(3).retries() == 4);
+  CHECK(herd::TaskOptions{}.checkpointable().retries() == 3);
+  fs::remove_all(dir);
 }
