@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <functional>
+#include <typeinfo>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -77,6 +79,8 @@ struct FutureState {
   std::unique_ptr<protocol::ErrorInfo> error;  // erred / cancelled by the scheduler
   using Watchers = std::vector<std::pair<std::weak_ptr<CompletionQueue>, std::size_t>>;
   std::unique_ptr<Watchers> watchers;
+  // add_done_callback's, run on the callback thread once done (guarded by core->mu_).
+  std::unique_ptr<std::vector<std::function<void()>>> callbacks;
   std::string key() const { return custom_key.empty() ? display_key(*function, id) : custom_key; }
   ~FutureState();
 };
@@ -88,7 +92,10 @@ class ClientCore {
 
   void close(const std::string& reason);
   void wake_locked();
-  void finish_locked(FutureState& s);  // status left pending: notify watchers
+  void finish_locked(FutureState& s);  // status left pending: notify watchers, queue callbacks
+  /// Queues a done-callback for the callback thread (started on first use).
+  void run_callback_locked(std::function<void()> fn);
+  void callback_loop();
   void lose_all_locked(const std::string& reason);
   void io_loop();
   void handle_scheduler(protocol::Received& msg);
@@ -146,6 +153,11 @@ class ClientCore {
   std::atomic<bool> stop_{false};
   std::thread io_;
   std::weak_ptr<ClientCore> self_;
+  // Future::add_done_callback: one thread runs them, in completion order (guarded by mu_).
+  std::deque<std::function<void()>> callback_queue_;
+  std::condition_variable callback_cv_;
+  std::thread callback_thread_;
+  bool callbacks_stop_ = false;
 };
 
 FutureState::~FutureState() {
@@ -222,11 +234,50 @@ void ClientCore::close(const std::string& reason) {
     }
     io_.join();
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (lost_reason_.empty()) lose_all_locked(reason);
   if (wake_fd_ >= 0) {
     ::close(wake_fd_);
     wake_fd_ = -1;
+  }
+  // The callbacks still queued (those of futures lost just now too) run before close returns.
+  if (callback_thread_.joinable()) {
+    callbacks_stop_ = true;
+    callback_cv_.notify_all();
+    lock.unlock();
+    if (callback_thread_.get_id() == std::this_thread::get_id()) {
+      callback_thread_.detach();  // closed from a callback: the thread ends after it
+    } else {
+      callback_thread_.join();
+    }
+  }
+}
+
+void ClientCore::run_callback_locked(std::function<void()> fn) {
+  callback_queue_.push_back(std::move(fn));
+  if (!callback_thread_.joinable() && !callbacks_stop_) {
+    callback_thread_ = std::thread([this] { callback_loop(); });
+  }
+  callback_cv_.notify_one();
+}
+
+void ClientCore::callback_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    callback_cv_.wait(lock, [&] { return callbacks_stop_ || !callback_queue_.empty(); });
+    if (callback_queue_.empty()) return;  // stopping, and nothing left
+    std::function<void()> fn = std::move(callback_queue_.front());
+    callback_queue_.pop_front();
+    lock.unlock();
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      HERD_LOG(error) << "a done-callback threw " << util::demangle(typeid(e).name()) << ": " << e.what();
+    } catch (...) {
+      HERD_LOG(error) << "a done-callback threw a non-std exception";
+    }
+    fn = nullptr;  // may drop the last reference to a future: not under mu_
+    lock.lock();
   }
 }
 
@@ -250,6 +301,10 @@ void ClientCore::wake_locked() {
 }
 
 void ClientCore::finish_locked(FutureState& s) {
+  if (s.callbacks) {
+    for (auto& fn : *s.callbacks) run_callback_locked(std::move(fn));
+    s.callbacks.reset();
+  }
   if (!s.watchers) return;
   for (auto& [weak, index] : *s.watchers) {
     if (auto q = weak.lock()) {
@@ -602,6 +657,38 @@ void future_cancel(FutureState& s) {
   s.core->cv_.notify_all();
 }
 
+std::exception_ptr future_exception(const FutureState& s, std::int64_t timeout_ms) {
+  std::unique_lock lock(s.core->mu_);
+  auto done = [&] { return is_done(s); };
+  if (timeout_ms < 0) {
+    s.core->cv_.wait(lock, done);
+  } else if (!s.core->cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
+    throw TimeoutError("task " + s.key() + " did not finish within " + std::to_string(timeout_ms) + " ms");
+  }
+  if (s.status == Status::finished) return nullptr;
+  try {
+    throw_for(s);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+void future_add_callback(FutureState& s, std::function<void()> callback) {
+  std::unique_lock lock(s.core->mu_);
+  if (s.core->callbacks_stop_) {
+    // The client is closed (so the future is done): no callback thread is left to run it.
+    lock.unlock();
+    callback();
+    return;
+  }
+  if (is_done(s)) {
+    s.core->run_callback_locked(std::move(callback));
+    return;
+  }
+  if (!s.callbacks) s.callbacks = std::make_unique<std::vector<std::function<void()>>>();
+  s.callbacks->push_back(std::move(callback));
+}
+
 std::string future_key(const FutureState& s) { return s.key(); }
 std::uint64_t future_id(const FutureState& s) { return s.id; }
 const ClientCore* future_owner(const FutureState& s) { return s.core.get(); }
@@ -733,18 +820,44 @@ bool core_wait_all(ClientCore& core, const std::vector<FutureState*>& states, st
 }
 
 void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
-                const std::shared_ptr<CompletionQueue>& queue) {
+                const std::shared_ptr<CompletionQueue>& queue, std::size_t first_index) {
   std::lock_guard lock(core.mu_);
   for (std::size_t i = 0; i < states.size(); ++i) {
     if (is_done(*states[i])) {
       std::lock_guard ql(queue->mu);
-      queue->ready.push_back(i);
+      queue->ready.push_back(first_index + i);
     } else {
       if (!states[i]->watchers) states[i]->watchers = std::make_unique<FutureState::Watchers>();
-      states[i]->watchers->emplace_back(queue, i);
+      states[i]->watchers->emplace_back(queue, first_index + i);
     }
   }
   queue->cv.notify_all();
+}
+
+bool core_wait_any(const std::vector<FutureState*>& states, std::int64_t timeout_ms) {
+  if (states.empty()) return false;
+  ClientCore& core = *states.front()->core;
+  for (FutureState* s : states) {
+    if (s->core.get() != &core) throw Error("herd::wait: the futures belong to different clients");
+  }
+  // A queue that hears of each completion: no scan of every future per wake-up.
+  auto queue = std::make_shared<CompletionQueue>();
+  core_watch(core, states, queue, 0);
+  std::unique_lock ql(queue->mu);
+  auto any = [&] { return !queue->ready.empty(); };
+  if (timeout_ms < 0) {
+    queue->cv.wait(ql, any);
+    return true;
+  }
+  return queue->cv.wait_for(ql, std::chrono::milliseconds(timeout_ms), any);
+}
+
+std::vector<bool> core_done(const std::vector<FutureState*>& states) {
+  std::vector<bool> out(states.size(), false);
+  if (states.empty()) return out;
+  std::lock_guard lock(states.front()->core->mu_);
+  for (std::size_t i = 0; i < states.size(); ++i) out[i] = is_done(*states[i]);
+  return out;
 }
 
 void core_cancel(ClientCore&, const std::vector<FutureState*>& states) {
