@@ -245,10 +245,10 @@ class Client {
     return Future<std::remove_cvref_t<T>>(detail::core_scatter(*core_, std::move(bytes)));
   }
 
-  /// @brief Cancels every future that has not finished.
+  /// @brief Cancels every future that has not finished (`force`: see Future::cancel).
   template <typename T>
-  void cancel(const std::vector<Future<T>>& futures) {
-    detail::core_cancel(*core_, raw_states(futures));
+  void cancel(const std::vector<Future<T>>& futures, bool force = false) {
+    detail::core_cancel(*core_, raw_states(futures), force);
   }
 
   /// @brief Waits until at least `n` workers are connected.

@@ -64,8 +64,11 @@ class Future {
         checked(), std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
   }
 
-  /// Cancels the task if it has not finished; result() then throws CancelledError.
-  void cancel() const { detail::future_cancel(checked()); }
+  /// Cancels the task if it has not finished; result() then throws CancelledError. A task
+  /// already running goes on to its end (its result discarded), unless `force`: then its
+  /// worker stops waiting for it at once, frees the slot and discards the result, and a shell
+  /// task's command is killed (a C++ function cannot be stopped: its thread is left to end).
+  void cancel(bool force = false) const { detail::future_cancel(checked(), force); }
 
   /// @brief Waits for the task; then null when it finished, else the exception result()
   /// would throw (TaskError, CancelledError, ConnectionError...), without throwing it.

@@ -33,7 +33,18 @@ class TaskOptions {
   /// ends before that.
   TaskOptions& duration(std::uint32_t seconds) { duration_s_ = seconds; return *this; }
 
+  /// A time limit for one run of the task: at the deadline its future fails with
+  /// herd::TaskError of type "herd::TimeoutError" naming the limit, the worker frees the slot
+  /// (a shell command is killed; a C++ function cannot be stopped, its thread is left to end
+  /// and its result is discarded). retries() re-runs a task that ran out of time.
+  TaskOptions& timeout(double seconds) {
+    timeout_ms_ = seconds <= 0 ? 0 : static_cast<std::uint32_t>(seconds * 1000.0 + 0.5);
+    if (seconds > 0 && timeout_ms_ == 0) timeout_ms_ = 1;
+    return *this;
+  }
+
   const std::string& key() const { return key_; }
+  std::uint32_t timeout_ms() const { return timeout_ms_; }
   std::uint32_t duration() const { return duration_s_; }
   std::int32_t priority() const { return priority_; }
   std::uint32_t retries() const { return retries_; }
@@ -45,6 +56,7 @@ class TaskOptions {
   std::uint32_t retries_ = 0;
   std::map<std::string, double> resources_;
   std::uint32_t duration_s_ = 0;
+  std::uint32_t timeout_ms_ = 0;
 };
 
 }  // namespace herd

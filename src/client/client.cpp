@@ -124,7 +124,7 @@ class ClientCore {
   std::vector<protocol::BatchWriter> out_submits_;
   std::vector<protocol::BatchWriter> spare_batches_;
   void add_submits_locked(protocol::TaskSpec* specs, std::size_t n);
-  std::vector<TaskId> out_releases_, out_cancels_;
+  std::vector<TaskId> out_releases_, out_cancels_, out_force_cancels_;
   std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> out_scatters_;
   std::map<std::string, std::vector<TaskId>> out_fetches_;
   std::vector<protocol::ScalePoolRequest> out_scales_;
@@ -355,7 +355,7 @@ void ClientCore::io_loop() {
     // Take the outbox; send submissions before releases so an input is never released ahead
     // of the task that needs it.
     std::vector<protocol::BatchWriter> submits;
-    std::vector<TaskId> releases, cancels;
+    std::vector<TaskId> releases, cancels, force_cancels;
     std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> scatters;
     std::map<std::string, std::vector<TaskId>> fetches;
     std::vector<protocol::ScalePoolRequest> scales;
@@ -369,6 +369,7 @@ void ClientCore::io_loop() {
       submits.swap(out_submits_);
       releases.swap(out_releases_);
       cancels.swap(out_cancels_);
+      force_cancels.swap(out_force_cancels_);
       scatters.swap(out_scatters_);
       fetches.swap(out_fetches_);
       wake_pending_ = false;
@@ -389,6 +390,9 @@ void ClientCore::io_loop() {
     }
     if (!cancels.empty()) {
       protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
+    }
+    if (!force_cancels.empty()) {
+      protocol::send(sched_, "", MessageType::force_cancel_tasks, protocol::encode(protocol::KeysEvent{force_cancels}));
     }
     if (!releases.empty()) {
       protocol::send(sched_, "", MessageType::release_keys, protocol::encode(protocol::KeysEvent{releases}));
@@ -645,13 +649,13 @@ bool future_wait(const FutureState& s, std::int64_t timeout_ms) {
   return s.core->cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return is_done(s); });
 }
 
-void future_cancel(FutureState& s) {
+void future_cancel(FutureState& s, bool force) {
   std::lock_guard lock(s.core->mu_);
   if (s.status != Status::pending) return;
   s.status = Status::cancelled;
   s.core->finish_locked(s);
   if (s.core->lost_reason_.empty()) {
-    s.core->out_cancels_.push_back(s.id);
+    (force ? s.core->out_force_cancels_ : s.core->out_cancels_).push_back(s.id);
     s.core->wake_locked();
   }
   s.core->cv_.notify_all();
@@ -731,6 +735,7 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   spec.retries = options.retries();
   spec.resources = options.resources();
   spec.duration_s = options.duration();
+  spec.timeout_ms = options.timeout_ms();
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   state->function = core.intern_locked(function);
@@ -766,6 +771,7 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
     spec.retries = options.retries();
     spec.resources = options.resources();
     spec.duration_s = options.duration();
+    spec.timeout_ms = options.timeout_ms();
     spec.gang = first;
     spec.gang_rank = static_cast<std::uint32_t>(rank);
     spec.gang_size = static_cast<std::uint32_t>(n);
@@ -860,8 +866,8 @@ std::vector<bool> core_done(const std::vector<FutureState*>& states) {
   return out;
 }
 
-void core_cancel(ClientCore&, const std::vector<FutureState*>& states) {
-  for (FutureState* s : states) future_cancel(*s);
+void core_cancel(ClientCore&, const std::vector<FutureState*>& states, bool force) {
+  for (FutureState* s : states) future_cancel(*s, force);
 }
 
 std::shared_ptr<ClientCore> make_core(const std::string& address, const ClientOptions& options) {

@@ -513,6 +513,21 @@ void SchedulerState::release(ClientId id, const std::vector<TaskId>& ids) {
   check();
 }
 
+void SchedulerState::force_cancel(ClientId id, const std::vector<TaskId>& ids) {
+  std::vector<std::pair<WorkerId, TaskId>> running;
+  for (TaskId tid : ids) {
+    const Task* t = graph_.find(tid);
+    if (t == nullptr || t->client != id || t->gang != 0) continue;
+    if (t->status == TaskStatus::processing && t->worker != kNoWorker) running.emplace_back(t->worker, tid);
+  }
+  cancel(id, ids);
+  // The worker's failure report for each frees its slot here, as any result does.
+  for (auto [wid, tid] : running) {
+    if (workers_.count(wid)) out(wid).abandon.push_back(tid);
+  }
+  check();
+}
+
 void SchedulerState::cancel(ClientId id, const std::vector<TaskId>& ids) {
   for (TaskId tid : ids) {
     const Task* t = graph_.find(tid);
@@ -801,6 +816,7 @@ protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   e.key = graph_.key_of(t);
   if (t.shape != 0) e.resources = shapes_[t.shape].need;
   e.full_result = options_.full_results && t.keyed;
+  e.timeout_ms = t.timeout_ms;
   e.inputs.reserve(t.deps.size());
   for (TaskId d : t.deps) {
     protocol::DepLocation& loc = e.inputs.emplace_back();

@@ -80,6 +80,7 @@ struct WorkerOut {
   std::vector<protocol::DepLocation> acquire;             // acquire_keys: copy from holders
   std::vector<protocol::ExecuteTask> execute;             // execute_tasks
   std::vector<TaskId> cancel;                             // cancel_tasks: hand back if not started
+  std::vector<TaskId> abandon;                            // abandon_tasks: stop running ones too
   std::vector<protocol::GangReadyEvent> gang_ready;
   std::vector<protocol::GangAbortEvent> gang_abort;
   bool heartbeat = false;
@@ -282,6 +283,9 @@ class SchedulerState {
   bool submit(ClientId id, const protocol::TaskSpec& spec, const std::vector<char>* journaled, std::string& error);
   void release(ClientId id, const std::vector<TaskId>& ids);
   void cancel(ClientId id, const std::vector<TaskId>& ids);
+  /// cancel(force): as cancel, and the workers running them stop waiting for them (free the
+  /// slot, discard the result, kill a shell command). Gang members are cancelled as a gang.
+  void force_cancel(ClientId id, const std::vector<TaskId>& ids);
   bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
   /// A result from the journal of an earlier run is being read from disk for task `id`: keep the
   /// task from running until journal_read(). False when the task does not need it any more.

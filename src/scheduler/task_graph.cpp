@@ -131,6 +131,7 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   t.gang = spec.gang;
   t.gang_rank = spec.gang_rank;
   t.duration_s = spec.duration_s;
+  t.timeout_ms = spec.timeout_ms;
   t.seq = next_seq_++;
   for (const auto& r : spec.refs) {
     if (std::find(t.deps.begin(), t.deps.end(), r.id) == t.deps.end()) t.deps.push_back(r.id);

@@ -68,6 +68,7 @@ struct Task {
   std::uint32_t deaths = 0;       // workers lost while it was processing
   std::int32_t priority = 0;
   std::uint32_t duration_s = 0;   // declared run time (placement near walltime)
+  std::uint32_t timeout_ms = 0;   // time limit of one run (the worker enforces it; 0 = none)
   std::uint32_t gang_rank = 0;
   std::uint16_t shape = 0;        // resources it needs (SchedulerState's shape table; 0 = none)
   TaskStatus status = TaskStatus::waiting;

@@ -8,6 +8,11 @@ TaskInfo& current_task() {
   return info;
 }
 
+std::shared_ptr<std::atomic<bool>>& current_abandoned() {
+  thread_local std::shared_ptr<std::atomic<bool>> flag;
+  return flag;
+}
+
 }  // namespace detail
 
 const TaskInfo& this_task() { return detail::current_task(); }

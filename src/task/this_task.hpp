@@ -2,11 +2,18 @@
 // around each call, one per thread.
 #pragma once
 
+#include <atomic>
+#include <memory>
+
 #include "herd/remote.hpp"
 
 namespace herd::detail {
 
 /// The TaskInfo of the task on this thread (set by the worker).
 TaskInfo& current_task();
+
+/// Set by the worker when it stops waiting for the task on this thread (a time limit,
+/// cancel(force)); null outside a task. herd::shell polls it and kills its command.
+std::shared_ptr<std::atomic<bool>>& current_abandoned();
 
 }  // namespace herd::detail

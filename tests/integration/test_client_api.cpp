@@ -3,9 +3,14 @@
 // as_completed that grows while iterating and yields values, done-callbacks, exception().
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -22,14 +27,55 @@ int api_sleep_ms(int ms) {
   return ms;
 }
 int api_fail(int x) { throw std::invalid_argument("bad input " + std::to_string(x)); }
+// Writes `marker` (so the test knows it runs), then never returns: no C++ thread can be stopped.
+int api_endless(std::string marker) {
+  std::ofstream(marker) << "started";
+  for (;;) std::this_thread::sleep_for(50ms);
+}
 }  // namespace
 HERD_TASK(api_inc);
 HERD_TASK(api_sleep_ms);
 HERD_TASK(api_fail);
+HERD_TASK(api_endless);
 
 namespace {
 using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string temp_path(const std::string& what) {
+  return (std::filesystem::temp_directory_path() /
+          ("herd-api-" + what + "-" + std::to_string(::getpid()) + "-" +
+           std::to_string(Clock::now().time_since_epoch().count())))
+      .string();
+}
+
+bool wait_for_file(const std::string& path, std::chrono::seconds limit) {
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < limit) {
+    std::ifstream in(path);
+    std::string word;
+    if (in >> word) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+/// The pid a shell command wrote to `path` (its own, before exec).
+pid_t read_pid(const std::string& path) {
+  std::ifstream in(path);
+  long pid = 0;
+  in >> pid;
+  return static_cast<pid_t>(pid);
+}
+
+bool gone_within(pid_t pid, std::chrono::seconds limit) {
+  const auto t0 = Clock::now();
+  while (Clock::now() - t0 < limit) {
+    if (::kill(pid, 0) != 0) return true;
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
 }  // namespace
 
 TEST_CASE("ClientApi.Wait.FirstCompletedReturnsWhileSlowTasksRun" * doctest::timeout(60)) {
@@ -234,4 +280,72 @@ TEST_CASE("ClientApi.Future.ExceptionDoesNotThrow" * doctest::timeout(60)) {
   std::exception_ptr c = slow.exception();
   REQUIRE(c != nullptr);
   CHECK_THROWS_AS(std::rethrow_exception(c), herd::CancelledError);
+}
+
+TEST_CASE("ClientApi.Timeout.EndlessFunctionFailsAndTheSlotIsFreed" * doctest::timeout(60)) {
+  herd::Client client{herd::LocalCluster{1, 1}};  // one worker, one slot
+  const std::string marker = temp_path("endless");
+  const auto t0 = Clock::now();
+  auto endless = client.submit(herd::TaskOptions{}.timeout(1.0), api_endless, marker);
+  try {
+    endless.result();
+    FAIL("expected a TaskError");
+  } catch (const herd::TaskError& e) {
+    CHECK(e.type() == "herd::TimeoutError");
+    CHECK(std::string(e.what()).find("time limit of 1 s") != std::string::npos);
+    CHECK(e.task() == endless.key());
+  }
+  const double took = seconds_since(t0);
+  CHECK(took >= 0.9);
+  CHECK(took < 6.0);
+  CHECK(std::filesystem::exists(marker));  // it did run
+  // The one slot is free again: new tasks run (the endless thread is left behind).
+  std::vector<herd::Future<int>> after;
+  for (int i = 0; i < 20; ++i) after.push_back(client.submit(api_inc, i));
+  CHECK(client.gather(after).back() == 20);
+  // A task within its limit is unaffected.
+  CHECK(client.submit(herd::TaskOptions{}.timeout(30), api_sleep_ms, 200).result() == 200);
+  std::filesystem::remove(marker);
+}
+
+TEST_CASE("ClientApi.Timeout.ShellCommandIsKilled" * doctest::timeout(60)) {
+  herd::Client client{herd::LocalCluster{1, 1}};
+  const std::string pidfile = temp_path("shell-timeout");
+  auto cmd = client.submit(herd::TaskOptions{}.timeout(1.5), herd::shell,
+                           herd::ShellCommand{"echo $$ > " + pidfile + "; exec sleep 60"});
+  REQUIRE(wait_for_file(pidfile, 20s));
+  const pid_t pid = read_pid(pidfile);
+  REQUIRE(pid > 0);
+  CHECK(::kill(pid, 0) == 0);  // running
+  CHECK_THROWS_AS(cmd.result(), herd::TaskError);
+  CHECK(gone_within(pid, 10s));  // the command was killed, not left to sleep its 60 s
+  CHECK(client.submit(api_inc, 1).result() == 2);
+  std::filesystem::remove(pidfile);
+}
+
+TEST_CASE("ClientApi.Cancel.ForceStopsARunningTask" * doctest::timeout(60)) {
+  herd::Client client{herd::LocalCluster{1, 1}};
+  const std::string marker = temp_path("force");
+  auto endless = client.submit(api_endless, marker);
+  REQUIRE(wait_for_file(marker, 20s));  // running on the only slot
+  auto queued = client.submit(api_inc, 41);
+  CHECK_FALSE(queued.wait_for(300ms));  // the slot is taken
+  endless.cancel(true);
+  CHECK(endless.status() == "cancelled");
+  CHECK_THROWS_AS(endless.result(), herd::CancelledError);
+  // The worker stopped waiting for it: the queued task gets the slot.
+  CHECK(queued.result(20s) == 42);
+  CHECK(client.submit(api_inc, 1).result(20s) == 2);
+  std::filesystem::remove(marker);
+
+  // A shell task's command is killed.
+  const std::string pidfile = temp_path("force-shell");
+  auto cmd = client.submit(herd::shell, herd::ShellCommand{"echo $$ > " + pidfile + "; exec sleep 60"});
+  REQUIRE(wait_for_file(pidfile, 20s));
+  const pid_t pid = read_pid(pidfile);
+  REQUIRE(pid > 0);
+  cmd.cancel(true);
+  CHECK(gone_within(pid, 10s));
+  CHECK(client.submit(api_inc, 2).result(20s) == 3);
+  std::filesystem::remove(pidfile);
 }

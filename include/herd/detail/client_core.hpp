@@ -44,7 +44,7 @@ struct CompletionQueue {
 std::shared_ptr<const Payload> future_payload(FutureState& s, std::int64_t timeout_ms);
 bool future_done(const FutureState& s);
 bool future_wait(const FutureState& s, std::int64_t timeout_ms);
-void future_cancel(FutureState& s);
+void future_cancel(FutureState& s, bool force = false);
 std::string future_key(const FutureState& s);
 std::uint64_t future_id(const FutureState& s);
 std::string future_status(const FutureState& s);
@@ -75,7 +75,7 @@ void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
 bool core_wait_any(const std::vector<FutureState*>& states, std::int64_t timeout_ms);
 /// Whether each of `states` is done, read at one instant.
 std::vector<bool> core_done(const std::vector<FutureState*>& states);
-void core_cancel(ClientCore& core, const std::vector<FutureState*>& states);
+void core_cancel(ClientCore& core, const std::vector<FutureState*>& states, bool force = false);
 [[noreturn]] void throw_foreign_future();
 
 /// msgpack write target appending to a vector (no intermediate sbuffer copy).
