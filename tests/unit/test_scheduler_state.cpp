@@ -90,8 +90,12 @@ struct Harness {
       if (it == workers.end()) continue;
       VWorker& vw = it->second;
       for (TaskId f : w.free) vw.has.erase(f);
-      for (auto& e : w.execute) vw.queue.push_back(e.id);
+      for (auto& e : w.execute) {
+        vw.queue.push_back(e.id);
+        if (e.timeout_ms > 0) timeouts[e.id] = e.timeout_ms;
+      }
       start(vw);
+      for (TaskId a : w.abandon) abandoned.emplace_back(id, a);  // the test plays the worker's part
       herd::protocol::TaskResultsEvent handed;
       for (TaskId c : w.cancel) {
         auto q = std::find(vw.queue.begin(), vw.queue.end(), c);
@@ -156,6 +160,8 @@ struct Harness {
     return vw.queue.size() + vw.running.size();
   }
   std::vector<std::pair<WorkerId, TaskId>> pending_results_for_test;
+  std::vector<std::pair<WorkerId, TaskId>> abandoned;  // abandon_tasks the workers were sent
+  std::map<TaskId, std::uint32_t> timeouts;            // time limits the execute messages carried
   std::vector<std::pair<WorkerId, herd::protocol::TaskResultsEvent>> pending_results;
 };
 
@@ -644,4 +650,54 @@ TEST_CASE("SchedulerState.ReadyQueue.PriorityThenOldestFirstWhateverTheArrivalOr
     ref.pop();
   }
   CHECK(q.empty());
+}
+
+TEST_CASE("SchedulerState.ForceCancel.RunningTaskIsAbandonedAndItsSlotReused") {
+  Harness h;
+  const WorkerId w = h.add_worker("w", 1);
+  TaskSpec spec;
+  spec.id = (static_cast<TaskId>(h.client) << 40) | h.next++;
+  spec.function = "endless";
+  spec.timeout_ms = 1500;
+  std::string error;
+  REQUIRE(h.state.submit(h.client, spec, nullptr, error));
+  const TaskId endless = spec.id;
+  const TaskId next = h.submit("inc");
+  h.turn();
+  REQUIRE(h.workers.at(w).running == std::vector<TaskId>{endless});
+  CHECK(h.timeouts[endless] == 1500u);  // the limit travels to the worker
+  CHECK(h.timeouts.count(next) == 0u);
+
+  // A plain cancel leaves a running task alone on its worker.
+  h.state.cancel(h.client, {next});
+  h.turn();
+  CHECK(h.abandoned.empty());
+  const TaskId after = h.submit("inc");
+  h.turn();
+
+  h.state.force_cancel(h.client, {endless});
+  h.turn();
+  REQUIRE(h.abandoned.size() == 1u);
+  CHECK(h.abandoned[0] == std::make_pair(w, endless));
+  CHECK(h.status(endless) == TaskStatus::cancelled);
+  CHECK(h.state.worker(w)->processing.count(endless) == 1u);  // until the worker says so
+  // The worker reports it failed at once and starts the next task in its place.
+  auto& vw = h.workers.at(w);
+  vw.running.erase(std::find(vw.running.begin(), vw.running.end(), endless));
+  herd::protocol::TaskResultsEvent ev;
+  herd::protocol::TaskResult r;
+  r.id = endless;
+  r.error = {"herd::CancelledError", "cancelled while running (cancel(force))", "endless", "w"};
+  ev.results.push_back(r);
+  h.state.task_results(w, ev, h.now);
+  h.start(vw);
+  h.turn();
+  CHECK(h.state.worker(w)->processing.count(endless) == 0u);
+  CHECK(h.status(endless) == TaskStatus::cancelled);  // a late failure does not change it
+  h.finish(w);
+  CHECK(h.status(after) == TaskStatus::memory);
+  // The client heard it cancelled exactly once.
+  CHECK(std::count_if(h.updates.begin(), h.updates.end(), [&](const auto& u) {
+          return u.id == endless && u.state == static_cast<std::uint8_t>(herd::protocol::TaskState::cancelled);
+        }) == 1);
 }
