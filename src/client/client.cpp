@@ -736,6 +736,9 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   spec.resources = options.resources();
   spec.duration_s = options.duration();
   spec.timeout_ms = options.timeout_ms();
+  spec.workers = options.workers();
+  spec.allow_other_workers = options.allow_other_workers();
+  spec.pool = options.pool();
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   state->function = core.intern_locked(function);
@@ -772,6 +775,12 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
     spec.resources = options.resources();
     spec.duration_s = options.duration();
     spec.timeout_ms = options.timeout_ms();
+    spec.workers = options.workers();
+    spec.allow_other_workers = options.allow_other_workers();
+    spec.pool = options.pool();
+  spec.workers = options.workers();
+  spec.allow_other_workers = options.allow_other_workers();
+  spec.pool = options.pool();
     spec.gang = first;
     spec.gang_rank = static_cast<std::uint32_t>(rank);
     spec.gang_size = static_cast<std::uint32_t>(n);

@@ -169,9 +169,13 @@ struct TaskSpec {
   std::uint32_t gang_size = 0;              // members (all submitted together, ranks 0..n-1)
   std::uint32_t timeout_ms = 0;             // time limit of one run (0 = none): the worker fails
                                             //   it at the deadline and frees its slot
+  std::vector<std::string> workers;         // only on these workers (names, hosts or data ports;
+                                            //   empty = any)
+  bool allow_other_workers = false;         // `workers` is a preference, not a restriction
+  std::string pool;                         // only on workers of this pool ("" = any)
   // Fields are only ever appended: msgpack-c leaves a field the sender did not have at its default.
   MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s,
-                 gang, gang_rank, gang_size, timeout_ms);
+                 gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool);
 };
 
 // The client packs these with protocol::BatchWriter, one spec at a time, and sends a long

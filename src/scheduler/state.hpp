@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -221,6 +222,11 @@ struct Shape {
   std::size_t open_cursor = 0;      // and in `open`
   std::uint32_t offered_by = 0;     // connected, non-retiring workers that offer it
   bool unrunnable_dirty = false;    // ready tasks may need a no_worker note
+  // Placement restrictions (TaskOptions::workers / pool), part of the shape: a worker offers
+  // the shape only when it matches them too.
+  std::vector<std::string> only;    // worker names, hosts or data ports (sorted; empty = any)
+  bool loose = false;               // `only` is a preference (allow_other_workers)
+  std::string pool;                 // only workers of this pool ("" = any)
 };
 
 /// A gang: N tasks placed together on N distinct workers, their results held back until every
@@ -367,7 +373,12 @@ class SchedulerState {
   WorkerOut& out(WorkerId id) { return out_.workers[id]; }
 
   // Shapes and placement (state.cpp).
-  std::uint16_t shape_of(const std::map<std::string, double>& resources);
+  std::uint16_t shape_of(const std::map<std::string, double>& resources, std::vector<std::string> only = {},
+                         const std::string& pool = {}, bool loose = false);
+  /// Whether `w` is one of the shape's `only` workers (by name, host or data port).
+  static bool named(const WorkerRec& w, const Shape& s);
+  /// What a shape asks, for "no connected worker offers ..." (resources and restrictions).
+  static std::string describe_shape(const Shape& s);
   bool offers(const WorkerRec& w, const Shape& s) const;       // total resources fit
   bool can_take(const WorkerRec& w, const Shape& s) const;     // one more task now
   void refresh(WorkerRec& w);                                  // free-list membership
@@ -419,7 +430,8 @@ class SchedulerState {
   std::unordered_map<TaskId, Gang> gangs_;
   std::deque<TaskId> gangs_waiting_;         // gangs whose members are all ready, oldest first
   std::vector<Shape> shapes_;
-  std::map<std::map<std::string, double>, std::uint16_t> shape_index_;
+  std::map<std::tuple<std::map<std::string, double>, std::vector<std::string>, std::string, bool>, std::uint16_t>
+      shape_index_;
   std::map<std::string, std::uint16_t> resource_index_;
   std::unordered_set<WorkerId> overloaded_;  // workers queueing tasks beyond their threads
   std::vector<TaskId> suspects_;             // ready tasks that must run alone

@@ -37,6 +37,10 @@ HERD_TASK(api_inc);
 HERD_TASK(api_sleep_ms);
 HERD_TASK(api_fail);
 HERD_TASK(api_endless);
+namespace {
+std::string api_whoami() { return herd::this_task().worker; }
+}  // namespace
+HERD_TASK(api_whoami);
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -348,4 +352,33 @@ TEST_CASE("ClientApi.Cancel.ForceStopsARunningTask" * doctest::timeout(60)) {
   CHECK(gone_within(pid, 10s));
   CHECK(client.submit(api_inc, 2).result(20s) == 3);
   std::filesystem::remove(pidfile);
+}
+
+TEST_CASE("ClientApi.Placement.WorkersPoolAndAllowOtherWorkers" * doctest::timeout(60)) {
+  herd::Client client{herd::LocalCluster{3}};
+  // The workers' names, as the scheduler reports them.
+  std::set<std::string> names;
+  for (const auto& w : client.status().workers) names.insert(w.name);
+  REQUIRE(names.size() == 3u);
+  const std::string chosen = *std::next(names.begin());
+
+  std::vector<herd::Future<std::string>> pinned;
+  for (int i = 0; i < 30; ++i) pinned.push_back(client.submit(herd::TaskOptions{}.workers({chosen}), api_whoami));
+  for (const auto& w : client.gather(pinned)) CHECK(w == chosen);  // all 30, on that one
+
+  // A worker that is not there: the task waits, saying why; with allow_other_workers it runs.
+  auto stuck = client.submit(herd::TaskOptions{}.workers({"no-such-worker"}), api_whoami);
+  auto loose = client.submit(herd::TaskOptions{}.workers({"no-such-worker"}).allow_other_workers(), api_whoami);
+  CHECK(names.count(loose.result(20s)) == 1u);
+  const auto t0 = Clock::now();
+  while (stuck.status() == "pending" && seconds_since(t0) < 10) std::this_thread::sleep_for(20ms);
+  CHECK(stuck.status() == "no-worker: no connected worker offers a slot among the workers {no-such-worker}");
+  CHECK_FALSE(stuck.done());
+
+  // The local cluster's workers are in pool "local": pool("local") runs, pool("gpu") waits.
+  CHECK(names.count(client.submit(herd::TaskOptions{}.pool("local"), api_whoami).result(20s)) == 1u);
+  auto gpu = client.submit(herd::TaskOptions{}.pool("gpu"), api_whoami);
+  const auto t1 = Clock::now();
+  while (gpu.status() == "pending" && seconds_since(t1) < 10) std::this_thread::sleep_for(20ms);
+  CHECK(gpu.status() == "no-worker: no connected worker offers a slot in pool 'gpu'");
 }
