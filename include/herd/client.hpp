@@ -245,6 +245,19 @@ class Client {
     return Future<std::remove_cvref_t<T>>(detail::core_scatter(*core_, std::move(bytes)));
   }
 
+  /// @brief The task runs to its end even when every future of it is dropped, or this client
+  /// leaves (Dask's fire_and_forget): for side effects (files, databases). Its inputs are
+  /// kept until it ran; its result is dropped once nobody holds a future.
+  template <typename T>
+  void fire_and_forget(const Future<T>& future) {
+    if (!future.valid()) throw Error("fire_and_forget: empty future");
+    detail::core_fire_and_forget(*core_, {future.state().get()});
+  }
+  template <typename T>
+  void fire_and_forget(const std::vector<Future<T>>& futures) {
+    detail::core_fire_and_forget(*core_, raw_states(futures));
+  }
+
   /// @brief Cancels every future that has not finished (`force`: see Future::cancel).
   template <typename T>
   void cancel(const std::vector<Future<T>>& futures, bool force = false) {

@@ -124,7 +124,7 @@ class ClientCore {
   std::vector<protocol::BatchWriter> out_submits_;
   std::vector<protocol::BatchWriter> spare_batches_;
   void add_submits_locked(protocol::TaskSpec* specs, std::size_t n);
-  std::vector<TaskId> out_releases_, out_cancels_, out_force_cancels_;
+  std::vector<TaskId> out_releases_, out_cancels_, out_force_cancels_, out_fire_and_forget_;
   std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> out_scatters_;
   std::map<std::string, std::vector<TaskId>> out_fetches_;
   std::vector<protocol::ScalePoolRequest> out_scales_;
@@ -355,7 +355,7 @@ void ClientCore::io_loop() {
     // Take the outbox; send submissions before releases so an input is never released ahead
     // of the task that needs it.
     std::vector<protocol::BatchWriter> submits;
-    std::vector<TaskId> releases, cancels, force_cancels;
+    std::vector<TaskId> releases, cancels, force_cancels, fire_and_forget;
     std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> scatters;
     std::map<std::string, std::vector<TaskId>> fetches;
     std::vector<protocol::ScalePoolRequest> scales;
@@ -370,6 +370,7 @@ void ClientCore::io_loop() {
       releases.swap(out_releases_);
       cancels.swap(out_cancels_);
       force_cancels.swap(out_force_cancels_);
+      fire_and_forget.swap(out_fire_and_forget_);
       scatters.swap(out_scatters_);
       fetches.swap(out_fetches_);
       wake_pending_ = false;
@@ -387,6 +388,9 @@ void ClientCore::io_loop() {
         batch.clear();
         spare_batches_.push_back(std::move(batch));
       }
+    }
+    if (!fire_and_forget.empty()) {  // after the submissions, before any release of them
+      protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
     }
     if (!cancels.empty()) {
       protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
@@ -873,6 +877,16 @@ std::vector<bool> core_done(const std::vector<FutureState*>& states) {
   std::lock_guard lock(states.front()->core->mu_);
   for (std::size_t i = 0; i < states.size(); ++i) out[i] = is_done(*states[i]);
   return out;
+}
+
+void core_fire_and_forget(ClientCore& core, const std::vector<FutureState*>& states) {
+  std::lock_guard lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError("cannot fire_and_forget: " + core.lost_reason_);
+  for (FutureState* s : states) {
+    if (s->core.get() != &core) throw_foreign_future();
+    core.out_fire_and_forget_.push_back(s->id);
+  }
+  core.wake_locked();
 }
 
 void core_cancel(ClientCore&, const std::vector<FutureState*>& states, bool force) {

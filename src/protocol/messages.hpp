@@ -54,6 +54,7 @@ using TaskId = std::uint64_t;
   X(worker_logs_reply, 16, LogsReply)       /* worker -> scheduler (answers logs_fetch) */         \
   X(fetch_failed, 17, FetchFailedEvent)     /* client -> scheduler: a result's holder did not answer */ \
   X(force_cancel_tasks, 18, KeysEvent)      /* client -> scheduler: cancel(force): stop running ones too */ \
+  X(fire_and_forget, 19, KeysEvent)         /* client -> scheduler: run these even once released */ \
   /* scheduler -> client|worker */                                                                \
   X(hello_reply, 20, HelloReply)                                                                   \
   X(task_updates, 21, TaskUpdatesEvent)     /* scheduler -> client */                              \

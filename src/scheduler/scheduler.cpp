@@ -326,6 +326,11 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       if (protocol::decode<MessageType::cancel_tasks>(msg, ev, error)) state_.cancel(id, ev.ids);
       break;
     }
+    case MessageType::fire_and_forget: {
+      protocol::KeysEvent ev;
+      if (protocol::decode<MessageType::fire_and_forget>(msg, ev, error)) state_.fire_and_forget(id, ev.ids);
+      break;
+    }
     case MessageType::force_cancel_tasks: {
       protocol::KeysEvent ev;
       if (protocol::decode<MessageType::force_cancel_tasks>(msg, ev, error)) state_.force_cancel(id, ev.ids);

@@ -542,6 +542,14 @@ void SchedulerState::release(ClientId id, const std::vector<TaskId>& ids) {
   check();
 }
 
+void SchedulerState::fire_and_forget(ClientId id, const std::vector<TaskId>& ids) {
+  for (TaskId tid : ids) {
+    Task* t = graph_.find(tid);
+    if (t != nullptr && t->client == id) t->fire_and_forget = true;
+  }
+  check();
+}
+
 void SchedulerState::force_cancel(ClientId id, const std::vector<TaskId>& ids) {
   std::vector<std::pair<WorkerId, TaskId>> running;
   for (TaskId tid : ids) {

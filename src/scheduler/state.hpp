@@ -292,6 +292,9 @@ class SchedulerState {
   /// cancel(force): as cancel, and the workers running them stop waiting for them (free the
   /// slot, discard the result, kill a shell command). Gang members are cancelled as a gang.
   void force_cancel(ClientId id, const std::vector<TaskId>& ids);
+  /// Client::fire_and_forget: these tasks (and so their inputs) run to their end even after
+  /// the client releases them or leaves; then they are forgotten.
+  void fire_and_forget(ClientId id, const std::vector<TaskId>& ids);
   bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
   /// A result from the journal of an earlier run is being read from disk for task `id`: keep the
   /// task from running until journal_read(). False when the task does not need it any more.

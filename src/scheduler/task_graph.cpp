@@ -437,7 +437,7 @@ void TaskGraph::maybe_forget(Task& start, Effects& fx) {
     if (t.wanted) return;
     if (t.waiters == 0 && t.in_memory()) free_data(t, fx);
     if (!t.dependents.empty()) return;  // a dependent may need the recipe
-    if (t.status == TaskStatus::processing) {
+    if (t.status == TaskStatus::processing || (t.fire_and_forget && t.unfinished())) {
       t.forget_when_done = true;
       return;
     }

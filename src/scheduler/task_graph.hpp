@@ -79,6 +79,7 @@ struct Task {
   bool forget_when_done = false;  // nobody needs it any more, but a worker is computing it
   bool no_worker_noted = false;   // its client was told no worker can run it (TaskState::no_worker)
   bool stealing = false;          // asked back from its worker to run elsewhere (work stealing)
+  bool fire_and_forget = false;   // runs to its end even when no client wants it (then forgotten)
   SmallVec<char, 16> args;             // msgpack; inside the record up to 16 bytes
   SmallVec<protocol::ArgRef, 1> refs;
   SmallVec<TaskId, 2> deps;        // distinct inputs

@@ -41,6 +41,14 @@ namespace {
 std::string api_whoami() { return herd::this_task().worker; }
 }  // namespace
 HERD_TASK(api_whoami);
+namespace {
+// Appends a line to `path`: how often it ran.
+int api_mark(std::string path) {
+  std::ofstream(path, std::ios::app) << "ran\n";
+  return 1;
+}
+}  // namespace
+HERD_TASK(api_mark);
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -381,4 +389,38 @@ TEST_CASE("ClientApi.Placement.WorkersPoolAndAllowOtherWorkers" * doctest::timeo
   const auto t1 = Clock::now();
   while (gpu.status() == "pending" && seconds_since(t1) < 10) std::this_thread::sleep_for(20ms);
   CHECK(gpu.status() == "no-worker: no connected worker offers a slot in pool 'gpu'");
+}
+
+TEST_CASE("ClientApi.FireAndForget.RunsAfterTheClientLeaves" * doctest::timeout(60)) {
+  herd::Client owner{herd::LocalCluster{1, 1}};  // keeps the scheduler and the worker up
+  const std::string kept = temp_path("fire-and-forget"), dropped = temp_path("dropped");
+  {
+    herd::Client client{owner.scheduler_address()};
+    auto blocker = client.submit(api_sleep_ms, 1500);  // the only slot is busy meanwhile
+    auto plain = client.submit(api_mark, dropped);    // queued: erased when its client leaves
+    auto ff = client.submit(api_mark, kept);
+    client.fire_and_forget(ff);
+    client.fire_and_forget(blocker);
+    CHECK_FALSE(ff.done());
+    client.close();  // leaves with both still queued behind the blocker
+  }
+  // The fire-and-forget task ran once, after its client had gone; the plain one never did.
+  REQUIRE(wait_for_file(kept, 30s));
+  std::this_thread::sleep_for(500ms);  // time enough for a second run, were there one
+  std::ifstream in(kept);
+  int runs = 0;
+  for (std::string line; std::getline(in, line);) runs += line == "ran" ? 1 : 0;
+  CHECK(runs == 1);
+  CHECK_FALSE(std::filesystem::exists(dropped));
+  // And the scheduler forgot it afterwards: nothing left in its graph but what owner holds.
+  const auto t0 = Clock::now();
+  std::uint64_t left = 1;
+  while (seconds_since(t0) < 10) {
+    left = 0;
+    for (const auto& [state, n] : owner.status().tasks) left += n;
+    if (left == 0) break;
+    std::this_thread::sleep_for(50ms);
+  }
+  CHECK(left == 0u);
+  std::filesystem::remove(kept);
 }

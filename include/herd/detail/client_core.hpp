@@ -75,6 +75,7 @@ void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
 bool core_wait_any(const std::vector<FutureState*>& states, std::int64_t timeout_ms);
 /// Whether each of `states` is done, read at one instant.
 std::vector<bool> core_done(const std::vector<FutureState*>& states);
+void core_fire_and_forget(ClientCore& core, const std::vector<FutureState*>& states);
 void core_cancel(ClientCore& core, const std::vector<FutureState*>& states, bool force = false);
 [[noreturn]] void throw_foreign_future();
 
