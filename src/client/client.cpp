@@ -436,6 +436,21 @@ void ClientCore::io_loop() {
   }
   if (stop_.load()) {
     try {
+      // What was submitted and fired-and-forgotten just before close() still goes out (in that
+      // order), so that a fire_and_forget followed at once by close() is honoured.
+      std::vector<protocol::BatchWriter> submits;
+      std::vector<TaskId> fire_and_forget;
+      {
+        std::lock_guard lock(mu_);
+        if (lost_reason_.empty()) {
+          submits.swap(out_submits_);
+          fire_and_forget.swap(out_fire_and_forget_);
+        }
+      }
+      for (auto& batch : submits) protocol::send(sched_, "", MessageType::submit_tasks, batch.message());
+      if (!fire_and_forget.empty()) {
+        protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
+      }
       protocol::send(sched_, "", MessageType::goodbye, protocol::encode(protocol::GoodbyeEvent{"client closed"}));
     } catch (const zmq::error_t&) {
     }

@@ -259,6 +259,11 @@ void TaskGraph::finished(TaskId id, std::uint32_t worker, std::uint64_t nbytes, 
   if (t->forget_when_done) {
     fx.free.emplace_back(worker, id);
     set(*t, TaskStatus::released);
+    // It no longer waits on its inputs (as became_memory says for a kept result): a
+    // fire-and-forget task that had inputs leaves their counts right.
+    for (TaskId d : t->deps) {
+      if (Task* dep = find(d); dep != nullptr && dep->waiters > 0) --dep->waiters;
+    }
     maybe_forget(*t, fx);
     return;
   }

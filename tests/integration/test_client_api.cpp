@@ -47,8 +47,11 @@ int api_mark(std::string path) {
   std::ofstream(path, std::ios::app) << "ran\n";
   return 1;
 }
+// The same, once `after` is done: a dependency keeps it unstarted in the scheduler till then.
+int api_mark_after(int after, std::string path) { return after >= 0 ? api_mark(std::move(path)) : 0; }
 }  // namespace
 HERD_TASK(api_mark);
+HERD_TASK(api_mark_after);
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -396,13 +399,13 @@ TEST_CASE("ClientApi.FireAndForget.RunsAfterTheClientLeaves" * doctest::timeout(
   const std::string kept = temp_path("fire-and-forget"), dropped = temp_path("dropped");
   {
     herd::Client client{owner.scheduler_address()};
-    auto blocker = client.submit(api_sleep_ms, 1500);  // the only slot is busy meanwhile
-    auto plain = client.submit(api_mark, dropped);    // queued: erased when its client leaves
-    auto ff = client.submit(api_mark, kept);
+    auto blocker = client.submit(api_sleep_ms, 1500);
+    // Both wait for the blocker in the scheduler (unstarted) when the client leaves.
+    auto plain = client.submit(api_mark_after, blocker, dropped);  // erased with its client
+    auto ff = client.submit(api_mark_after, blocker, kept);
     client.fire_and_forget(ff);
-    client.fire_and_forget(blocker);
     CHECK_FALSE(ff.done());
-    client.close();  // leaves with both still queued behind the blocker
+    client.close();
   }
   // The fire-and-forget task ran once, after its client had gone; the plain one never did.
   REQUIRE(wait_for_file(kept, 30s));
