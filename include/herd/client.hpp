@@ -9,6 +9,7 @@
 /// auto zs = client.gather(client.map(add, xs, ys));  // std::vector<int>
 /// @endcode
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -18,6 +19,8 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "herd/cluster.hpp"
@@ -247,6 +250,11 @@ class Client {
   template <typename T>
   AsCompleted<T> as_completed(std::vector<Future<T>> futures);
 
+  /// @brief as_completed with a deadline: next() throws TimeoutError when nothing is done
+  /// `timeout` after this call (Dask's as_completed(timeout=)).
+  template <typename T, typename Rep, typename Period>
+  AsCompleted<T> as_completed(std::vector<Future<T>> futures, std::chrono::duration<Rep, Period> timeout);
+
   /// @brief Places `value` on a worker once, so that many tasks can take it as an argument.
   template <typename T>
   Future<std::remove_cvref_t<T>> scatter(T&& value) {
@@ -273,10 +281,23 @@ class Client {
     detail::core_replicate(*core_, raw_states(futures), n < 0 ? 0u : static_cast<std::uint32_t>(n));
   }
 
-  /// @brief Cancels every future that has not finished.
+  /// @brief The task runs to its end even when every future of it is dropped, or this client
+  /// leaves (Dask's fire_and_forget): for side effects (files, databases). Its inputs are
+  /// kept until it ran; its result is dropped once nobody holds a future.
   template <typename T>
-  void cancel(const std::vector<Future<T>>& futures) {
-    detail::core_cancel(*core_, raw_states(futures));
+  void fire_and_forget(const Future<T>& future) {
+    if (!future.valid()) throw Error("fire_and_forget: empty future");
+    detail::core_fire_and_forget(*core_, {future.state().get()});
+  }
+  template <typename T>
+  void fire_and_forget(const std::vector<Future<T>>& futures) {
+    detail::core_fire_and_forget(*core_, raw_states(futures));
+  }
+
+  /// @brief Cancels every future that has not finished (`force`: see Future::cancel).
+  template <typename T>
+  void cancel(const std::vector<Future<T>>& futures, bool force = false) {
+    detail::core_cancel(*core_, raw_states(futures), force);
   }
 
   /// @brief Waits until at least `n` workers are connected.
@@ -393,25 +414,96 @@ class Client {
 };
 
 /// @brief Futures in completion order; a single pass, as Dask's as_completed.
+///
+/// Futures can be added while iterating (add(), from any thread), and each is yielded once,
+/// when it is done; the iteration ends when every future added so far has been yielded. A
+/// yielded future is no longer held here, so a long-running loop keeps only what is in flight.
+/// With a timeout (Client::as_completed(futures, timeout)), next() throws TimeoutError once that
+/// long has passed since the call and nothing is done, as Dask's.
+/// @code
+/// auto ac = client.as_completed(futures);
+/// for (const herd::Future<int>& f : ac) if (more(f)) ac.add(client.submit(work, f));
+/// for (auto& [f, value] : client.as_completed(futures).with_results()) use(value);
+/// @endcode
 template <typename T>
 class AsCompleted {
  public:
-  AsCompleted(detail::ClientCore& core, std::vector<Future<T>> futures)
-      : futures_(std::move(futures)), queue_(std::make_shared<detail::CompletionQueue>()) {
-    std::vector<detail::FutureState*> states;
-    for (const auto& f : futures_) states.push_back(f.state().get());
-    detail::core_watch(core, states, queue_);
+  using Clock = std::chrono::steady_clock;
+
+  AsCompleted(detail::ClientCore& core, std::vector<Future<T>> futures,
+              std::optional<Clock::time_point> deadline = std::nullopt)
+      : core_(&core), queue_(std::make_shared<detail::CompletionQueue>()), deadline_(deadline) {
+    add_all(std::move(futures));
   }
 
-  /// The next future to complete; nullopt when all have been returned.
+  /// @brief Watches one more future: it is yielded when done (at once if it already is).
+  void add(Future<T> future) {
+    std::vector<Future<T>> one;
+    one.push_back(std::move(future));
+    add_all(std::move(one));
+  }
+
+  /// @brief Watches several more futures.
+  void update(std::vector<Future<T>> futures) { add_all(std::move(futures)); }
+
+  /// Futures added and not yet yielded.
+  std::size_t count() const {
+    std::lock_guard lock(queue_->mu);
+    return added_ - taken_;
+  }
+  bool empty() const { return count() == 0; }
+
+  /// @brief The next future to complete; nullopt when every added one has been returned.
+  /// @throws TimeoutError past the deadline given to Client::as_completed
   std::optional<Future<T>> next() {
-    if (taken_ == futures_.size()) return std::nullopt;
     std::unique_lock<std::mutex> lock(queue_->mu);
-    queue_->cv.wait(lock, [&] { return !queue_->ready.empty(); });
+    if (taken_ == added_) return std::nullopt;
+    auto ready = [&] { return !queue_->ready.empty(); };
+    if (!deadline_) {
+      queue_->cv.wait(lock, ready);
+    } else if (!queue_->cv.wait_until(lock, *deadline_, ready)) {
+      throw TimeoutError("as_completed: " + std::to_string(added_ - taken_) +
+                         " future(s) still not done at the deadline");
+    }
     const std::size_t i = queue_->ready.front();
     queue_->ready.pop_front();
     ++taken_;
-    return futures_[i];
+    Future<T> out = std::move(futures_.at(i));
+    futures_.erase(i);
+    return out;
+  }
+
+  /// @brief Every future done by now (Dask's next_batch): with `block`, waits for at least
+  /// one first. Empty when every added future has been returned (or, without `block`, when
+  /// none is done yet).
+  /// @throws TimeoutError past the deadline given to Client::as_completed (with `block`)
+  std::vector<Future<T>> next_batch(bool block = true) {
+    std::vector<Future<T>> out;
+    if (block) {
+      std::optional<Future<T>> first = next();
+      if (!first) return out;
+      out.push_back(std::move(*first));
+    }
+    std::lock_guard lock(queue_->mu);
+    while (!queue_->ready.empty()) {
+      const std::size_t i = queue_->ready.front();
+      queue_->ready.pop_front();
+      ++taken_;
+      out.push_back(std::move(futures_.at(i)));
+      futures_.erase(i);
+    }
+    return out;
+  }
+
+  /// @brief As next(), with the value: (future, result()). A failed or cancelled future throws
+  /// its error here (it counts as yielded, so iteration can go on after a catch).
+  std::optional<std::pair<Future<T>, T>> next_with_result()
+    requires(!std::is_void_v<T>)
+  {
+    std::optional<Future<T>> f = next();
+    if (!f) return std::nullopt;
+    T value = f->result();
+    return std::make_optional(std::make_pair(std::move(*f), std::move(value)));
   }
 
   class iterator {
@@ -437,15 +529,148 @@ class AsCompleted {
   iterator begin() { return iterator(this); }
   std::default_sentinel_t end() { return {}; }
 
+  /// @brief A range of (future, value) pairs, as Dask's with_results=True (see
+  /// next_with_result). On a temporary it takes the AsCompleted along; on a named one it
+  /// iterates that one, so add() still works.
+  class Results {
+   public:
+    class iterator {
+     public:
+      using value_type = std::pair<Future<T>, T>;
+      using difference_type = std::ptrdiff_t;
+      iterator() = default;
+      explicit iterator(AsCompleted* owner) : owner_(owner) { advance(); }
+      std::pair<Future<T>, T>& operator*() { return *current_; }
+      iterator& operator++() {
+        advance();
+        return *this;
+      }
+      void operator++(int) { advance(); }
+      bool operator==(std::default_sentinel_t) const { return !current_.has_value(); }
+
+     private:
+      void advance() { current_ = owner_->next_with_result(); }
+      AsCompleted* owner_ = nullptr;
+      std::optional<std::pair<Future<T>, T>> current_;
+    };
+    explicit Results(AsCompleted* of) : of_(of) {}
+    explicit Results(AsCompleted&& owned) : owned_(std::make_unique<AsCompleted>(std::move(owned))), of_(owned_.get()) {}
+    iterator begin() { return iterator(of_); }
+    std::default_sentinel_t end() { return {}; }
+
+   private:
+    std::unique_ptr<AsCompleted> owned_;
+    AsCompleted* of_;
+  };
+  Results with_results() & requires(!std::is_void_v<T>) { return Results(this); }
+  Results with_results() && requires(!std::is_void_v<T>) { return Results(std::move(*this)); }
+
  private:
-  std::vector<Future<T>> futures_;
+  void add_all(std::vector<Future<T>> futures) {
+    if (futures.empty()) return;
+    std::vector<detail::FutureState*> states;
+    states.reserve(futures.size());
+    for (const auto& f : futures) {
+      if (!f.valid()) throw Error("herd::AsCompleted: empty future");
+      if (detail::future_owner(*f.state()) != core_) throw Error("herd::AsCompleted: a future of another client");
+    }
+    std::size_t first;
+    {
+      std::lock_guard lock(queue_->mu);
+      first = next_index_;
+      for (auto& f : futures) {
+        states.push_back(f.state().get());
+        futures_.emplace(next_index_++, std::move(f));
+      }
+      added_ += states.size();
+    }
+    detail::core_watch(*core_, states, queue_, first);
+  }
+
+  detail::ClientCore* core_;
   std::shared_ptr<detail::CompletionQueue> queue_;
-  std::size_t taken_ = 0;
+  std::optional<Clock::time_point> deadline_;
+  // Guarded by queue_->mu: the futures not yet yielded, by the index core_watch reports.
+  std::unordered_map<std::size_t, Future<T>> futures_;
+  std::size_t next_index_ = 0, added_ = 0, taken_ = 0;
 };
 
 template <typename T>
 AsCompleted<T> Client::as_completed(std::vector<Future<T>> futures) {
   return AsCompleted<T>(*core_, std::move(futures));
+}
+
+template <typename T, typename Rep, typename Period>
+AsCompleted<T> Client::as_completed(std::vector<Future<T>> futures, std::chrono::duration<Rep, Period> timeout) {
+  return AsCompleted<T>(*core_, std::move(futures),
+                        std::chrono::steady_clock::now() +
+                            std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout));
+}
+
+/// When herd::wait returns (Dask's return_when).
+enum class ReturnWhen { first_completed, all_completed };
+inline constexpr ReturnWhen FIRST_COMPLETED = ReturnWhen::first_completed;
+inline constexpr ReturnWhen ALL_COMPLETED = ReturnWhen::all_completed;
+
+/// What herd::wait returns: the futures that are done and those that are not, each in the
+/// order given (Dask's DoneAndNotDoneFutures; herd keeps them as vectors, without duplicates'
+/// removal).
+template <typename T>
+struct WaitResult {
+  std::vector<Future<T>> done;
+  std::vector<Future<T>> not_done;
+};
+
+/// @brief Waits until the first of `futures` is done (FIRST_COMPLETED) or all are
+/// (ALL_COMPLETED), or `timeout` passes; returns which are done then. Unlike Dask's wait, a
+/// timeout does not throw: what is still running is in not_done.
+/// @code
+/// auto [done, not_done] = herd::wait(futures, 10s, herd::FIRST_COMPLETED);
+/// @endcode
+template <typename T, typename Rep, typename Period>
+WaitResult<T> wait(const std::vector<Future<T>>& futures, std::chrono::duration<Rep, Period> timeout,
+                   ReturnWhen return_when = ALL_COMPLETED) {
+  std::vector<detail::FutureState*> states;
+  states.reserve(futures.size());
+  for (const auto& f : futures) {
+    if (!f.valid()) throw Error("herd::wait: empty future in the list");
+    states.push_back(f.state().get());
+  }
+  const std::int64_t ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+  WaitResult<T> out;
+  if (states.empty()) return out;
+  if (return_when == FIRST_COMPLETED) {
+    (void)detail::core_wait_any(states, ms < 0 ? 0 : ms);
+  } else {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    for (const auto& f : futures) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+      if (!f.wait_for(std::max(left, std::chrono::milliseconds(0)))) break;  // not all in time
+    }
+  }
+  const std::vector<bool> done = detail::core_done(states);
+  for (std::size_t i = 0; i < futures.size(); ++i) (done[i] ? out.done : out.not_done).push_back(futures[i]);
+  return out;
+}
+
+/// @brief herd::wait with no time limit.
+template <typename T>
+WaitResult<T> wait(const std::vector<Future<T>>& futures, ReturnWhen return_when = ALL_COMPLETED) {
+  std::vector<detail::FutureState*> states;
+  for (const auto& f : futures) {
+    if (!f.valid()) throw Error("herd::wait: empty future in the list");
+    states.push_back(f.state().get());
+  }
+  WaitResult<T> out;
+  if (states.empty()) return out;
+  if (return_when == FIRST_COMPLETED) {
+    (void)detail::core_wait_any(states, -1);
+  } else {
+    for (const auto& f : futures) f.wait();
+  }
+  const std::vector<bool> done = detail::core_done(states);
+  for (std::size_t i = 0; i < futures.size(); ++i) (done[i] ? out.done : out.not_done).push_back(futures[i]);
+  return out;
 }
 
 }  // namespace herd

@@ -7,10 +7,15 @@
 /// herd::Future<int> f = client.submit(add, 1, 2);
 /// int v = f.result();                                  // waits; rethrows a remote exception
 /// bool ok = f.wait_for(std::chrono::seconds(1));       // true when finished (or failed)
+/// if (auto e = f.exception()) std::rethrow_exception(e);  // waits; no throw of its own
+/// f.add_done_callback([](const herd::Future<int>& g) { log(g.key()); });
 /// @endcode
 
 #include <chrono>
+#include <concepts>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,8 +64,43 @@ class Future {
         checked(), std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
   }
 
-  /// Cancels the task if it has not finished; result() then throws CancelledError.
-  void cancel() const { detail::future_cancel(checked()); }
+  /// Cancels the task if it has not finished; result() then throws CancelledError. A task
+  /// already running goes on to its end (its result discarded), unless `force`: then its
+  /// worker stops waiting for it at once, frees the slot and discards the result, and a shell
+  /// task's command is killed (a C++ function cannot be stopped: its thread is left to end).
+  void cancel(bool force = false) const { detail::future_cancel(checked(), force); }
+
+  /// @brief Waits for the task; then null when it finished, else the exception result()
+  /// would throw (TaskError, CancelledError, ConnectionError...), without throwing it.
+  std::exception_ptr exception() const { return detail::future_exception(checked(), -1); }
+
+  /// @brief As exception(), giving up after `timeout`.
+  /// @throws TimeoutError when the task is not done in time
+  template <typename Rep, typename Period>
+  std::exception_ptr exception(std::chrono::duration<Rep, Period> timeout) const {
+    return detail::future_exception(
+        checked(), std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count());
+  }
+
+  /// @brief Calls `fn(future)` once the task is done (finished, failed, cancelled or lost);
+  /// at once if it already is.
+  ///
+  /// Threading: every callback of a client runs on that client's *callback thread* (one per
+  /// Client, started by the first add_done_callback), one at a time, in the order the futures
+  /// completed: never on the caller's thread and never on the I/O thread, so a callback may
+  /// call result() (which may wait for the bytes), submit(), or add further callbacks. A
+  /// callback that throws is logged and ignored. The future is kept alive (its task is not
+  /// released) until its callbacks ran. Client::close() runs those still pending (their
+  /// futures then say "lost") before it returns; one added after close() runs at once, on the
+  /// caller's thread, as there is no callback thread any more.
+  template <typename F>
+    requires std::invocable<F&, const Future<T>&>
+  void add_done_callback(F fn) const {
+    detail::future_add_callback(checked(), [state = state_, fn = std::move(fn)]() mutable {
+      const Future<T> self(state);
+      fn(self);
+    });
+  }
 
   /// "pending", "finished", "error", "cancelled" or "lost"; while no connected worker can run
   /// the task, "no-worker: " and the reason (e.g. "no connected worker offers {gpu: 1}").

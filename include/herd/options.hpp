@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace herd {
 
@@ -39,7 +40,30 @@ class TaskOptions {
   /// retries()).
   TaskOptions& checkpointable(std::uint32_t preemptions = 3) { retries_ += preemptions; return *this; }
 
+  /// A time limit for one run of the task: at the deadline its future fails with
+  /// herd::TaskError of type "herd::TimeoutError" naming the limit, the worker frees the slot
+  /// (a shell command is killed; a C++ function cannot be stopped, its thread is left to end
+  /// and its result is discarded). retries() re-runs a task that ran out of time.
+  TaskOptions& timeout(double seconds) {
+    timeout_ms_ = seconds <= 0 ? 0 : static_cast<std::uint32_t>(seconds * 1000.0 + 0.5);
+    if (seconds > 0 && timeout_ms_ == 0) timeout_ms_ = 1;
+    return *this;
+  }
+
+  /// Runs only on these workers: each a worker's name ("local-3"), its host, or its data
+  /// port address. No connected one: the task waits, and its status says why (no-worker).
+  TaskOptions& workers(std::vector<std::string> names) { workers_ = std::move(names); return *this; }
+  /// With workers(): they are a preference: one of them when it can take the task now, else
+  /// any worker (Dask's allow_other_workers).
+  TaskOptions& allow_other_workers(bool allow = true) { allow_other_workers_ = allow; return *this; }
+  /// Runs only on workers of this pool (cluster.toml's [pool.NAME]; "" = any).
+  TaskOptions& pool(std::string name) { pool_ = std::move(name); return *this; }
+
   const std::string& key() const { return key_; }
+  const std::vector<std::string>& workers() const { return workers_; }
+  bool allow_other_workers() const { return allow_other_workers_; }
+  const std::string& pool() const { return pool_; }
+  std::uint32_t timeout_ms() const { return timeout_ms_; }
   std::uint32_t duration() const { return duration_s_; }
   std::int32_t priority() const { return priority_; }
   std::uint32_t retries() const { return retries_; }
@@ -51,6 +75,10 @@ class TaskOptions {
   std::uint32_t retries_ = 0;
   std::map<std::string, double> resources_;
   std::uint32_t duration_s_ = 0;
+  std::uint32_t timeout_ms_ = 0;
+  std::vector<std::string> workers_;
+  bool allow_other_workers_ = false;
+  std::string pool_;
 };
 
 }  // namespace herd

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <functional>
+#include <typeinfo>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -78,6 +80,8 @@ struct FutureState {
   std::unique_ptr<protocol::ErrorInfo> error;  // erred / cancelled by the scheduler
   using Watchers = std::vector<std::pair<std::weak_ptr<CompletionQueue>, std::size_t>>;
   std::unique_ptr<Watchers> watchers;
+  // add_done_callback's, run on the callback thread once done (guarded by core->mu_).
+  std::unique_ptr<std::vector<std::function<void()>>> callbacks;
   std::string key() const { return custom_key.empty() ? display_key(*function, id) : custom_key; }
   ~FutureState();
 };
@@ -89,7 +93,10 @@ class ClientCore {
 
   void close(const std::string& reason);
   void wake_locked();
-  void finish_locked(FutureState& s);  // status left pending: notify watchers
+  void finish_locked(FutureState& s);  // status left pending: notify watchers, queue callbacks
+  /// Queues a done-callback for the callback thread (started on first use).
+  void run_callback_locked(std::function<void()> fn);
+  void callback_loop();
   void lose_all_locked(const std::string& reason);
   void io_loop();
   void handle_scheduler(protocol::Received& msg);
@@ -122,7 +129,7 @@ class ClientCore {
   std::vector<protocol::BatchWriter> out_submits_;
   std::vector<protocol::BatchWriter> spare_batches_;
   void add_submits_locked(protocol::TaskSpec* specs, std::size_t n);
-  std::vector<TaskId> out_releases_, out_cancels_;
+  std::vector<TaskId> out_releases_, out_cancels_, out_force_cancels_, out_fire_and_forget_;
   std::vector<protocol::ReplicateRequest> out_replicates_;
   std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> out_scatters_;
   std::map<std::string, std::vector<TaskId>> out_fetches_;
@@ -152,6 +159,11 @@ class ClientCore {
   std::atomic<bool> stop_{false};
   std::thread io_;
   std::weak_ptr<ClientCore> self_;
+  // Future::add_done_callback: one thread runs them, in completion order (guarded by mu_).
+  std::deque<std::function<void()>> callback_queue_;
+  std::condition_variable callback_cv_;
+  std::thread callback_thread_;
+  bool callbacks_stop_ = false;
 };
 
 FutureState::~FutureState() {
@@ -229,11 +241,50 @@ void ClientCore::close(const std::string& reason) {
     }
     io_.join();
   }
-  std::lock_guard lock(mu_);
+  std::unique_lock lock(mu_);
   if (lost_reason_.empty()) lose_all_locked(reason);
   if (wake_fd_ >= 0) {
     ::close(wake_fd_);
     wake_fd_ = -1;
+  }
+  // The callbacks still queued (those of futures lost just now too) run before close returns.
+  if (callback_thread_.joinable()) {
+    callbacks_stop_ = true;
+    callback_cv_.notify_all();
+    lock.unlock();
+    if (callback_thread_.get_id() == std::this_thread::get_id()) {
+      callback_thread_.detach();  // closed from a callback: the thread ends after it
+    } else {
+      callback_thread_.join();
+    }
+  }
+}
+
+void ClientCore::run_callback_locked(std::function<void()> fn) {
+  callback_queue_.push_back(std::move(fn));
+  if (!callback_thread_.joinable() && !callbacks_stop_) {
+    callback_thread_ = std::thread([this] { callback_loop(); });
+  }
+  callback_cv_.notify_one();
+}
+
+void ClientCore::callback_loop() {
+  std::unique_lock lock(mu_);
+  for (;;) {
+    callback_cv_.wait(lock, [&] { return callbacks_stop_ || !callback_queue_.empty(); });
+    if (callback_queue_.empty()) return;  // stopping, and nothing left
+    std::function<void()> fn = std::move(callback_queue_.front());
+    callback_queue_.pop_front();
+    lock.unlock();
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      HERD_LOG(error) << "a done-callback threw " << util::demangle(typeid(e).name()) << ": " << e.what();
+    } catch (...) {
+      HERD_LOG(error) << "a done-callback threw a non-std exception";
+    }
+    fn = nullptr;  // may drop the last reference to a future: not under mu_
+    lock.lock();
   }
 }
 
@@ -269,6 +320,10 @@ void ClientCore::wake_locked() {
 }
 
 void ClientCore::finish_locked(FutureState& s) {
+  if (s.callbacks) {
+    for (auto& fn : *s.callbacks) run_callback_locked(std::move(fn));
+    s.callbacks.reset();
+  }
   if (!s.watchers) return;
   for (auto& [weak, index] : *s.watchers) {
     if (auto q = weak.lock()) {
@@ -319,7 +374,7 @@ void ClientCore::io_loop() {
     // Take the outbox; send submissions before releases so an input is never released ahead
     // of the task that needs it.
     std::vector<protocol::BatchWriter> submits;
-    std::vector<TaskId> releases, cancels;
+    std::vector<TaskId> releases, cancels, force_cancels, fire_and_forget;
     std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> scatters;
     std::map<std::string, std::vector<TaskId>> fetches;
     std::vector<protocol::ScalePoolRequest> scales;
@@ -335,6 +390,8 @@ void ClientCore::io_loop() {
       releases.swap(out_releases_);
       cancels.swap(out_cancels_);
       replicates.swap(out_replicates_);
+      force_cancels.swap(out_force_cancels_);
+      fire_and_forget.swap(out_fire_and_forget_);
       scatters.swap(out_scatters_);
       fetches.swap(out_fetches_);
       wake_pending_ = false;
@@ -356,8 +413,14 @@ void ClientCore::io_loop() {
     for (const auto& req : replicates) {  // after the scatters and submissions they name
       protocol::send(sched_, "", MessageType::replicate, protocol::encode(req));
     }
+    if (!fire_and_forget.empty()) {  // after the submissions, before any release of them
+      protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
+    }
     if (!cancels.empty()) {
       protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
+    }
+    if (!force_cancels.empty()) {
+      protocol::send(sched_, "", MessageType::force_cancel_tasks, protocol::encode(protocol::KeysEvent{force_cancels}));
     }
     if (!releases.empty()) {
       protocol::send(sched_, "", MessageType::release_keys, protocol::encode(protocol::KeysEvent{releases}));
@@ -397,6 +460,21 @@ void ClientCore::io_loop() {
   }
   if (stop_.load()) {
     try {
+      // What was submitted and fired-and-forgotten just before close() still goes out (in that
+      // order), so that a fire_and_forget followed at once by close() is honoured.
+      std::vector<protocol::BatchWriter> submits;
+      std::vector<TaskId> fire_and_forget;
+      {
+        std::lock_guard lock(mu_);
+        if (lost_reason_.empty()) {
+          submits.swap(out_submits_);
+          fire_and_forget.swap(out_fire_and_forget_);
+        }
+      }
+      for (auto& batch : submits) protocol::send(sched_, "", MessageType::submit_tasks, batch.message());
+      if (!fire_and_forget.empty()) {
+        protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
+      }
       protocol::send(sched_, "", MessageType::goodbye, protocol::encode(protocol::GoodbyeEvent{"client closed"}));
     } catch (const zmq::error_t&) {
     }
@@ -625,16 +703,48 @@ bool future_wait(const FutureState& s, std::int64_t timeout_ms) {
   return s.core->cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] { return is_done(s); });
 }
 
-void future_cancel(FutureState& s) {
+void future_cancel(FutureState& s, bool force) {
   std::lock_guard lock(s.core->mu_);
   if (s.status != Status::pending) return;
   s.status = Status::cancelled;
   s.core->finish_locked(s);
   if (s.core->lost_reason_.empty()) {
-    s.core->out_cancels_.push_back(s.id);
+    (force ? s.core->out_force_cancels_ : s.core->out_cancels_).push_back(s.id);
     s.core->wake_locked();
   }
   s.core->cv_.notify_all();
+}
+
+std::exception_ptr future_exception(const FutureState& s, std::int64_t timeout_ms) {
+  std::unique_lock lock(s.core->mu_);
+  auto done = [&] { return is_done(s); };
+  if (timeout_ms < 0) {
+    s.core->cv_.wait(lock, done);
+  } else if (!s.core->cv_.wait_for(lock, std::chrono::milliseconds(timeout_ms), done)) {
+    throw TimeoutError("task " + s.key() + " did not finish within " + std::to_string(timeout_ms) + " ms");
+  }
+  if (s.status == Status::finished) return nullptr;
+  try {
+    throw_for(s);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+void future_add_callback(FutureState& s, std::function<void()> callback) {
+  std::unique_lock lock(s.core->mu_);
+  if (s.core->callbacks_stop_) {
+    // The client is closed (so the future is done): no callback thread is left to run it.
+    lock.unlock();
+    callback();
+    return;
+  }
+  if (is_done(s)) {
+    s.core->run_callback_locked(std::move(callback));
+    return;
+  }
+  if (!s.callbacks) s.callbacks = std::make_unique<std::vector<std::function<void()>>>();
+  s.callbacks->push_back(std::move(callback));
 }
 
 std::string future_key(const FutureState& s) { return s.key(); }
@@ -679,6 +789,10 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   spec.retries = options.retries();
   spec.resources = options.resources();
   spec.duration_s = options.duration();
+  spec.timeout_ms = options.timeout_ms();
+  spec.workers = options.workers();
+  spec.allow_other_workers = options.allow_other_workers();
+  spec.pool = options.pool();
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   state->function = core.intern_locked(function);
@@ -721,6 +835,13 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
     spec.retries = options.retries();
     spec.resources = options.resources();
     spec.duration_s = options.duration();
+    spec.timeout_ms = options.timeout_ms();
+    spec.workers = options.workers();
+    spec.allow_other_workers = options.allow_other_workers();
+    spec.pool = options.pool();
+  spec.workers = options.workers();
+  spec.allow_other_workers = options.allow_other_workers();
+  spec.pool = options.pool();
     spec.gang = first;
     spec.gang_rank = static_cast<std::uint32_t>(rank);
     spec.gang_size = static_cast<std::uint32_t>(n);
@@ -789,15 +910,15 @@ bool core_wait_all(ClientCore& core, const std::vector<FutureState*>& states, st
 }
 
 void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
-                const std::shared_ptr<CompletionQueue>& queue) {
+                const std::shared_ptr<CompletionQueue>& queue, std::size_t first_index) {
   std::lock_guard lock(core.mu_);
   for (std::size_t i = 0; i < states.size(); ++i) {
     if (is_done(*states[i])) {
       std::lock_guard ql(queue->mu);
-      queue->ready.push_back(i);
+      queue->ready.push_back(first_index + i);
     } else {
       if (!states[i]->watchers) states[i]->watchers = std::make_unique<FutureState::Watchers>();
-      states[i]->watchers->emplace_back(queue, i);
+      states[i]->watchers->emplace_back(queue, first_index + i);
     }
   }
   queue->cv.notify_all();
@@ -813,8 +934,44 @@ void core_replicate(ClientCore& core, const std::vector<FutureState*>& states, s
   core.wake_locked();
 }
 
-void core_cancel(ClientCore&, const std::vector<FutureState*>& states) {
-  for (FutureState* s : states) future_cancel(*s);
+bool core_wait_any(const std::vector<FutureState*>& states, std::int64_t timeout_ms) {
+  if (states.empty()) return false;
+  ClientCore& core = *states.front()->core;
+  for (FutureState* s : states) {
+    if (s->core.get() != &core) throw Error("herd::wait: the futures belong to different clients");
+  }
+  // A queue that hears of each completion: no scan of every future per wake-up.
+  auto queue = std::make_shared<CompletionQueue>();
+  core_watch(core, states, queue, 0);
+  std::unique_lock ql(queue->mu);
+  auto any = [&] { return !queue->ready.empty(); };
+  if (timeout_ms < 0) {
+    queue->cv.wait(ql, any);
+    return true;
+  }
+  return queue->cv.wait_for(ql, std::chrono::milliseconds(timeout_ms), any);
+}
+
+std::vector<bool> core_done(const std::vector<FutureState*>& states) {
+  std::vector<bool> out(states.size(), false);
+  if (states.empty()) return out;
+  std::lock_guard lock(states.front()->core->mu_);
+  for (std::size_t i = 0; i < states.size(); ++i) out[i] = is_done(*states[i]);
+  return out;
+}
+
+void core_fire_and_forget(ClientCore& core, const std::vector<FutureState*>& states) {
+  std::lock_guard lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError("cannot fire_and_forget: " + core.lost_reason_);
+  for (FutureState* s : states) {
+    if (s->core.get() != &core) throw_foreign_future();
+    core.out_fire_and_forget_.push_back(s->id);
+  }
+  core.wake_locked();
+}
+
+void core_cancel(ClientCore&, const std::vector<FutureState*>& states, bool force) {
+  for (FutureState* s : states) future_cancel(*s, force);
 }
 
 std::shared_ptr<ClientCore> make_core(const std::string& address, const ClientOptions& options) {

@@ -54,6 +54,8 @@ using TaskId = std::uint64_t;
   X(logs_request, 15, LogsRequest)          /* client -> scheduler (`herd logs`) */                \
   X(worker_logs_reply, 16, LogsReply)       /* worker -> scheduler (answers logs_fetch) */         \
   X(fetch_failed, 17, FetchFailedEvent)     /* client -> scheduler: a result's holder did not answer */ \
+  X(force_cancel_tasks, 18, KeysEvent)      /* client -> scheduler: cancel(force): stop running ones too */ \
+  X(fire_and_forget, 19, KeysEvent)         /* client -> scheduler: run these even once released */ \
   /* scheduler -> client|worker */                                                                \
   X(hello_reply, 20, HelloReply)                                                                   \
   X(task_updates, 21, TaskUpdatesEvent)     /* scheduler -> client */                              \
@@ -69,7 +71,8 @@ using TaskId = std::uint64_t;
   X(gang_abort, 33, GangAbortEvent)         /* scheduler -> worker: a member failed */             \
   X(logs_reply, 34, LogsReply)              /* scheduler -> client */                              \
   X(logs_fetch, 35, LogsRequest)            /* scheduler -> worker: your log / a task's output */  \
-  X(peers_gone, 36, PeersGoneEvent)         /* scheduler -> worker|client: data ports now closed */ \
+  X(abandon_tasks, 36, AbandonTasksEvent)   /* scheduler -> worker: stop waiting for these running ones */ \
+  X(peers_gone, 37, PeersGoneEvent)         /* scheduler -> worker|client: data ports now closed */ \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
@@ -178,8 +181,15 @@ struct TaskSpec {
   TaskId gang = 0;                          // gang id (= rank 0's task id), 0 = not in a gang
   std::uint32_t gang_rank = 0;              // rank of this member
   std::uint32_t gang_size = 0;              // members (all submitted together, ranks 0..n-1)
+  std::uint32_t timeout_ms = 0;             // time limit of one run (0 = none): the worker fails
+                                            //   it at the deadline and frees its slot
+  std::vector<std::string> workers;         // only on these workers (names, hosts or data ports;
+                                            //   empty = any)
+  bool allow_other_workers = false;         // `workers` is a preference, not a restriction
+  std::string pool;                         // only on workers of this pool ("" = any)
+  // Fields are only ever appended: msgpack-c leaves a field the sender did not have at its default.
   MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s,
-                 gang, gang_rank, gang_size);
+                 gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool);
 };
 
 // The client packs these with protocol::BatchWriter, one spec at a time, and sends a long
@@ -464,8 +474,18 @@ struct ExecuteTask {
   TaskId gang = 0;                          // as in TaskSpec
   std::uint32_t gang_rank = 0, gang_size = 0;
   std::uint32_t gang_attempt = 0;           // which run of the gang (a retry is a new attempt)
+  std::uint32_t timeout_ms = 0;             // as in TaskSpec (appended: see TaskSpec)
   MSGPACK_DEFINE(id, function, args, refs, inputs, key, resources, full_result, gang, gang_rank,
-                 gang_size, gang_attempt);
+                 gang_size, gang_attempt, timeout_ms);
+};
+
+/// Running tasks the worker must stop waiting for (cancel(force)): each is reported failed
+/// with `reason` at once, its slot and resources freed, its result discarded when it comes,
+/// a shell command killed. Unstarted ones are handed back as for cancel_tasks.
+struct AbandonTasksEvent {
+  std::vector<TaskId> ids;
+  std::string reason;  // e.g. "cancelled while running (cancel(force))"
+  MSGPACK_DEFINE_MAP(ids, reason);
 };
 
 struct ExecuteTasksEvent {

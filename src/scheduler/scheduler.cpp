@@ -327,6 +327,16 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       if (protocol::decode<MessageType::cancel_tasks>(msg, ev, error)) state_.cancel(id, ev.ids);
       break;
     }
+    case MessageType::fire_and_forget: {
+      protocol::KeysEvent ev;
+      if (protocol::decode<MessageType::fire_and_forget>(msg, ev, error)) state_.fire_and_forget(id, ev.ids);
+      break;
+    }
+    case MessageType::force_cancel_tasks: {
+      protocol::KeysEvent ev;
+      if (protocol::decode<MessageType::force_cancel_tasks>(msg, ev, error)) state_.force_cancel(id, ev.ids);
+      break;
+    }
     case MessageType::scatter_data: {
       protocol::ScatterRequest req;
       if (!protocol::decode<MessageType::scatter_data>(msg, req, error)) break;
@@ -489,6 +499,10 @@ void Scheduler::flush_worker(WorkerId id) {
     if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(socket_, *identity, {std::move(w.acquire)});
     if (!w.execute.empty()) protocol::send<MessageType::execute_tasks>(socket_, *identity, {std::move(w.execute)});
     if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(socket_, *identity, {std::move(w.cancel)});
+    if (!w.abandon.empty()) {
+      protocol::send<MessageType::abandon_tasks>(socket_, *identity,
+                                                 {std::move(w.abandon), "cancelled while running (cancel(force))"});
+    }
     for (const auto& ev : w.gang_ready) protocol::send<MessageType::gang_ready>(socket_, *identity, ev);
     for (const auto& ev : w.gang_abort) protocol::send<MessageType::gang_abort>(socket_, *identity, ev);
     if (w.heartbeat) protocol::send<MessageType::heartbeat>(socket_, *identity, {});

@@ -95,17 +95,26 @@ std::size_t SchedulerState::ready_count() const { return graph_.count(TaskStatus
 
 // ---- shapes and the free lists ------------------------------------------------------------
 
-std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& resources) {
-  if (resources.empty() && !shapes_.empty()) return 0;  // most tasks: no map to build and look up
+std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& resources, std::vector<std::string> only,
+                                       const std::string& pool, bool loose) {
+  // Most tasks: no map to build and look up.
+  if (resources.empty() && only.empty() && pool.empty() && !shapes_.empty()) return 0;
   std::map<std::string, double> need;
   for (const auto& [name, amount] : resources) {
     if (amount > 0) need[name] = amount;  // asking for none of a resource is asking for nothing
   }
-  if (auto it = shape_index_.find(need); it != shape_index_.end()) return it->second;
+  std::sort(only.begin(), only.end());
+  only.erase(std::unique(only.begin(), only.end()), only.end());
+  if (only.empty()) loose = false;
+  auto key = std::make_tuple(need, only, pool, loose);
+  if (auto it = shape_index_.find(key); it != shape_index_.end()) return it->second;
   if (shapes_.size() >= 0xffff) throw std::runtime_error("too many distinct resource requests (65535)");
   Shape s;
   s.id = static_cast<std::uint16_t>(shapes_.size());
   s.need = need;
+  s.only = only;
+  s.pool = pool;
+  s.loose = loose;
   for (const auto& [name, amount] : need) {
     auto [it, added] = resource_index_.try_emplace(name, static_cast<std::uint16_t>(resource_index_.size()));
     if (added) {
@@ -119,7 +128,7 @@ std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& reso
     }
     s.need_ids.emplace_back(it->second, amount);
   }
-  shape_index_.emplace(need, s.id);
+  shape_index_.emplace(std::move(key), s.id);
   shapes_.push_back(std::move(s));
   Shape& added = shapes_.back();
   for (auto& [id, w] : workers_) {
@@ -134,7 +143,27 @@ std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& reso
   return added.id;
 }
 
+bool SchedulerState::named(const WorkerRec& w, const Shape& s) {
+  for (const std::string& n : s.only) {
+    if (n == w.name || n == w.host || n == w.address) return true;
+  }
+  return false;
+}
+
+std::string SchedulerState::describe_shape(const Shape& s) {
+  std::string out = s.need.empty() && (!s.pool.empty() || (!s.only.empty() && !s.loose)) ? "a slot" : describe(s.need);
+  if (!s.only.empty() && !s.loose) {
+    out += " among the workers {";
+    for (std::size_t i = 0; i < s.only.size(); ++i) out += (i ? ", " : "") + s.only[i];
+    out += "}";
+  }
+  if (!s.pool.empty()) out += " in pool '" + s.pool + "'";
+  return out;
+}
+
 bool SchedulerState::offers(const WorkerRec& w, const Shape& s) const {
+  if (!s.pool.empty() && w.pool != s.pool) return false;
+  if (!s.only.empty() && !s.loose && !named(w, s)) return false;
   for (const auto& [r, amount] : s.need_ids) {
     if (r >= w.offered.size() || w.offered[r] + kEps < amount) return false;
   }
@@ -519,7 +548,7 @@ bool SchedulerState::submit(ClientId id, const protocol::TaskSpec& spec, const s
     error = "task id " + std::to_string(spec.id) + " does not belong to this client";
     return false;
   }
-  const std::uint16_t shape = shape_of(spec.resources);
+  const std::uint16_t shape = shape_of(spec.resources, spec.workers, spec.pool, spec.allow_other_workers);
   graph_.add(spec, id, shape, fx_);
   if (spec.gang != 0) gang_member_added(spec);
   // Finished before a restart: put the journaled result on a worker instead of running the
@@ -606,6 +635,29 @@ void SchedulerState::advance_replication(TaskId id) {
     out(targets[i]->id).acquire.push_back(std::move(loc));
     r.copying.push_back(targets[i]->id);
   }
+}
+
+void SchedulerState::fire_and_forget(ClientId id, const std::vector<TaskId>& ids) {
+  for (TaskId tid : ids) {
+    Task* t = graph_.find(tid);
+    if (t != nullptr && t->client == id) t->fire_and_forget = true;
+  }
+  check();
+}
+
+void SchedulerState::force_cancel(ClientId id, const std::vector<TaskId>& ids) {
+  std::vector<std::pair<WorkerId, TaskId>> running;
+  for (TaskId tid : ids) {
+    const Task* t = graph_.find(tid);
+    if (t == nullptr || t->client != id || t->gang != 0) continue;
+    if (t->status == TaskStatus::processing && t->worker != kNoWorker) running.emplace_back(t->worker, tid);
+  }
+  cancel(id, ids);
+  // The worker's failure report for each frees its slot here, as any result does.
+  for (auto [wid, tid] : running) {
+    if (workers_.count(wid)) out(wid).abandon.push_back(tid);
+  }
+  check();
 }
 
 void SchedulerState::cancel(ClientId id, const std::vector<TaskId>& ids) {
@@ -849,6 +901,18 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now, 
     }
     if (best != nullptr) return best;
   }
+  // allow_other_workers: one of the named workers when one can take it now, else any.
+  if (s.loose) {
+    for (std::vector<WorkerId>* list : {&s.open, &s.free}) {
+      for (WorkerId id : *list) {
+        WorkerRec& w = workers_.at(id);
+        if (named(w, s) && fits_time(w) && !avoided(t, id)) {
+          *from = nullptr;  // one at a time: the others of the shape may go anywhere
+          return &w;
+        }
+      }
+    }
+  }
   // A worker with an idle thread first, else one with room in its queue: round robin.
   WorkerRec* fallback = nullptr;  // an avoided one, if nothing else is free
   const std::vector<WorkerId>* fallback_from = nullptr;
@@ -897,6 +961,7 @@ protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   e.key = graph_.key_of(t);
   if (t.shape != 0) e.resources = shapes_[t.shape].need;
   e.full_result = options_.full_results && t.keyed;
+  e.timeout_ms = t.timeout_ms;
   e.inputs.reserve(t.deps.size());
   for (TaskId d : t.deps) {
     protocol::DepLocation& loc = e.inputs.emplace_back();
@@ -967,7 +1032,7 @@ void SchedulerState::place_suspects(const Now& now) {
 void SchedulerState::note_unrunnable(Shape& s) {
   s.unrunnable_dirty = false;
   if (s.offered_by > 0) return;
-  const std::string why = "no connected worker offers " + describe(s.need);
+  const std::string why = "no connected worker offers " + describe_shape(s);
   s.ready.for_each([&](const ReadyItem& item) {
     Task* t = graph_.find(item.id);
     if (t == nullptr || t->status != TaskStatus::ready || t->no_worker_noted) return;
@@ -993,7 +1058,7 @@ std::string SchedulerState::why_no_worker(const Task& t) const {
     for (const auto& [id, w] : workers_) {
       if (offers(w, s)) ++retiring;
     }
-    std::string why = "no connected worker offers " + describe(s.need);
+    std::string why = "no connected worker offers " + describe_shape(s);
     if (retiring > 0) why += " (" + std::to_string(retiring) + " that did are retiring)";
     return why;
   }
@@ -1008,7 +1073,7 @@ std::map<std::string, std::uint64_t> SchedulerState::unrunnable() const {
   std::map<std::string, std::uint64_t> out;
   for (const auto& s : shapes_) {
     const std::size_t n = graph_.ready_of_shape(s.id);
-    if (n > 0 && s.offered_by == 0) out["no connected worker offers " + describe(s.need)] += n;
+    if (n > 0 && s.offered_by == 0) out["no connected worker offers " + describe_shape(s)] += n;
   }
   for (TaskId id : too_long_) {
     const Task* t = graph_.find(id);

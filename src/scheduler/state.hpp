@@ -29,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -80,6 +81,7 @@ struct WorkerOut {
   std::vector<protocol::DepLocation> acquire;             // acquire_keys: copy from holders
   std::vector<protocol::ExecuteTask> execute;             // execute_tasks
   std::vector<TaskId> cancel;                             // cancel_tasks: hand back if not started
+  std::vector<TaskId> abandon;                            // abandon_tasks: stop running ones too
   std::vector<protocol::GangReadyEvent> gang_ready;
   std::vector<protocol::GangAbortEvent> gang_abort;
   bool heartbeat = false;
@@ -223,6 +225,11 @@ struct Shape {
   std::size_t open_cursor = 0;      // and in `open`
   std::uint32_t offered_by = 0;     // connected, non-retiring workers that offer it
   bool unrunnable_dirty = false;    // ready tasks may need a no_worker note
+  // Placement restrictions (TaskOptions::workers / pool), part of the shape: a worker offers
+  // the shape only when it matches them too.
+  std::vector<std::string> only;    // worker names, hosts or data ports (sorted; empty = any)
+  bool loose = false;               // `only` is a preference (allow_other_workers)
+  std::string pool;                 // only workers of this pool ("" = any)
 };
 
 /// A gang: N tasks placed together on N distinct workers, their results held back until every
@@ -285,6 +292,12 @@ class SchedulerState {
   bool submit(ClientId id, const protocol::TaskSpec& spec, const std::vector<char>* journaled, std::string& error);
   void release(ClientId id, const std::vector<TaskId>& ids);
   void cancel(ClientId id, const std::vector<TaskId>& ids);
+  /// cancel(force): as cancel, and the workers running them stop waiting for them (free the
+  /// slot, discard the result, kill a shell command). Gang members are cancelled as a gang.
+  void force_cancel(ClientId id, const std::vector<TaskId>& ids);
+  /// Client::fire_and_forget: these tasks (and so their inputs) run to their end even after
+  /// the client releases them or leaves; then they are forgotten.
+  void fire_and_forget(ClientId id, const std::vector<TaskId>& ids);
   bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
   /// client.replicate / scatter(broadcast): copies of each result on `n` workers (0 = every
   /// connected worker), copied tree-wise: each holder serves one new copy at a time, so the
@@ -378,7 +391,12 @@ class SchedulerState {
   WorkerOut& out(WorkerId id) { return out_.workers[id]; }
 
   // Shapes and placement (state.cpp).
-  std::uint16_t shape_of(const std::map<std::string, double>& resources);
+  std::uint16_t shape_of(const std::map<std::string, double>& resources, std::vector<std::string> only = {},
+                         const std::string& pool = {}, bool loose = false);
+  /// Whether `w` is one of the shape's `only` workers (by name, host or data port).
+  static bool named(const WorkerRec& w, const Shape& s);
+  /// What a shape asks, for "no connected worker offers ..." (resources and restrictions).
+  static std::string describe_shape(const Shape& s);
   bool offers(const WorkerRec& w, const Shape& s) const;       // total resources fit
   bool can_take(const WorkerRec& w, const Shape& s) const;     // one more task now
   void refresh(WorkerRec& w);                                  // free-list membership
@@ -432,7 +450,8 @@ class SchedulerState {
   std::unordered_map<TaskId, Gang> gangs_;
   std::deque<TaskId> gangs_waiting_;         // gangs whose members are all ready, oldest first
   std::vector<Shape> shapes_;
-  std::map<std::map<std::string, double>, std::uint16_t> shape_index_;
+  std::map<std::tuple<std::map<std::string, double>, std::vector<std::string>, std::string, bool>, std::uint16_t>
+      shape_index_;
   std::map<std::string, std::uint16_t> resource_index_;
   std::unordered_set<WorkerId> overloaded_;  // workers queueing tasks beyond their threads
   std::vector<TaskId> suspects_;             // ready tasks that must run alone

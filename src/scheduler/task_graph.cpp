@@ -131,6 +131,7 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   t.gang = spec.gang;
   t.gang_rank = spec.gang_rank;
   t.duration_s = spec.duration_s;
+  t.timeout_ms = spec.timeout_ms;
   t.seq = next_seq_++;
   for (const auto& r : spec.refs) {
     if (std::find(t.deps.begin(), t.deps.end(), r.id) == t.deps.end()) t.deps.push_back(r.id);
@@ -258,6 +259,11 @@ void TaskGraph::finished(TaskId id, std::uint32_t worker, std::uint64_t nbytes, 
   if (t->forget_when_done) {
     fx.free.emplace_back(worker, id);
     set(*t, TaskStatus::released);
+    // It no longer waits on its inputs (as became_memory says for a kept result): a
+    // fire-and-forget task that had inputs leaves their counts right.
+    for (TaskId d : t->deps) {
+      if (Task* dep = find(d); dep != nullptr && dep->waiters > 0) --dep->waiters;
+    }
     maybe_forget(*t, fx);
     return;
   }
@@ -436,7 +442,7 @@ void TaskGraph::maybe_forget(Task& start, Effects& fx) {
     if (t.wanted) return;
     if (t.waiters == 0 && t.in_memory()) free_data(t, fx);
     if (!t.dependents.empty()) return;  // a dependent may need the recipe
-    if (t.status == TaskStatus::processing) {
+    if (t.status == TaskStatus::processing || (t.fire_and_forget && t.unfinished())) {
       t.forget_when_done = true;
       return;
     }

@@ -68,6 +68,7 @@ struct Task {
   std::uint32_t deaths = 0;       // workers lost while it was processing
   std::int32_t priority = 0;
   std::uint32_t duration_s = 0;   // declared run time (placement near walltime)
+  std::uint32_t timeout_ms = 0;   // time limit of one run (the worker enforces it; 0 = none)
   std::uint32_t gang_rank = 0;
   std::uint16_t shape = 0;        // resources it needs (SchedulerState's shape table; 0 = none)
   TaskStatus status = TaskStatus::waiting;
@@ -78,6 +79,7 @@ struct Task {
   bool forget_when_done = false;  // nobody needs it any more, but a worker is computing it
   bool no_worker_noted = false;   // its client was told no worker can run it (TaskState::no_worker)
   bool stealing = false;          // asked back from its worker to run elsewhere (work stealing)
+  bool fire_and_forget = false;   // runs to its end even when no client wants it (then forgotten)
   SmallVec<char, 16> args;             // msgpack; inside the record up to 16 bytes
   SmallVec<protocol::ArgRef, 1> refs;
   SmallVec<TaskId, 2> deps;        // distinct inputs

@@ -15,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <unordered_map>
 
 #include "herd/sweep.hpp"
 #include "sweep/command.hpp"
@@ -385,7 +386,9 @@ class Sweep::Impl::Driver {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_monitor_ = false;
-  std::vector<InFlight> in_flight_;
+  // By future: the driver's as_completed says which finished (no list rebuilt per trial).
+  std::unordered_map<const detail::FutureState*, InFlight> in_flight_;
+  std::optional<AsCompleted<TrialOutput>> completed_;  // driver thread only
   Counts counts_;
   std::unique_ptr<sweep::ProgressView> view_;
 };
@@ -396,7 +399,7 @@ void Sweep::Impl::Driver::monitor_loop() {
     cv_.wait_for(lock, std::chrono::milliseconds(250));
     if (stop_monitor_) break;
     const auto now = Clock::now();
-    for (auto& job : in_flight_) {
+    for (auto& [state, job] : in_flight_) {
       if (!job.timed_out && now >= job.deadline && !job.future.done()) {
         job.timed_out = true;
         job.future.cancel();  // wakes as_completed in the driver thread
@@ -453,8 +456,10 @@ void Sweep::Impl::Driver::submit(const Run& run) {
   }
   ++runs_;
   ran_now_[t] = true;
+  completed_->add(job.future);
   std::lock_guard lock(mu_);
-  in_flight_.push_back(std::move(job));
+  const detail::FutureState* state = job.future.state().get();
+  in_flight_.emplace(state, std::move(job));
   counts_.running = in_flight_.size();
 }
 
@@ -634,6 +639,7 @@ SweepReport Sweep::Impl::Driver::run() {
     }
   } joiner{this, monitor};
 
+  completed_.emplace(client_.as_completed(std::vector<Future<TrialOutput>>{}));
   try {
     for (;;) {
       // Fill up to max_running, answering from the results file where it has the answer.
@@ -653,24 +659,16 @@ SweepReport Sweep::Impl::Driver::run() {
         if (pending_.empty()) break;
         continue;
       }
-      std::vector<Future<TrialOutput>> futures;
-      {
-        std::lock_guard lock(mu_);
-        for (const auto& job : in_flight_) futures.push_back(job.future);
-      }
-      auto completed = client_.as_completed(std::move(futures));
-      const std::optional<Future<TrialOutput>> first = completed.next();
       // Everything done by now is taken in one go, before the next round of submissions.
       std::vector<InFlight> done;
       {
+        const std::vector<Future<TrialOutput>> batch = completed_->next_batch();
         std::lock_guard lock(mu_);
-        for (auto it = in_flight_.begin(); it != in_flight_.end();) {
-          if (it->future.done() || (first && it->future.state() == first->state())) {
-            done.push_back(std::move(*it));
-            it = in_flight_.erase(it);
-          } else {
-            ++it;
-          }
+        for (const auto& f : batch) {
+          auto it = in_flight_.find(f.state().get());
+          if (it == in_flight_.end()) continue;
+          done.push_back(std::move(it->second));
+          in_flight_.erase(it);
         }
         counts_.running = in_flight_.size();
       }

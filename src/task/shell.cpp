@@ -29,6 +29,7 @@
 
 #include "herd/shell.hpp"
 #include "task/log_capture.hpp"
+#include "task/this_task.hpp"
 
 namespace bp = boost::process;
 
@@ -180,13 +181,18 @@ ShellResult shell(ShellCommand command) {
   out_tail.start();
   err_tail.start();
   ShellResult result;
-  if (command.timeout_s > 0) {
-    const auto deadline = start + std::chrono::duration<double>(command.timeout_s);
-    while (!io.stopped() && std::chrono::steady_clock::now() < deadline) {
+  // The worker may stop waiting for this task (its time limit, cancel(force)): then the
+  // command's whole group is killed too.
+  const std::shared_ptr<std::atomic<bool>> abandoned = detail::current_abandoned();
+  if (command.timeout_s > 0 || abandoned) {
+    const auto deadline = command.timeout_s > 0 ? start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                              std::chrono::duration<double>(command.timeout_s))
+                                                : std::chrono::steady_clock::time_point::max();
+    while (!io.stopped() && std::chrono::steady_clock::now() < deadline && !(abandoned && abandoned->load())) {
       io.run_for(std::chrono::milliseconds(50));
     }
     if (!io.stopped() && child.running()) {
-      result.timed_out = true;
+      result.timed_out = !(abandoned && abandoned->load());
       group.terminate();
     }
     io.run();

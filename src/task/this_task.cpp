@@ -21,6 +21,10 @@ TaskInfo& current_task() {
 
 void set_worker_draining() { g_draining.store(true); }
 void set_worker_end_time(long long end_unix_s) { g_end_unix_s.store(end_unix_s); }
+std::shared_ptr<std::atomic<bool>>& current_abandoned() {
+  thread_local std::shared_ptr<std::atomic<bool>> flag;
+  return flag;
+}
 
 }  // namespace detail
 

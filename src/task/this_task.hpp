@@ -2,6 +2,9 @@
 // around each call, one per thread.
 #pragma once
 
+#include <atomic>
+#include <memory>
+
 #include "herd/remote.hpp"
 
 namespace herd::detail {
@@ -13,5 +16,8 @@ TaskInfo& current_task();
 /// unknown). Safe from a signal handler.
 void set_worker_draining();
 void set_worker_end_time(long long end_unix_s);
+/// Set by the worker when it stops waiting for the task on this thread (a time limit,
+/// cancel(force)); null outside a task. herd::shell polls it and kills its command.
+std::shared_ptr<std::atomic<bool>>& current_abandoned();
 
 }  // namespace herd::detail

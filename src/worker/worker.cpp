@@ -235,7 +235,18 @@ Worker::~Worker() {
     stopping_ = true;
   }
   run_cv_.notify_all();
-  for (auto& t : executors_) t.join();
+  {
+    std::lock_guard lock(run_mu_);
+    for (auto& t : executors_) {
+      // An abandoned task's thread may never end (an endless loop): it is not waited for.
+      if (std::find(abandoned_threads_.begin(), abandoned_threads_.end(), t.get_id()) != abandoned_threads_.end()) {
+        t.detach();
+      }
+    }
+  }
+  for (auto& t : executors_) {
+    if (t.joinable()) t.join();
+  }
 }
 
 bool Worker::connect() {
@@ -316,8 +327,13 @@ int Worker::run() {
                   {static_cast<void*>(data_), 0, ZMQ_POLLIN, 0},
                   {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
     const std::size_t first_peer = fetcher_->add_poll_items(items);
+    auto wait = std::chrono::milliseconds(options_.config.heartbeat_ms);
+    for (const auto& [id, deadline] : deadlines_) {  // a time limit is kept within ~10 ms
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.first - Clock::now());
+      wait = std::max(std::chrono::milliseconds(1), std::min(wait, left + std::chrono::milliseconds(1)));
+    }
     try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(options_.config.heartbeat_ms));
+      zmq::poll(items.data(), items.size(), wait);
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
@@ -355,6 +371,7 @@ int Worker::run() {
     fetcher_->receive(items, first_peer, fetch_events_, now);
     fetcher_->expire(now, fetch_events_);
     carry_out();
+    if (!deadlines_.empty()) check_deadlines(now);
     if (now - last_from_scheduler_ > std::chrono::milliseconds(options_.config.timeout_ms)) {
       HERD_LOG(error) << "scheduler at " << options_.scheduler << " silent for " << options_.config.timeout_ms
                       << " ms; exiting";
@@ -446,6 +463,15 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
       if (protocol::decode<MessageType::cancel_tasks>(msg, ev, error)) state_->cancel(ev.ids);
       break;
     }
+    case MessageType::abandon_tasks: {
+      protocol::AbandonTasksEvent ev;
+      if (!protocol::decode<MessageType::abandon_tasks>(msg, ev, error)) break;
+      for (protocol::TaskId id : ev.ids) {
+        const std::string key = state_->running(id) ? state_->running_key(id) : std::string();
+        abandon(id, {"herd::CancelledError", "task " + key + " " + ev.reason, key, options_.name});
+      }
+      break;
+    }
     case MessageType::acquire_keys: {
       protocol::AcquireKeysEvent ev;
       if (protocol::decode<MessageType::acquire_keys>(msg, ev, error)) state_->acquire(ev.keys);
@@ -532,7 +558,12 @@ void Worker::carry_out() {
   if (!out.run.empty()) {
     {
       std::lock_guard lock(run_mu_);
-      for (auto& r : out.run) handoff_.push_back(std::move(r));
+      for (auto& r : out.run) {
+        if (r.task.timeout_ms > 0 && r.task.gang == 0) {
+          deadlines_[r.task.id] = {now + std::chrono::milliseconds(r.task.timeout_ms), r.task.timeout_ms};
+        }
+        handoff_.push_back(std::move(r));
+      }
     }
     run_cv_.notify_all();
   }
@@ -581,6 +612,10 @@ void Worker::on_gang_message(MessageType type, protocol::Received& msg) {
 }
 
 void Worker::executor_loop() {
+  // Set when the worker stops waiting for this thread's task (Worker::abandon): the thread then
+  // ends after it, its completion dropped, as a new executor has taken its place.
+  auto abandoned = std::make_shared<std::atomic<bool>>(false);
+  detail::current_abandoned() = abandoned;
   while (true) {
     Run run;
     {
@@ -589,12 +624,19 @@ void Worker::executor_loop() {
       if (stopping_) return;
       run = std::move(handoff_.front());
       handoff_.pop_front();
+      on_executor_[run.task.id] = OnExecutor{abandoned, std::this_thread::get_id()};
       // Still under run_mu_, as on_logs_fetch looks: it finds the task queued or in the
       // LogBook, never between them (lock order: run_mu_, then the LogBook's).
       task::LogBook::instance().task_started(run.task.id, run.task.key);  // output capture
     }
     Completion c = execute(run.task, run.devices);
     task::LogBook::instance().task_finished(run.task.id);
+    {
+      std::lock_guard lock(run_mu_);
+      auto it = on_executor_.find(run.task.id);
+      if (it != on_executor_.end() && it->second.abandoned == abandoned) on_executor_.erase(it);
+      if (abandoned->load()) return;  // reported failed already; a new executor has the slot
+    }
     bool was_empty;
     {
       std::lock_guard lock(done_mu_);
@@ -717,8 +759,10 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   }
   c.duration_us = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
-  if (c.ok) {
-    store_.put(c.id, c.bytes);  // before the scheduler can hear of it
+  // Before the scheduler can hear of it; not when the worker stopped waiting for it (reported
+  // failed: nobody will free it).
+  if (c.ok && !(detail::current_abandoned() && detail::current_abandoned()->load())) {
+    store_.put(c.id, c.bytes);
     spill_to_target();
     // Paused before the state hears this task finished, so that it starts no next one when
     // the result left memory short (the monitor samples every 20 ms: a task may be quicker).
@@ -727,6 +771,48 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
     }
   }
   return c;
+}
+
+bool Worker::abandon(protocol::TaskId id, protocol::ErrorInfo error) {
+  {
+    std::lock_guard lock(run_mu_);
+    auto it = on_executor_.find(id);
+    // Not on an executor: not started (handed back below), or it just ended and its completion
+    // is on its way (it finished in time).
+    if (it == on_executor_.end()) {
+      if (state_->running(id)) return false;
+      state_->abandon(id, std::move(error));
+      return false;
+    }
+    it->second.abandoned->store(true);
+    abandoned_threads_.push_back(it->second.thread);
+    on_executor_.erase(it);
+    if (!stopping_) executors_.emplace_back([this] { executor_loop(); });  // the slot, with a thread
+  }
+  deadlines_.erase(id);
+  HERD_LOG(warning) << "stopped waiting for task " << error.task << ": " << error.message;
+  state_->abandon(id, std::move(error));
+  return true;
+}
+
+void Worker::check_deadlines(Clock::time_point now) {
+  std::vector<std::pair<protocol::TaskId, std::uint32_t>> due;
+  for (const auto& [id, deadline] : deadlines_) {
+    if (now >= deadline.first) due.emplace_back(id, deadline.second);
+  }
+  for (const auto& [id, limit_ms] : due) {
+    deadlines_.erase(id);
+    if (!state_->running(id)) continue;
+    char limit[32];
+    std::snprintf(limit, sizeof limit, "%.3g s", limit_ms / 1000.0);
+    const std::string key = state_->running_key(id);
+    abandon(id, {"herd::TimeoutError",
+                 "task " + key + " exceeded its time limit of " + limit +
+                     " (TaskOptions::timeout); worker " + options_.name +
+                     " stopped waiting for it and freed its slot",
+                 key, options_.name});
+  }
+  if (!due.empty()) carry_out();
 }
 
 void Worker::drain_completions() {
@@ -738,7 +824,10 @@ void Worker::drain_completions() {
     joins.swap(gang_joins_);
   }
   for (const auto& join : joins) protocol::send<MessageType::gang_join>(sched_, "", join);
-  for (auto& c : done) state_->finished(std::move(c));
+  for (auto& c : done) {
+    if (!deadlines_.empty()) deadlines_.erase(c.id);
+    state_->finished(std::move(c));
+  }
   carry_out();
 }
 

@@ -63,6 +63,11 @@ class Worker {
 
   bool connect();
   void executor_loop();
+  /// Stops waiting for running task `id` (time limit, cancel(force)): reported failed with
+  /// `error`, its slot given to a new executor thread, its thread left to end on its own (a
+  /// shell command is killed), its result discarded. False when it is not running here.
+  bool abandon(protocol::TaskId id, protocol::ErrorInfo error);
+  void check_deadlines(Clock::time_point now);
   Completion execute(const protocol::ExecuteTask& task, const std::vector<int>& devices);
   void on_scheduler_message(protocol::Received& msg, bool& shutdown);
   void on_execute(protocol::ExecuteTasksEvent& ev);
@@ -111,6 +116,14 @@ class Worker {
   std::string pause_reason_;                         // under pause_mu_: for heartbeats, status
   std::thread monitor_;
   std::vector<std::thread> executors_;
+  // Tasks on an executor now -> that executor's "abandoned" flag and thread (under run_mu_).
+  struct OnExecutor {
+    std::shared_ptr<std::atomic<bool>> abandoned;
+    std::thread::id thread;
+  };
+  std::map<protocol::TaskId, OnExecutor> on_executor_;
+  std::vector<std::thread::id> abandoned_threads_;  // under run_mu_: not joined, they may never end
+  std::map<protocol::TaskId, std::pair<Clock::time_point, std::uint32_t>> deadlines_;  // I/O thread: time limits
   std::mutex done_mu_;
   std::vector<Completion> done_;
   std::vector<protocol::GangJoinRequest> gang_joins_;  // from members, for the I/O thread

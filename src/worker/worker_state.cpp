@@ -70,6 +70,25 @@ void WorkerState::cancel(const std::vector<TaskId>& ids) {
   check();
 }
 
+bool WorkerState::abandon(TaskId id, protocol::ErrorInfo error) {
+  auto it = running_.find(id);
+  if (it == running_.end()) {
+    cancel({id});
+    return false;
+  }
+  for (const auto& [r, amount] : it->second.resources) free_resources_[r] += amount;
+  for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
+  running_.erase(it);
+  protocol::TaskResult r;
+  r.id = id;
+  r.error = std::move(error);
+  if (r.error.worker.empty()) r.error.worker = options_.name;
+  out_.results.push_back(std::move(r));
+  start_ready();
+  check();
+  return true;
+}
+
 void WorkerState::hand_back(TaskId id) {
   // Unstarted: given back. The scheduler knows whether it was cancelled or is moving it.
   protocol::TaskResult r;

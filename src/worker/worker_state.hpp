@@ -89,6 +89,15 @@ class WorkerState {
   void execute(std::vector<protocol::ExecuteTask>&& tasks);
   /// Hand back these tasks if they have not started (cancel, steal, retire).
   void cancel(const std::vector<TaskId>& ids);
+  /// Stop waiting for a running task (its time limit, cancel(force)): it is reported failed
+  /// with `error` now, its thread slot and resources are free; its completion, when it comes,
+  /// must not reach finished(). Not running: handed back as by cancel(). True when it was running.
+  bool abandon(TaskId id, protocol::ErrorInfo error);
+  bool running(TaskId id) const { return running_.count(id) != 0; }
+  std::string running_key(TaskId id) const {
+    auto it = running_.find(id);
+    return it == running_.end() ? std::string() : it->second.key;
+  }
   void free_keys(const std::vector<TaskId>& ids);
   /// Fetch copies of these results (a retiring worker's, a replica).
   void acquire(const std::vector<protocol::DepLocation>& keys);

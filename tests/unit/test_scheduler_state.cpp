@@ -90,8 +90,12 @@ struct Harness {
       if (it == workers.end()) continue;
       VWorker& vw = it->second;
       for (TaskId f : w.free) vw.has.erase(f);
-      for (auto& e : w.execute) vw.queue.push_back(e.id);
+      for (auto& e : w.execute) {
+        vw.queue.push_back(e.id);
+        if (e.timeout_ms > 0) timeouts[e.id] = e.timeout_ms;
+      }
       start(vw);
+      for (TaskId a : w.abandon) abandoned.emplace_back(id, a);  // the test plays the worker's part
       herd::protocol::TaskResultsEvent handed;
       for (TaskId c : w.cancel) {
         auto q = std::find(vw.queue.begin(), vw.queue.end(), c);
@@ -156,6 +160,8 @@ struct Harness {
     return vw.queue.size() + vw.running.size();
   }
   std::vector<std::pair<WorkerId, TaskId>> pending_results_for_test;
+  std::vector<std::pair<WorkerId, TaskId>> abandoned;  // abandon_tasks the workers were sent
+  std::map<TaskId, std::uint32_t> timeouts;            // time limits the execute messages carried
   std::vector<std::pair<WorkerId, herd::protocol::TaskResultsEvent>> pending_results;
 };
 
@@ -834,4 +840,142 @@ TEST_CASE("State.Explain.GivesEachWorkersReason") {
   h.finish(cpu);
   e = h.state.explain(*h.state.graph().find(first), h.now);
   CHECK(e.state == "memory");
+}
+
+TEST_CASE("SchedulerState.ForceCancel.RunningTaskIsAbandonedAndItsSlotReused") {
+  Harness h;
+  const WorkerId w = h.add_worker("w", 1);
+  TaskSpec spec;
+  spec.id = (static_cast<TaskId>(h.client) << 40) | h.next++;
+  spec.function = "endless";
+  spec.timeout_ms = 1500;
+  std::string error;
+  REQUIRE(h.state.submit(h.client, spec, nullptr, error));
+  const TaskId endless = spec.id;
+  const TaskId next = h.submit("inc");
+  h.turn();
+  REQUIRE(h.workers.at(w).running == std::vector<TaskId>{endless});
+  CHECK(h.timeouts[endless] == 1500u);  // the limit travels to the worker
+  CHECK(h.timeouts.count(next) == 0u);
+
+  // A plain cancel leaves a running task alone on its worker.
+  h.state.cancel(h.client, {next});
+  h.turn();
+  CHECK(h.abandoned.empty());
+  const TaskId after = h.submit("inc");
+  h.turn();
+
+  h.state.force_cancel(h.client, {endless});
+  h.turn();
+  REQUIRE(h.abandoned.size() == 1u);
+  CHECK(h.abandoned[0] == std::make_pair(w, endless));
+  CHECK(h.status(endless) == TaskStatus::cancelled);
+  CHECK(h.state.worker(w)->processing.count(endless) == 1u);  // until the worker says so
+  // The worker reports it failed at once and starts the next task in its place.
+  auto& vw = h.workers.at(w);
+  vw.running.erase(std::find(vw.running.begin(), vw.running.end(), endless));
+  herd::protocol::TaskResultsEvent ev;
+  herd::protocol::TaskResult r;
+  r.id = endless;
+  r.error = {"herd::CancelledError", "cancelled while running (cancel(force))", "endless", "w"};
+  ev.results.push_back(r);
+  h.state.task_results(w, ev, h.now);
+  h.start(vw);
+  h.turn();
+  CHECK(h.state.worker(w)->processing.count(endless) == 0u);
+  CHECK(h.status(endless) == TaskStatus::cancelled);  // a late failure does not change it
+  h.finish(w);
+  CHECK(h.status(after) == TaskStatus::memory);
+  // The client heard it cancelled exactly once.
+  CHECK(std::count_if(h.updates.begin(), h.updates.end(), [&](const auto& u) {
+          return u.id == endless && u.state == static_cast<std::uint8_t>(herd::protocol::TaskState::cancelled);
+        }) == 1);
+}
+
+namespace {
+TaskId submit_restricted(Harness& h, std::vector<std::string> workers, bool loose, std::string pool) {
+  TaskSpec s;
+  s.id = (static_cast<TaskId>(h.client) << 40) | h.next++;
+  s.function = "placed";
+  s.workers = std::move(workers);
+  s.allow_other_workers = loose;
+  s.pool = std::move(pool);
+  std::string error;
+  REQUIRE(h.state.submit(h.client, s, nullptr, error));
+  return s.id;
+}
+}  // namespace
+
+TEST_CASE("SchedulerState.Restrictions.WorkersPoolAndAllowOtherWorkers") {
+  Harness h;
+  herd::protocol::HelloRequest hello;
+  const WorkerId a = h.add_worker("a", 4);
+  const WorkerId b = h.add_worker("b", 4);
+  hello.name = "g";
+  hello.host = "gpuhost";
+  hello.nthreads = 4;
+  hello.data_address = "tcp://gpuhost:9";
+  hello.pool = "gpu";
+  const WorkerId g = h.state.add_worker(hello, h.now);
+  h.workers[g] = Harness::VWorker{g, 4, {}, {}, {}};
+
+  std::vector<TaskId> on_b, on_gpu_host, in_pool, prefer_a;
+  for (int i = 0; i < 6; ++i) on_b.push_back(submit_restricted(h, {"b"}, false, ""));
+  for (int i = 0; i < 3; ++i) on_gpu_host.push_back(submit_restricted(h, {"gpuhost"}, false, ""));  // by host
+  for (int i = 0; i < 3; ++i) in_pool.push_back(submit_restricted(h, {}, false, "gpu"));
+  for (int i = 0; i < 2; ++i) prefer_a.push_back(submit_restricted(h, {"a", "nobody"}, true, ""));
+  const TaskId nowhere = submit_restricted(h, {"nobody"}, false, "");
+  const TaskId wrong_pool = submit_restricted(h, {"a"}, false, "gpu");  // both must hold: none does
+  h.turn();
+  for (TaskId t : on_b) {
+    if (h.status(t) == TaskStatus::processing) CHECK(h.where(t) == b);
+  }
+  for (TaskId t : on_gpu_host) CHECK(h.where(t) == g);
+  for (TaskId t : in_pool) {
+    if (h.status(t) == TaskStatus::processing) CHECK(h.where(t) == g);
+  }
+  for (TaskId t : prefer_a) CHECK(h.where(t) == a);  // preferred, and free
+  CHECK(h.status(nowhere) == TaskStatus::ready);
+  CHECK(h.status(wrong_pool) == TaskStatus::ready);
+  CHECK(h.state.why_no_worker(*h.task(nowhere)) == "no connected worker offers a slot among the workers {nobody}");
+  CHECK(h.state.why_no_worker(*h.task(wrong_pool)) ==
+        "no connected worker offers a slot among the workers {a} in pool 'gpu'");
+  // The client was told, once each.
+  for (TaskId t : {nowhere, wrong_pool}) {
+    CHECK(std::count_if(h.updates.begin(), h.updates.end(), [&](const auto& u) {
+            return u.id == t && u.state == static_cast<std::uint8_t>(herd::protocol::TaskState::no_worker);
+          }) == 1);
+  }
+  // Everything restricted ends where it must, however many turns it takes.
+  for (int round = 0; round < 20; ++round) {
+    for (WorkerId w : {a, b, g}) h.finish(w);
+  }
+  for (TaskId t : on_b) CHECK(h.status(t) == TaskStatus::memory);
+  for (TaskId t : in_pool) CHECK(h.status(t) == TaskStatus::memory);
+  CHECK(h.status(nowhere) == TaskStatus::ready);
+  CHECK(h.state.unrunnable().at("no connected worker offers a slot among the workers {nobody}") == 1u);
+  // allow_other_workers: with every preferred worker busy, another one takes it.
+  const WorkerId c = h.add_worker("c", 1);
+  for (int i = 0; i < 40; ++i) submit_restricted(h, {}, false, "");  // keep a busy
+  // Fill a until a task restricted to it has to wait.
+  for (int i = 0; i < 5000; ++i) {
+    const TaskId blocker = submit_restricted(h, {"a"}, false, "");
+    h.turn();
+    if (h.status(blocker) == TaskStatus::ready) break;
+  }
+  REQUIRE(h.state.worker(a)->processing.size() >= 4u);
+  const TaskId loose = submit_restricted(h, {"a"}, true, "");
+  h.turn();
+  CHECK(h.status(loose) == TaskStatus::processing);
+  CHECK(h.where(loose) != a);  // a is full of its own tasks; the loose one went elsewhere
+  (void)c;
+  // A worker named later picks the waiting task up.
+  hello = {};
+  hello.name = "nobody";
+  hello.nthreads = 1;
+  hello.data_address = "tcp://nobody:1";
+  const WorkerId n = h.state.add_worker(hello, h.now);
+  h.workers[n] = Harness::VWorker{n, 1, {}, {}, {}};
+  h.turn();
+  CHECK(h.where(nowhere) == n);
 }

@@ -214,3 +214,29 @@ TEST_CASE("Task.CheckpointPath.SameForEveryRunOfATask") {
   CHECK(herd::TaskOptions{}.checkpointable().retries() == 3);
   fs::remove_all(dir);
 }
+
+TEST_CASE("WorkerState.Abandon.RunningTaskFailsAtOnceAndFreesItsSlotAndResources") {
+  auto s = make(1, {{"lic", 1}});
+  exec(s, {task(1, {}, {{"lic", 1}}), task(2, {}, {{"lic", 1}}), task(3)});
+  CHECK(started(s) == std::vector<TaskId>{1});
+  s.out().clear();
+  CHECK(s.running(1));
+  CHECK(s.running_key(1) == "t1");
+  CHECK(s.abandon(1, {"herd::TimeoutError", "task t1 exceeded its time limit of 1 s", "t1", ""}));
+  REQUIRE(s.out().results.size() == 1u);
+  const auto& r = s.out().results[0];
+  CHECK(r.id == 1u);
+  CHECK_FALSE(r.ok);
+  CHECK_FALSE(r.handed_back);
+  CHECK(r.error.type == "herd::TimeoutError");
+  CHECK(r.error.worker == "w");  // filled in when the caller left it empty
+  CHECK(started(s) == std::vector<TaskId>{2});  // the thread and the licence went to the next
+  CHECK_FALSE(s.running(1));
+  CHECK(s.validate().empty());
+  s.out().clear();
+  // Not running (queued): handed back as a cancel would.
+  CHECK_FALSE(s.abandon(3, {"herd::CancelledError", "x", "t3", ""}));
+  REQUIRE(s.out().results.size() == 1u);
+  CHECK(s.out().results[0].handed_back);
+  CHECK(s.validate().empty());
+}

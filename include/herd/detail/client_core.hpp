@@ -6,6 +6,8 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -42,10 +44,15 @@ struct CompletionQueue {
 std::shared_ptr<const Payload> future_payload(FutureState& s, std::int64_t timeout_ms);
 bool future_done(const FutureState& s);
 bool future_wait(const FutureState& s, std::int64_t timeout_ms);
-void future_cancel(FutureState& s);
+void future_cancel(FutureState& s, bool force = false);
 std::string future_key(const FutureState& s);
 std::uint64_t future_id(const FutureState& s);
 std::string future_status(const FutureState& s);
+/// Waits (negative = forever) until done; null when it finished, else what result() throws.
+/// @throws TimeoutError when not done in time
+std::exception_ptr future_exception(const FutureState& s, std::int64_t timeout_ms);
+/// Queues `callback` to run once the future is done, on the client's callback thread.
+void future_add_callback(FutureState& s, std::function<void()> callback);
 const ClientCore* future_owner(const FutureState& s);
 [[noreturn]] void throw_decode_error(const FutureState& s, const char* type, const char* what);
 
@@ -61,9 +68,15 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
 std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& bytes);
 void core_prefetch(ClientCore& core, const std::vector<FutureState*>& states);
 bool core_wait_all(ClientCore& core, const std::vector<FutureState*>& states, std::int64_t timeout_ms);
+/// Pushes `first_index + i` to `queue` when states[i] is done (at once if it is already).
 void core_watch(ClientCore& core, const std::vector<FutureState*>& states,
-                const std::shared_ptr<CompletionQueue>& queue);
-void core_cancel(ClientCore& core, const std::vector<FutureState*>& states);
+                const std::shared_ptr<CompletionQueue>& queue, std::size_t first_index = 0);
+/// Waits (negative = forever) until one of `states` is done; true when one is.
+bool core_wait_any(const std::vector<FutureState*>& states, std::int64_t timeout_ms);
+/// Whether each of `states` is done, read at one instant.
+std::vector<bool> core_done(const std::vector<FutureState*>& states);
+void core_fire_and_forget(ClientCore& core, const std::vector<FutureState*>& states);
+void core_cancel(ClientCore& core, const std::vector<FutureState*>& states, bool force = false);
 void core_replicate(ClientCore& core, const std::vector<FutureState*>& states, std::uint32_t n);
 [[noreturn]] void throw_foreign_future();
 
