@@ -95,7 +95,7 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
   std::size_t unproven = 0;  // live jobs whose worker has not connected yet
   std::vector<std::string> pending;
   for (const auto& [id, job] : jobs_) {
-    if (cancelled_.count(id) || leaving_jobs.count(id)) continue;
+    if (cancelled_.count(id) || leaving_jobs.count(id) || done_.count(id)) continue;
     if (auto s = stalled_since_.find(id); s != stalled_since_.end() && now - s->second >= policy_.stalled_timeout) continue;
     ++active;
     // Unproven: its worker has not connected, or not long enough ago to rule out a crash.
@@ -260,6 +260,7 @@ PoolState::Ended PoolState::polled(Clock::time_point now, const jobqueue::PollRe
       to_cancel_.erase(job.id);
       stalled_since_.erase(job.id);
       requeued_.erase(job.id);
+      done_.erase(job.id);
     } else if (!jobs_.count(job.id) && job.reason == "adopted") {
       // A job the queue found of an sbatch that timed out: capacity, and cancelled like any.
       jobs_[job.id] = job;
@@ -270,6 +271,7 @@ PoolState::Ended PoolState::polled(Clock::time_point now, const jobqueue::PollRe
       // declared lost; by then the job may run again elsewhere.
       if (it->second.state == jobqueue::JobState::running && job.state == jobqueue::JobState::pending) {
         requeued_.insert(job.id);
+        done_.erase(job.id);  // its next incarnation will bring a worker
       }
       it->second = job;
       if (jobqueue::stalled(job)) {
@@ -340,6 +342,7 @@ void PoolState::clear_jobs() {
   undecided_.clear();
   stalled_since_.clear();
   requeued_.clear();
+  done_.clear();
 }
 
 protocol::PoolStatus PoolState::status(std::uint32_t connected_workers, Clock::time_point now) const {

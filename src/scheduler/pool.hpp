@@ -130,6 +130,11 @@ class PoolState {
   /// tasks or results (its death is then the tasks' business, not a crash loop's).
   /// `siblings`: other workers of the same job are still connected (the job stays for them).
   void worker_left(Clock::time_point now, const std::string& job_id, bool worked = false, bool siblings = false);
+  /// The last worker of job `job_id` left on its own (walltime, drain signal): the job is about
+  /// to end by itself and is no capacity any more, though the batch system may list it a while.
+  void worker_done(const std::string& job_id) {
+    if (jobs_.count(job_id)) done_.insert(job_id);
+  }
 
   bool submitting() const { return submitting_; }
   bool polling() const { return polling_; }
@@ -156,6 +161,7 @@ class PoolState {
   std::map<std::string, jobqueue::JobInfo> jobs_;  // live jobs
   std::set<std::string> cancelled_;                // asked to stop (or about to be); not capacity
   std::set<std::string> requeued_;                 // requeued since their worker connected
+  std::set<std::string> done_;                     // their workers left on their own: ending
   std::uint32_t desired_ = 0;
   // Submissions.
   bool submitting_ = false;
@@ -219,6 +225,7 @@ class Pool {
   void worker_left(const std::string& job_id, bool worked = false, bool siblings = false) {
     state_.worker_left(Clock::now(), job_id, worked, siblings);
   }
+  void worker_done(const std::string& job_id) { state_.worker_done(job_id); }
   /// `done(error)` once the submission under way is answered ("" = accepted), or at once when
   /// none is (the scale reply waits for sbatch without the loop waiting).
   void when_settled(std::function<void(const std::string& error)> done);

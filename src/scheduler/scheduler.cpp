@@ -405,6 +405,18 @@ void Scheduler::drop_peer(const std::string& identity, const std::string& why) {
   else state_.client_lost(p.id, why);
 }
 
+void Scheduler::note_done(const Departure& d) {
+  // Left on its own (walltime, drain signal): its job ends by itself and is no capacity, or the
+  // pool would count it until Slurm says it ended and retire the new workers that replace it,
+  // results and all.
+  Pool* p = find_pool(d.pool);
+  if (p == nullptr || d.pool.empty() || d.job_id.empty()) return;
+  for (const auto& [wid, w] : state_.workers()) {
+    if (wid != d.id && w.pool == d.pool && w.job_id == d.job_id) return;  // a sibling stays
+  }
+  p->worker_done(d.job_id);
+}
+
 void Scheduler::flush() {
   Outbox& out = state_.outbox();
   // Clients hear of this turn's results only once its journal records are on disk: a scheduler
@@ -455,6 +467,8 @@ void Scheduler::flush() {
         siblings = siblings || (wid != d.id && w.pool == d.pool && w.job_id == d.job_id);
       }
       pool->worker_left(d.job_id, d.worked, siblings);
+    } else {
+      note_done(d);
     }
     logs_worker_gone(d.id, d.name, d.why);  // pending `herd logs` requests stop waiting for it
   }
@@ -578,6 +592,10 @@ void Scheduler::step_pools(const Now& now) {
     }
     // Backlog this pool could serve: ready and processing tasks whose resources it offers.
     const std::size_t backlog = pool->policy().adaptive ? state_.backlog(pool->policy().resources) : 0;
+    // Workers that left this turn, before the pool counts its jobs (flush() comes after).
+    for (const Departure& d : state_.outbox().departed) {
+      if (!d.release_job) note_done(d);
+    }
     std::vector<PoolWorker> view;
     for (const auto& w : state_.pool_workers(pool->name(), pool->policy().replace_lead_s(), now)) {
       view.push_back({w.id, w.job_id, w.idle, w.idle_since, w.leaving});

@@ -84,6 +84,8 @@ class Scheduler {
   /// each worker goes out, and the clients' updates go out once their records are durable
   /// (held in held_updates_ meanwhile; a result is durable before any client hears of it).
   void flush();
+  /// A worker that left on its own: its job is no capacity for its pool any more.
+  void note_done(const Departure& d);
   /// Journal reads that completed (results kept on disk only): placed as scattered data.
   void drain_journal();
   /// Sends what is queued for worker `id` (before a logs question, so it knows its tasks).

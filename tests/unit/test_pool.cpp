@@ -540,3 +540,35 @@ TEST_CASE("Pool.WorkersPerJob.ShrinkRetiresWholeJobsAndAJobStaysForItsLastWorker
   REQUIRE(s.cancels.size() == 1);
   CHECK(s.cancels[0] == std::vector<std::string>{"job0"});
 }
+
+TEST_CASE("Pool.Walltime.AJobWhoseWorkerLeftOnItsOwnIsNoCapacity") {
+  // Workers retire before their walltime and leave on their own; Slurm lists their jobs as
+  // RUNNING a while longer. Those jobs must not count, or the pool sees four jobs for two and
+  // retires the replacements (losing every result the old workers handed them).
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  s.run_all();
+  s.step(1.0);
+  const std::vector<PoolWorker> old = {{1, "job0", true, at(1), false}, {2, "job1", true, at(1), false}};
+  s.step(2.0, 0, -1, old);
+  // Near their end: leaving, replacements are submitted.
+  s.step(3.0, 0, -1, {{1, "job0", true, at(1), true}, {2, "job1", true, at(1), true}});
+  REQUIRE(s.submissions.size() == 2);
+  CHECK(s.submissions[1].second == 2);
+  s.run_all();  // job0..job3 all RUNNING
+  s.step(4.0, 0, -1, {{1, "job0", true, at(1), true}, {2, "job1", true, at(1), true}});
+  // The old workers left on their own; their jobs are still RUNNING in Slurm.
+  s.pool.worker_done("job0");
+  s.pool.worker_done("job1");
+  const std::vector<PoolWorker> fresh = {{3, "job2", true, at(4), false}, {4, "job3", true, at(4), false}};
+  const PoolActions a = s.step(5.0, 0, -1, fresh);
+  CHECK(a.retire.empty());  // the new workers stay
+  CHECK(a.submit == 0);
+  CHECK(s.submissions.size() == 2);
+  // The old jobs end by themselves: nothing changes.
+  s.set("job0", State::ended, "COMPLETED");
+  s.set("job1", State::ended, "COMPLETED");
+  CHECK(s.step(7.0, 0, -1, fresh).retire.empty());
+  CHECK(s.cancels.empty());
+}
