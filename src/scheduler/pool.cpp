@@ -9,6 +9,10 @@
 namespace herd::scheduler {
 namespace {
 
+/// How long a job whose worker left on its own holds back its replacement while the batch
+/// system has not said whether it ended or was requeued (Slurm says so within a second or two).
+constexpr std::chrono::seconds kEndingGrace{30};
+
 std::string seconds_text(PoolState::Clock::duration d) {
   const auto s = std::chrono::duration_cast<std::chrono::seconds>(d).count();
   return std::to_string(std::max<long long>(0, s)) + " s";
@@ -82,8 +86,14 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
   for (const auto& [job, asked] : undecided_) worked_.erase(job.id);
   undecided_.clear();
   for (const auto& w : workers) {
-    if (w.leaving) leaving_jobs.insert(w.job_id);
+    if (w.ending) {
+      // Leaving on its own: like a job whose worker left (see worker_done), from now on.
+      if (jobs_.count(w.job_id)) done_.emplace(w.job_id, now);
+    } else if (w.leaving) {
+      leaving_jobs.insert(w.job_id);
+    }
     if (!jobs_.count(w.job_id)) continue;
+    if (!w.leaving) done_.erase(w.job_id);  // a worker of it serves: its next incarnation
     if (!w.idle) worked_.insert(w.job_id);
     auto [it, first] = connected_at_.emplace(w.job_id, now);
     // A worker that has stayed a while proves the jobs start fine: the crash count starts over.
@@ -92,10 +102,15 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
   // Capacity: jobs pending or running whose worker is not on its way out, and that are not
   // suspended or held for longer than stalled_timeout.
   std::uint32_t active = 0;
+  std::uint32_t ending = 0;  // their worker left on their own, how the job goes on not known yet
   std::size_t unproven = 0;  // live jobs whose worker has not connected yet
   std::vector<std::string> pending;
   for (const auto& [id, job] : jobs_) {
-    if (cancelled_.count(id) || leaving_jobs.count(id) || done_.count(id)) continue;
+    if (cancelled_.count(id) || leaving_jobs.count(id)) continue;
+    if (auto d = done_.find(id); d != done_.end()) {
+      ending += now - d->second < kEndingGrace;
+      continue;
+    }
     if (auto s = stalled_since_.find(id); s != stalled_since_.end() && now - s->second >= policy_.stalled_timeout) continue;
     ++active;
     // Unproven: its worker has not connected, or not long enough ago to rule out a crash.
@@ -123,10 +138,10 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
     desired = (want_workers + per_job - 1) / per_job;
   }
   desired_ = desired;
-  if (active < desired) {
+  if (active + ending < desired) {
     if (may_submit(now, unproven)) {
       if (now >= paused_until_) paused_reason_.clear();
-      a.submit = crashes_ >= policy_.crash_backoff_after ? 1 : desired - active;
+      a.submit = crashes_ >= policy_.crash_backoff_after ? 1 : desired - active - ending;
       submitting_ = true;
     }
   } else if (active > desired) {

@@ -81,6 +81,8 @@ struct PoolWorker {
   bool idle = false;                          // nothing processing
   std::chrono::steady_clock::time_point idle_since;
   bool leaving = false;                       // retiring or about to expire: not capacity
+  bool ending = false;                        // retiring on its own, not near its walltime: a
+                                              // drain signal or a requeue; Slurm will say which
 };
 
 /// What one step decided. Each is started without waiting; answers come back as events.
@@ -130,10 +132,12 @@ class PoolState {
   /// tasks or results (its death is then the tasks' business, not a crash loop's).
   /// `siblings`: other workers of the same job are still connected (the job stays for them).
   void worker_left(Clock::time_point now, const std::string& job_id, bool worked = false, bool siblings = false);
-  /// The last worker of job `job_id` left on its own (walltime, drain signal): the job is about
-  /// to end by itself and is no capacity any more, though the batch system may list it a while.
-  void worker_done(const std::string& job_id) {
-    if (jobs_.count(job_id)) done_.insert(job_id);
+  /// The last worker of job `job_id` left on its own (walltime, drain signal, or a requeue,
+  /// which signals the same way): the job is no capacity to retire workers against, and is not
+  /// replaced either until the batch system says how it went on (ended: replaced; pending
+  /// again: requeued, its next incarnation brings a worker), for at most ending_grace.
+  void worker_done(Clock::time_point now, const std::string& job_id) {
+    if (jobs_.count(job_id)) done_.emplace(job_id, now);
   }
 
   bool submitting() const { return submitting_; }
@@ -161,7 +165,7 @@ class PoolState {
   std::map<std::string, jobqueue::JobInfo> jobs_;  // live jobs
   std::set<std::string> cancelled_;                // asked to stop (or about to be); not capacity
   std::set<std::string> requeued_;                 // requeued since their worker connected
-  std::set<std::string> done_;                     // their workers left on their own: ending
+  std::map<std::string, Clock::time_point> done_;  // their workers left on their own (when)
   std::uint32_t desired_ = 0;
   // Submissions.
   bool submitting_ = false;
@@ -225,7 +229,7 @@ class Pool {
   void worker_left(const std::string& job_id, bool worked = false, bool siblings = false) {
     state_.worker_left(Clock::now(), job_id, worked, siblings);
   }
-  void worker_done(const std::string& job_id) { state_.worker_done(job_id); }
+  void worker_done(const std::string& job_id) { state_.worker_done(Clock::now(), job_id); }
   /// `done(error)` once the submission under way is answered ("" = accepted), or at once when
   /// none is (the scale reply waits for sbatch without the loop waiting).
   void when_settled(std::function<void(const std::string& error)> done);

@@ -598,7 +598,7 @@ void Scheduler::step_pools(const Now& now) {
     }
     std::vector<PoolWorker> view;
     for (const auto& w : state_.pool_workers(pool->name(), pool->policy().replace_lead_s(), now)) {
-      view.push_back({w.id, w.job_id, w.idle, w.idle_since, w.leaving});
+      view.push_back({w.id, w.job_id, w.idle, w.idle_since, w.leaving, w.ending});
     }
     for (std::uint32_t wid : pool->step(now.mono, backlog, state_.avg_task_us(), view)) {
       state_.retire(wid, "pool " + pool->name() + " shrinks", /*by_pool=*/true, now);

@@ -1413,7 +1413,9 @@ std::vector<PoolWorkerView> SchedulerState::pool_workers(const std::string& pool
     pw.idle = w.processing.empty();
     pw.idle_since = w.idle_since;
     // Replace a worker ahead of its walltime: near its end it no longer counts as capacity.
-    pw.leaving = w.retiring || (w.end_time > 0 && now.unix_s() + replace_lead_s >= w.end_time);
+    const bool expiring = w.end_time > 0 && now.unix_s() + replace_lead_s >= w.end_time;
+    pw.leaving = w.retiring || expiring;
+    pw.ending = w.retiring && !w.retired_by_pool && !expiring;
     view.push_back(pw);
   }
   return view;

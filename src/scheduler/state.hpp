@@ -72,6 +72,7 @@ struct PoolWorkerView {
   bool idle = false;                          // nothing processing
   Clock::time_point idle_since;
   bool leaving = false;                       // retiring or about to expire: not capacity
+  bool ending = false;                        // retiring on its own (a signal): its job may be requeued
 };
 
 /// What to send to one worker at the end of the turn, in this order.

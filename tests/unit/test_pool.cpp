@@ -559,8 +559,8 @@ TEST_CASE("Pool.Walltime.AJobWhoseWorkerLeftOnItsOwnIsNoCapacity") {
   s.run_all();  // job0..job3 all RUNNING
   s.step(4.0, 0, -1, {{1, "job0", true, at(1), true}, {2, "job1", true, at(1), true}});
   // The old workers left on their own; their jobs are still RUNNING in Slurm.
-  s.pool.worker_done("job0");
-  s.pool.worker_done("job1");
+  s.pool.worker_done(at(4.5), "job0");
+  s.pool.worker_done(at(4.5), "job1");
   const std::vector<PoolWorker> fresh = {{3, "job2", true, at(4), false}, {4, "job3", true, at(4), false}};
   const PoolActions a = s.step(5.0, 0, -1, fresh);
   CHECK(a.retire.empty());  // the new workers stay
@@ -571,4 +571,46 @@ TEST_CASE("Pool.Walltime.AJobWhoseWorkerLeftOnItsOwnIsNoCapacity") {
   s.set("job1", State::ended, "COMPLETED");
   CHECK(s.step(7.0, 0, -1, fresh).retire.empty());
   CHECK(s.cancels.empty());
+}
+
+TEST_CASE("Pool.LeftOnItsOwn.ReplacedOnceEndedNotWhenRequeued") {
+  // A drain signal and `scontrol requeue` look the same to a worker: SIGTERM, it leaves on its
+  // own. The pool waits for the batch system to say which it was: a job that ends is replaced,
+  // a job that goes back to PENDING is not (its next incarnation brings a worker back).
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  s.run_all();
+  const std::vector<PoolWorker> both = {{1, "job0", true, at(1), false}, {2, "job1", true, at(1), false}};
+  s.step(1.0, 0, -1, both);
+  REQUIRE(s.submissions.size() == 1);
+  // job0 is requeued: its worker gets SIGTERM and retires on its own, then leaves; Slurm still
+  // lists the job as COMPLETING (running).
+  CHECK(s.step(1.5, 0, -1, {{1, "job0", true, at(1), true, true}, {2, "job1", true, at(1), false}}).submit == 0);
+  s.pool.worker_done(at(2.0), "job0");
+  const std::vector<PoolWorker> one = {{2, "job1", true, at(1), false}};
+  CHECK(s.step(2.5, 0, -1, one).submit == 0);
+  s.set("job0", State::pending, "PENDING", "BeginTime");
+  CHECK(s.step(4.0, 0, -1, one).submit == 0);
+  CHECK(s.step(20.0, 0, -1, one).submit == 0);  // long after: it is capacity again, no third job
+  s.set("job0", State::running, "RUNNING");
+  CHECK(s.step(21.0, 0, -1, {{2, "job1", true, at(1), false}, {3, "job0", true, at(21), false}}).submit == 0);
+  // job1 gets the drain signal: its worker leaves, and the job ends by itself: replaced.
+  s.pool.worker_done(at(22.0), "job1");
+  const std::vector<PoolWorker> other = {{3, "job0", true, at(21), false}};
+  CHECK(s.step(22.5, 0, -1, other).submit == 0);
+  s.set("job1", State::ended, "COMPLETED");
+  s.step(24.0, 0, -1, other);  // the poll that sees it end
+  s.step(25.0, 0, -1, other);
+  CHECK(s.submissions.size() == 2);
+  CHECK(s.submissions.back().second == 1);
+  CHECK(s.cancels.empty());
+  // And a job that Slurm lists as running long after its worker left is replaced after a grace.
+  s.run_all();
+  const std::vector<PoolWorker> two = {{3, "job0", true, at(21), false}, {4, "job2", true, at(26), false}};
+  s.step(26.0, 0, -1, two);
+  s.pool.worker_done(at(27.0), "job2");
+  const std::vector<PoolWorker> alone = {{3, "job0", true, at(21), false}};
+  CHECK(s.step(40.0, 0, -1, alone).submit == 0);
+  CHECK(s.step(58.0, 0, -1, alone).submit == 1);
 }
