@@ -67,6 +67,34 @@ class ScaleTo {
   std::string memory_;
 };
 
+/// @brief adapt() with Dask's Adaptive knobs, e.g.
+/// `client.adapt(herd::AdaptOptions{}.minimum(0).maximum(50).interval(1s).target_duration(5s).wait_count(3))`.
+class AdaptOptions {
+ public:
+  AdaptOptions& minimum(int n) { minimum_ = n; return *this; }
+  AdaptOptions& maximum(int n) { maximum_ = n; return *this; }
+  /// Workers idle this long may go (default: the pool's, 60 s).
+  AdaptOptions& idle_timeout(std::chrono::seconds s) { idle_timeout_ = s; return *this; }
+  /// Time between two decisions (default 0: every scheduler turn, so a backlog is seen at once).
+  AdaptOptions& interval(std::chrono::milliseconds t) { interval_ = t; return *this; }
+  /// The backlog should take about this long per slot (default 10 s): with tasks of known
+  /// length, workers = backlog x mean task time / (slots per worker x target_duration).
+  AdaptOptions& target_duration(std::chrono::milliseconds t) { target_duration_ = t; return *this; }
+  /// Decisions in a row that must ask for fewer workers before any goes (default 1).
+  AdaptOptions& wait_count(int n) { wait_count_ = n; return *this; }
+  int minimum() const { return minimum_; }
+  int maximum() const { return maximum_; }
+  std::chrono::seconds idle_timeout() const { return idle_timeout_; }
+  std::chrono::milliseconds interval() const { return interval_; }
+  std::chrono::milliseconds target_duration() const { return target_duration_; }
+  int wait_count() const { return wait_count_; }
+
+ private:
+  int minimum_ = 0, maximum_ = 0, wait_count_ = 0;
+  std::chrono::seconds idle_timeout_{0};
+  std::chrono::milliseconds interval_{-1}, target_duration_{0};
+};
+
 namespace detail {
 template <typename T>
 struct is_future_vector : std::false_type {};
@@ -318,6 +346,9 @@ class Client {
   /// idle for `idle_timeout` are released.
   void adapt(int minimum, int maximum, const std::string& pool = "",
              std::chrono::seconds idle_timeout = std::chrono::seconds(0));
+  /// @brief adapt() with its pace: interval, target_duration, wait_count (Dask's Adaptive).
+  /// @throws std::invalid_argument for bounds out of order or a negative knob.
+  void adapt(const AdaptOptions& options, const std::string& pool = "");
   /// The scheduler's pools, as of its last report (about once a second).
   std::vector<PoolInfo> pools() const;
   /// Workers connected now (as last told by the scheduler).

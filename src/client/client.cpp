@@ -1098,6 +1098,27 @@ void Client::adapt(int minimum, int maximum, const std::string& pool, std::chron
   scale_request(*core_, req);
 }
 
+void Client::adapt(const AdaptOptions& o, const std::string& pool) {
+  if (o.minimum() < 0 || o.maximum() < o.minimum()) {
+    throw std::invalid_argument("adapt: need 0 <= minimum <= maximum, got " + std::to_string(o.minimum()) + ", " +
+                                std::to_string(o.maximum()));
+  }
+  if (o.idle_timeout().count() < 0 || o.target_duration().count() < 0 || o.wait_count() < 0 ||
+      o.interval().count() < -1) {
+    throw std::invalid_argument("adapt: idle_timeout, interval, target_duration and wait_count must not be negative");
+  }
+  protocol::ScalePoolRequest req;
+  req.pool = pool;
+  req.adaptive = true;
+  req.minimum = static_cast<std::uint32_t>(o.minimum());
+  req.maximum = static_cast<std::uint32_t>(o.maximum());
+  req.idle_timeout_s = static_cast<std::uint32_t>(o.idle_timeout().count());
+  req.interval_ms = o.interval().count();
+  req.target_duration_ms = o.target_duration().count();
+  req.wait_count = static_cast<std::uint32_t>(o.wait_count());
+  scale_request(*core_, req);
+}
+
 namespace {
 /// A request the I/O thread sends for the caller, who waits (holding `lock` on core.mu_) for
 /// the reply with its id: `herd status` and `herd logs` ask this way.

@@ -347,7 +347,12 @@ struct ScalePoolRequest {
   // A fixed size in other units than workers (>= 0 = given; the largest number of jobs any
   // of them needs wins): whole jobs, cores, memory in bytes.
   std::int64_t jobs = -1, cores = -1, memory = -1;
-  MSGPACK_DEFINE_MAP(request_id, pool, adaptive, target, minimum, maximum, idle_timeout_s, jobs, cores, memory);
+  // adapt()'s pace (Dask's Adaptive): -1 / 0 = the pool's current value.
+  std::int64_t interval_ms = -1;          // between two decisions (0 = every step)
+  std::int64_t target_duration_ms = 0;    // the backlog is cleared in about this much work per slot
+  std::uint32_t wait_count = 0;           // decisions in a row that ask for a shrink before one
+  MSGPACK_DEFINE_MAP(request_id, pool, adaptive, target, minimum, maximum, idle_timeout_s, jobs, cores, memory,
+                     interval_ms, target_duration_ms, wait_count);
 };
 
 struct ScalePoolReply {

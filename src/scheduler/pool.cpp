@@ -58,6 +58,16 @@ void PoolState::scale(std::uint32_t n) {
   paused_reason_.clear();
   crash_paused_ = false;
   crashes_ = 0;
+  next_adapt_ = {};  // decide at the next step
+  shrink_votes_ = 0;
+}
+
+void PoolState::adapt_pace(std::chrono::milliseconds interval, std::chrono::milliseconds target_duration,
+                           std::uint32_t wait_count) {
+  if (interval.count() >= 0) policy_.adapt_interval = interval;
+  if (target_duration.count() > 0) policy_.target_duration = target_duration;
+  if (wait_count > 0) policy_.wait_count = wait_count;
+  next_adapt_ = {};
 }
 
 void PoolState::adapt(std::uint32_t minimum, std::uint32_t maximum, std::chrono::seconds idle_timeout) {
@@ -118,13 +128,18 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
     if (job.state == jobqueue::JobState::pending) pending.push_back(id);
   }
   std::uint32_t desired = policy_.target;
-  if (policy_.adaptive) {
+  bool may_shrink = true;
+  if (policy_.adaptive && now < next_adapt_) {
+    desired = adapt_desired_;  // between two decisions (adapt_interval)
+    may_shrink = shrink_votes_ >= policy_.wait_count;
+  } else if (policy_.adaptive) {
     // Enough slots for the backlog, but when tasks are short fewer workers do: aim to clear
-    // the backlog in about 10 s of work per slot.
+    // the backlog in about target_duration of work per slot.
     const double slots = std::max<std::uint32_t>(1, policy_.slots_per_worker);
+    const double target_us = std::max(1.0, static_cast<double>(policy_.target_duration.count()) * 1e3);
     double want = std::ceil(static_cast<double>(backlog) / slots);
     if (avg_task_us >= 0) {
-      want = std::min(want, std::ceil(static_cast<double>(backlog) * avg_task_us / (slots * 10e6)));
+      want = std::min(want, std::ceil(static_cast<double>(backlog) * avg_task_us / (slots * target_us)));
       if (backlog > 0) want = std::max(want, 1.0);
     }
     std::uint32_t want_workers = static_cast<std::uint32_t>(
@@ -136,6 +151,12 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
     // Whole jobs: the bounds count workers, each job brings workers_per_job of them.
     const std::uint32_t per_job = std::max<std::uint32_t>(1, policy_.workers_per_job);
     desired = (want_workers + per_job - 1) / per_job;
+    // A shrink only once wait_count decisions in a row asked for one (Dask's wait_count): a
+    // backlog that dips between two waves does not cost the workers the next wave needs.
+    shrink_votes_ = desired < active ? shrink_votes_ + 1 : 0;
+    may_shrink = shrink_votes_ >= policy_.wait_count;
+    adapt_desired_ = desired;
+    next_adapt_ = now + policy_.adapt_interval;
   }
   desired_ = desired;
   if (active + ending < desired) {
@@ -144,7 +165,7 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
       a.submit = crashes_ >= policy_.crash_backoff_after ? 1 : desired - active - ending;
       submitting_ = true;
     }
-  } else if (active > desired) {
+  } else if (active > desired && may_shrink) {
     std::uint32_t excess = active - desired;
     // Pending jobs go first: they cost nothing to drop.
     for (auto it = pending.rbegin(); it != pending.rend() && excess > 0; ++it, --excess) queue_cancel(now, *it);

@@ -39,6 +39,13 @@ struct PoolPolicy {
   bool adaptive = false;            // adapt(minimum, maximum)
   std::uint32_t minimum = 0, maximum = 0;
   std::chrono::seconds idle_timeout{60};
+  // adapt()'s pace, as Dask's Adaptive: a new size is worked out every `adapt_interval` (0 =
+  // at every step, so a backlog is seen at once); the backlog is to be cleared in about
+  // `target_duration` of work per slot; a shrink happens only once `wait_count` decisions in a
+  // row asked for one (idle_timeout already keeps workers a while: 1 by default).
+  std::chrono::milliseconds adapt_interval{0};
+  std::chrono::milliseconds target_duration{10000};
+  std::uint32_t wait_count = 1;
   std::uint32_t slots_per_worker = 1;
   std::uint32_t workers_per_job = 1;        // processes x nodes: `target` counts jobs, scale()
                                             //   and adapt() bounds count workers
@@ -116,6 +123,8 @@ class PoolState {
   /// The user asks for a size (in jobs) or bounds (in workers): also resumes a paused pool.
   void scale(std::uint32_t n);
   void adapt(std::uint32_t minimum, std::uint32_t maximum, std::chrono::seconds idle_timeout);
+  /// adapt()'s pace (interval < 0, target_duration or wait_count 0: keep the current value).
+  void adapt_pace(std::chrono::milliseconds interval, std::chrono::milliseconds target_duration, std::uint32_t wait_count);
 
   /// One decision step. `backlog`: ready + processing tasks this pool's workers could run;
   /// `avg_task_us`: mean task time seen (< 0 unknown).
@@ -167,6 +176,10 @@ class PoolState {
   std::set<std::string> requeued_;                 // requeued since their worker connected
   std::map<std::string, Clock::time_point> done_;  // their workers left on their own (when)
   std::uint32_t desired_ = 0;
+  // adapt(): the last size worked out, when the next is due, and shrinks asked for in a row.
+  std::uint32_t adapt_desired_ = 0;
+  Clock::time_point next_adapt_{};
+  std::uint32_t shrink_votes_ = 0;
   // Submissions.
   bool submitting_ = false;
   int consecutive_failures_ = 0;
@@ -216,6 +229,9 @@ class Pool {
   void scale(std::uint32_t n) { state_.scale(n); }
   void adapt(std::uint32_t minimum, std::uint32_t maximum, std::chrono::seconds idle_timeout) {
     state_.adapt(minimum, maximum, idle_timeout);
+  }
+  void adapt_pace(std::chrono::milliseconds interval, std::chrono::milliseconds target_duration, std::uint32_t wait_count) {
+    state_.adapt_pace(interval, target_duration, wait_count);
   }
 
   /// One step: PoolState decides, and what it decided is started (submission, poll, one

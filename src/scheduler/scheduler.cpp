@@ -554,6 +554,8 @@ void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req,
     std::string refused;
     if (req.adaptive) {
       pool->adapt(req.minimum, req.maximum, std::chrono::seconds(req.idle_timeout_s));
+      pool->adapt_pace(std::chrono::milliseconds(req.interval_ms), std::chrono::milliseconds(req.target_duration_ms),
+                       req.wait_count);
     } else if (const auto jobs = scale_jobs(pool->policy(), req, refused)) {
       pool->scale(*jobs);
     }

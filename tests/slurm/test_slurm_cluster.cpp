@@ -167,6 +167,31 @@ TEST_CASE("Slurm.Adapt.GrowsToMaximumShrinksToMinimum" * doctest::timeout(180)) 
   CHECK(eventually([&] { return client.n_workers() == 0 && queued(name).empty(); }, 60s));
 }
 
+TEST_CASE("Slurm.Adapt.TargetDurationAndWaitCount" * doctest::timeout(180)) {
+  // Dask's Adaptive knobs: with tasks of 500 ms known, 12 of them to clear in about 4 s of work
+  // per slot make 2 workers, not the maximum of 6; after the work, the pool shrinks back to its
+  // minimum once 2 decisions in a row asked for it.
+  if (!slurm_up()) return;
+  const std::string name = unique("adaptpace");
+  herd::Client client{herd::SlurmCluster{options(name)}};
+  client.adapt(herd::AdaptOptions{}.minimum(1).maximum(6).idle_timeout(2s).interval(500ms).target_duration(4s).wait_count(2));
+  client.wait_for_workers(1, 120s);
+  for (int v : client.gather(client.map(nap, std::vector<int>(2, 500)))) CHECK(v == 500);  // the task time is known
+  auto fs = client.map(nap, std::vector<int>(12, 500));  // 6 s of work: 1.5 slots of 4 s
+  int most = 0;
+  CHECK(eventually([&] {
+    most = std::max(most, client.n_workers());
+    return most >= 2 || client.wait(fs, 0ms);
+  }, 90s));
+  for (int v : client.gather(fs)) CHECK(v == 500);
+  most = std::max(most, client.n_workers());
+  CHECK(most == 2);
+  CHECK(queued(name).size() <= 2);
+  CHECK(eventually([&] { return client.n_workers() == 1 && queued(name).size() == 1; }, 60s));
+  CHECK_THROWS_AS(client.adapt(herd::AdaptOptions{}.minimum(3).maximum(1)), std::invalid_argument);
+  CHECK_THROWS_AS(client.adapt(herd::AdaptOptions{}.maximum(2).wait_count(-1)), std::invalid_argument);
+}
+
 TEST_CASE("Slurm.Scancel.WorkerReplacedTasksRerun" * doctest::timeout(180)) {
   if (!slurm_up()) return;
   const std::string name = unique("scancel");

@@ -614,3 +614,38 @@ TEST_CASE("Pool.LeftOnItsOwn.ReplacedOnceEndedNotWhenRequeued") {
   CHECK(s.step(40.0, 0, -1, alone).submit == 0);
   CHECK(s.step(58.0, 0, -1, alone).submit == 1);
 }
+
+TEST_CASE("Pool.Adapt.IntervalTargetDurationAndWaitCount") {
+  // target_duration: 100 tasks of 1 s on one-slot workers, to be cleared in 20 s: 5 workers.
+  Sim s;
+  s.pool.adapt(0, 50, std::chrono::seconds(1));
+  s.pool.adapt_pace(std::chrono::milliseconds(2000), std::chrono::milliseconds(20000), 3);
+  s.step(0, 100, 1e6);
+  REQUIRE(s.submissions.size() == 1);
+  CHECK(s.submissions[0].second == 5);
+  // interval: the backlog doubles, but no new decision before 2 s have passed.
+  s.run_all();
+  CHECK(s.step(1.0, 200, 1e6).submit == 0);
+  CHECK(s.pool.desired() == 5);
+  CHECK(s.step(2.0, 200, 1e6).submit == 5);
+  s.run_all();
+  // wait_count: the backlog is gone and every worker idle long since; the pool shrinks only at
+  // the third decision in a row that asks for it (t = 4, 6, 8), not at the first two.
+  std::vector<PoolWorker> idle;
+  for (std::uint32_t i = 0; i < 10; ++i) idle.push_back({i + 1, "job" + std::to_string(i), true, at(-100), false});
+  CHECK(s.step(4.0, 0, 1e6, idle).retire.empty());
+  CHECK(s.step(5.0, 0, 1e6, idle).retire.empty());
+  CHECK(s.step(6.0, 0, 1e6, idle).retire.empty());
+  CHECK(s.step(8.0, 0, 1e6, idle).retire.size() == 10);
+  // A decision that wants them all again starts the count over.
+  Sim t;
+  t.pool.adapt(0, 50, std::chrono::seconds(1));
+  t.pool.adapt_pace(std::chrono::milliseconds(1000), std::chrono::milliseconds(20000), 2);
+  t.step(0, 40, 1e6);
+  t.run_all();
+  const std::vector<PoolWorker> two = {{1, "job0", true, at(-100), false}, {2, "job1", true, at(-100), false}};
+  CHECK(t.step(1.0, 0, 1e6, two).retire.empty());   // one vote
+  CHECK(t.step(2.0, 40, 1e6, two).retire.empty());  // work again: votes start over
+  CHECK(t.step(3.0, 0, 1e6, two).retire.empty());   // one vote
+  CHECK(t.step(4.0, 0, 1e6, two).retire.size() == 2);
+}
