@@ -678,7 +678,7 @@ void request_fetch_locked(FutureState& s) {
     case Status::cancelled:
       // The scheduler's reason when it gave one (Client::restart(): "cancelled: the cluster
       // was restarted by client NAME").
-      if (s.error && !s.error->message.empty()) throw CancelledError("task " + s.key() + " " + s.error->message);
+      if (s.error && s.error->message.rfind("cancelled: ", 0) == 0) throw CancelledError("task " + s.key() + " " + s.error->message);
       throw CancelledError("task " + s.key() + " was cancelled");
     case Status::lost:
       throw ConnectionError("task " + s.key() + ": " + s.core->lost_reason_);

@@ -34,6 +34,11 @@ int rr_endless(std::string marker) {
 }
 // The worker process dies under the call.
 int rr_die() { ::_exit(3); }
+// Appends a line to `path`: how often it ran.
+int rr_mark(std::string path) {
+  std::ofstream(path, std::ios::app) << "ran\n";
+  return 7;
+}
 }  // namespace
 HERD_TASK(rr_pid);
 HERD_TASK(rr_whoami);
@@ -41,6 +46,7 @@ HERD_TASK(rr_inc);
 HERD_TASK(rr_sleep_ms);
 HERD_TASK(rr_endless);
 HERD_TASK(rr_die);
+HERD_TASK(rr_mark);
 
 namespace {
 using Clock = std::chrono::steady_clock;
@@ -207,6 +213,50 @@ TEST_CASE("Restart.LocalCluster.TimeoutErrorSaysHowManyCameBack" * doctest::time
   CHECK(f.status() == "cancelled");
   client.wait_for_workers(2, 60s);
   CHECK(client.submit(rr_inc, 2).result(30s) == 3);
+}
+
+int lines_in(const std::string& path) {
+  std::ifstream in(path);
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+TEST_CASE("Restart.LocalCluster.JournaledResultsAreNotReusedAfterIt" * doctest::timeout(120)) {
+  // With a journal, a keyed task submitted again reuses its recorded result; after a restart
+  // it runs again: the restart forgot the journal's results, also for a scheduler that loads
+  // the file later (results recorded after the restart stay).
+  const std::string journal = temp_path("journal"), before = temp_path("before"), after = temp_path("after");
+  const auto key_before = herd::TaskOptions{}.key("rr-before"), key_after = herd::TaskOptions{}.key("rr-after");
+  {
+    herd::Client client{herd::LocalCluster{1}.env("HERD_JOURNAL", journal)};
+    CHECK(client.submit(key_before, rr_mark, before).result(30s) == 7);
+    CHECK(client.submit(key_before, rr_mark, before).result(30s) == 7);  // from the journal
+    CHECK(lines_in(before) == 1);
+    client.restart(60s);
+    CHECK(client.submit(key_before, rr_mark, before).result(30s) == 7);  // computed again
+    CHECK(lines_in(before) == 2);
+    CHECK(client.submit(key_after, rr_mark, after).result(30s) == 7);
+    CHECK(lines_in(after) == 1);
+  }
+  {
+    herd::Client client{herd::LocalCluster{1}.env("HERD_JOURNAL", journal)};
+    CHECK(client.submit(key_after, rr_mark, after).result(30s) == 7);  // recorded after: reused
+    CHECK(lines_in(after) == 1);
+    client.restart(60s);
+    CHECK(client.submit(key_after, rr_mark, after).result(30s) == 7);
+    CHECK(lines_in(after) == 2);
+  }
+  {
+    herd::Client client{herd::LocalCluster{1}.env("HERD_JOURNAL", journal)};
+    // rr-before was recorded between the restarts: forgotten by the second one, it runs.
+    CHECK(client.submit(key_before, rr_mark, before).result(30s) == 7);
+    CHECK(lines_in(before) == 3);
+    // rr-after was recorded again after the second restart: reused.
+    CHECK(client.submit(key_after, rr_mark, after).result(30s) == 7);
+    CHECK(lines_in(after) == 2);
+  }
+  for (const auto& p : {journal, journal + ".lock", before, after}) std::filesystem::remove(p);
 }
 
 TEST_CASE("Run.LocalCluster.OneResultPerWorkerByName" * doctest::timeout(120)) {
