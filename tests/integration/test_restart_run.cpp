@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,6 +17,8 @@
 #include <thread>
 
 #include <herd/herd.hpp>
+
+#include "support/process_util.hpp"
 
 using namespace std::chrono_literals;
 
@@ -257,6 +260,38 @@ TEST_CASE("Restart.LocalCluster.JournaledResultsAreNotReusedAfterIt" * doctest::
     CHECK(lines_in(after) == 2);
   }
   for (const auto& p : {journal, journal + ".lock", before, after}) std::filesystem::remove(p);
+}
+
+TEST_CASE("Restart.HandConnectedWorker.IsStoppedAndNotWaitedFor" * doctest::timeout(120)) {
+  // A worker started by hand has no pool to replace it: told to stop, it exits; restart()
+  // waits only for the pool's worker.
+  herd::LocalCluster cluster{1};
+  const std::string address = cluster.start();
+  const std::string log = temp_path("by-hand") + ".log";
+  const pid_t by_hand = herd::testing::spawn_worker(address, "by-hand", "x=1", log);
+  herd::Client client{address};
+  client.wait_for_workers(2, 30s);
+  REQUIRE(client.run(herd::RunOn{"by-hand"}, rr_pid).at("by-hand") == by_hand);
+  const auto t0 = Clock::now();
+  client.restart(60s);
+  CHECK(seconds_since(t0) < 20.0);
+  int status = -1;
+  pid_t reaped = 0;
+  while (reaped == 0 && seconds_since(t0) < 15.0) {
+    reaped = ::waitpid(by_hand, &status, WNOHANG);
+    if (reaped == 0) std::this_thread::sleep_for(20ms);
+  }
+  CHECK(reaped == by_hand);  // it left on its own
+  CHECK((WIFEXITED(status) && WEXITSTATUS(status) == 0));
+  if (reaped != by_hand) {
+    ::kill(by_hand, SIGKILL);
+    ::waitpid(by_hand, nullptr, 0);
+  }
+  const herd::ClusterStatus st = client.status();
+  REQUIRE(st.workers.size() == 1);
+  CHECK(st.workers[0].name != "by-hand");
+  CHECK(client.submit(rr_inc, 1).result(10s) == 2);
+  std::filesystem::remove(log);
 }
 
 TEST_CASE("Run.LocalCluster.OneResultPerWorkerByName" * doctest::timeout(120)) {
