@@ -479,6 +479,14 @@ class Client {
   std::shared_ptr<detail::ClientCore> core_;
 };
 
+/// @brief Inside a task: a client of the scheduler the task's worker serves, as Dask's
+/// `get_client()`, for tasks that submit tasks. One per worker process, shared by its tasks
+/// (a Client may be used from several threads); its futures are its own, so a task gathers
+/// what it submitted before it returns. A task that waits on others should herd::secede()
+/// first (and may herd::rejoin() after), or it holds a slot the tasks it waits for may need.
+/// @throws std::logic_error outside a task on a worker.
+Client& get_client();
+
 /// @brief Futures in completion order; a single pass, as Dask's as_completed.
 ///
 /// Futures can be added while iterating (add(), from any thread), and each is yielded once,

@@ -49,6 +49,19 @@ struct TaskInfo {
 /// @brief The task running on this thread; empty fields outside a task.
 const TaskInfo& this_task();
 
+/// @brief Inside a task that waits on other tasks (submitted through herd::get_client()):
+/// give this task's thread slot back to the worker, as Dask's `secede`. The worker starts
+/// another task beside it and the scheduler counts one slot more for it, so a task that waits
+/// for the tasks it fanned out cannot deadlock a cluster whose slots are all such waiters.
+/// Resources the task holds (TaskOptions::resources, gpus) stay held. Calling it twice is
+/// harmless.
+/// @throws std::logic_error outside a task on a worker.
+void secede();
+/// @brief Take a thread slot again after secede(), as Dask's `rejoin`: waits until one is free
+/// (before any new task starts on it). Not seceded: returns at once.
+/// @throws std::logic_error outside a task on a worker.
+void rejoin();
+
 namespace detail {
 
 /// Calls the function with arguments unpacked from a msgpack array; packs the result.

@@ -28,6 +28,7 @@
 #include "herd/slurm.hpp"
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
+#include "task/this_task.hpp"
 
 namespace herd {
 namespace detail {
@@ -1272,5 +1273,23 @@ protocol::LogsReply logs_request(ClientCore& core, protocol::LogsRequest req) {
   return ask_scheduler(core, lock, std::move(req), core.next_logs_id_, core.out_logs_, core.logs_replies_, "logs");
 }
 }  // namespace detail
+
+Client& get_client() {
+  const auto hooks = detail::worker_hooks();
+  if (hooks == nullptr || detail::current_task_id() == 0) {
+    throw std::logic_error("herd::get_client() called outside a task: inside a program, make a herd::Client; "
+                           "get_client() is for a task running on a worker");
+  }
+  // Made by the first task that asks, closed (goodbye said) when the worker process exits.
+  static std::mutex mu;
+  static std::unique_ptr<Client> client;
+  std::lock_guard lock(mu);
+  if (!client) {
+    ClientOptions options;
+    options.name = "tasks of worker " + this_task().worker;
+    client = std::make_unique<Client>(hooks->scheduler, options);
+  }
+  return *client;
+}
 
 }  // namespace herd

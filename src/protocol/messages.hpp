@@ -75,6 +75,7 @@ using TaskId = std::uint64_t;
   X(logs_fetch, 35, LogsRequest)            /* scheduler -> worker: your log / a task's output */  \
   X(abandon_tasks, 36, AbandonTasksEvent)   /* scheduler -> worker: stop waiting for these running ones */ \
   X(peers_gone, 37, PeersGoneEvent)         /* scheduler -> worker|client: data ports now closed */ \
+  X(task_seceded, 39, SecedeEvent)          /* worker -> scheduler: running tasks left / took back their slots */ \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
@@ -272,6 +273,15 @@ struct FetchFailedEvent {
   std::string address;  // the data port that did not answer
   std::string why;      // e.g. "no data from tcp://10.0.0.7:4411 for 10000 ms"
   MSGPACK_DEFINE(ids, address, why);
+};
+
+/// herd::secede() / rejoin() inside running tasks: a seceded task no longer holds one of its
+/// worker's thread slots (the worker runs another task beside it, the scheduler sends it one
+/// more), a rejoined one holds one again. A seceded task that finishes gives back nothing.
+struct SecedeEvent {
+  std::vector<TaskId> seceded;
+  std::vector<TaskId> rejoined;
+  MSGPACK_DEFINE_MAP(seceded, rejoined);
 };
 
 struct TaskUpdate {

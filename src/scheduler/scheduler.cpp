@@ -266,6 +266,11 @@ void Scheduler::handle_worker(WorkerId id, MessageType type, protocol::Received&
       if (protocol::decode<MessageType::task_results>(msg, ev, error)) state_.task_results(id, ev, now);
       break;
     }
+    case MessageType::task_seceded: {
+      protocol::SecedeEvent ev;
+      if (protocol::decode<MessageType::task_seceded>(msg, ev, error)) state_.task_seceded(id, ev, now);
+      break;
+    }
     case MessageType::goodbye: {
       protocol::GoodbyeEvent bye;
       (void)protocol::decode<MessageType::goodbye>(msg, bye, error);

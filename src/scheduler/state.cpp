@@ -402,6 +402,10 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
     if (auto p = w.processing.find(r.id); p != w.processing.end()) {
       for (const auto& [res, amount] : shapes_[p->second].need_ids) w.free[res] += amount;
       w.processing.erase(p);
+      if (!w.seceded.empty() && std::erase(w.seceded, r.id) > 0) {
+        --w.nthreads;  // the thread it ran on ends with it
+        out_.cluster_changed = true;
+      }
     }
     if (w.suspect == r.id) w.suspect = 0;
     if (gang_result(w, r, now)) continue;
@@ -464,6 +468,27 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
   }
   refresh(w);
   apply(fx_);
+  check();
+}
+
+void SchedulerState::task_seceded(WorkerId id, const protocol::SecedeEvent& ev, const Now& now) {
+  WorkerRec* wp = find_worker(id);
+  if (wp == nullptr) return;
+  WorkerRec& w = *wp;
+  w.last_seen = now.mono;
+  for (TaskId tid : ev.seceded) {
+    // Only a task still processing there (one that ended meanwhile gave nothing back).
+    if (!w.processing.count(tid) || std::find(w.seceded.begin(), w.seceded.end(), tid) != w.seceded.end()) continue;
+    w.seceded.push_back(tid);
+    ++w.nthreads;
+    out_.cluster_changed = true;
+  }
+  for (TaskId tid : ev.rejoined) {
+    if (std::erase(w.seceded, tid) == 0) continue;
+    --w.nthreads;
+    out_.cluster_changed = true;
+  }
+  refresh(w);
   check();
 }
 
@@ -1582,6 +1607,10 @@ std::string SchedulerState::validate() const {
         return "worker " + w.name + " lists a result it does not hold";
       }
     }
+    for (TaskId s : w.seceded) {
+      if (!w.processing.count(s)) return "worker " + w.name + " counts a slot for a seceded task it no longer runs";
+    }
+    if (w.seceded.size() >= w.nthreads) return "worker " + w.name + " has no thread slot of its own left";
     std::vector<double> expect = w.offered;
     for (const auto& [tid, shape] : w.processing) {
       for (const auto& [r, amount] : shapes_[shape].need_ids) expect[r] -= amount;

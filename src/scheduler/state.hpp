@@ -119,7 +119,8 @@ struct Outbox {
 struct WorkerRec {
   WorkerId id = 0;
   std::string name, host, address, job_id, pool;
-  std::uint32_t nthreads = 1;
+  std::uint32_t nthreads = 1;               // its thread slots, and one per seceded task
+  std::vector<TaskId> seceded;              // processing tasks that gave their slot back (few)
   std::map<std::string, double> resources;  // what it offers
   std::vector<double> offered;              // the same, by resource index
   std::vector<double> free;                 // by resource index: offered minus its processing tasks' needs
@@ -279,6 +280,9 @@ class SchedulerState {
   void heard_from_worker(WorkerId id, const Now& now);
   void heartbeat(WorkerId id, const protocol::HeartbeatEvent& hb, const Now& now);
   void task_results(WorkerId id, protocol::TaskResultsEvent& ev, const Now& now);
+  /// herd::secede() / rejoin() in tasks running on `id`: a seceded task holds no thread slot,
+  /// so the worker counts one thread more until it rejoins or ends.
+  void task_seceded(WorkerId id, const protocol::SecedeEvent& ev, const Now& now);
   /// The worker leaves on purpose: acknowledged with a shutdown, then it is gone.
   void goodbye(WorkerId id, const std::string& reason);
   /// The worker asks to be retired (walltime, drain signal).

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <stdexcept>
 #include <system_error>
 
@@ -26,7 +27,50 @@ std::shared_ptr<std::atomic<bool>>& current_abandoned() {
   return flag;
 }
 
+std::uint64_t& current_task_id() {
+  thread_local std::uint64_t id = 0;
+  return id;
+}
+
+namespace {
+std::mutex g_hooks_mu;
+std::shared_ptr<const WorkerHooks> g_hooks;
+
+/// The hooks and the task on this thread, or a std::logic_error naming `what` when called
+/// anywhere but inside a task on a worker.
+std::pair<std::shared_ptr<const WorkerHooks>, std::uint64_t> in_task(const char* what) {
+  auto hooks = worker_hooks();
+  const std::uint64_t id = current_task_id();
+  if (hooks == nullptr || id == 0) {
+    throw std::logic_error(std::string(what) +
+                           " called outside a task: it is for a task running on a worker (one that waits on "
+                           "tasks it submitted)");
+  }
+  return {std::move(hooks), id};
+}
+}  // namespace
+
+void set_worker_hooks(std::shared_ptr<const WorkerHooks> hooks) {
+  std::lock_guard lock(g_hooks_mu);
+  g_hooks = std::move(hooks);
+}
+
+std::shared_ptr<const WorkerHooks> worker_hooks() {
+  std::lock_guard lock(g_hooks_mu);
+  return g_hooks;
+}
+
 }  // namespace detail
+
+void secede() {
+  auto [hooks, id] = detail::in_task("herd::secede()");
+  hooks->secede(id);
+}
+
+void rejoin() {
+  auto [hooks, id] = detail::in_task("herd::rejoin()");
+  hooks->rejoin(id);
+}
 
 const TaskInfo& this_task() { return detail::current_task(); }
 

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 
 #include "herd/remote.hpp"
 
@@ -19,5 +22,18 @@ void set_worker_end_time(long long end_unix_s);
 /// Set by the worker when it stops waiting for the task on this thread (a time limit,
 /// cancel(force)); null outside a task. herd::shell polls it and kills its command.
 std::shared_ptr<std::atomic<bool>>& current_abandoned();
+/// The id of the task on this thread (0 outside a task), set by the worker's executor.
+std::uint64_t& current_task_id();
+
+/// What a task may ask of the worker process it runs in (herd::secede, rejoin, get_client).
+/// Set once by the worker before its executors start; absent in other processes.
+struct WorkerHooks {
+  std::string scheduler;                           // the worker's scheduler address
+  std::function<void(std::uint64_t task)> secede;  // give the task's thread slot back
+  std::function<void(std::uint64_t task)> rejoin;  // take one again (waits for a free one)
+};
+void set_worker_hooks(std::shared_ptr<const WorkerHooks> hooks);
+/// The hooks, or null outside a worker process.
+std::shared_ptr<const WorkerHooks> worker_hooks();
 
 }  // namespace herd::detail

@@ -230,6 +230,8 @@ void Worker::spill_to_target() {
 }
 
 Worker::~Worker() {
+  detail::set_worker_hooks(nullptr);
+  release_rejoin_waiters();  // a task waiting to rejoin goes on (and ends), so it can be joined
   {
     std::lock_guard lock(run_mu_);
     stopping_ = true;
@@ -314,6 +316,11 @@ bool Worker::connect() {
 int Worker::run() {
   if (!connect()) return 1;
   HERD_LOG(info) << "worker " << options_.name << " serving data at " << data_address_;
+  auto hooks = std::make_shared<detail::WorkerHooks>();
+  hooks->scheduler = options_.scheduler;
+  hooks->secede = [this](std::uint64_t id) { secede_task(id); };
+  hooks->rejoin = [this](std::uint64_t id) { rejoin_task(id); };
+  detail::set_worker_hooks(std::move(hooks));
   for (std::size_t i = 0; i < options_.nthreads; ++i) executors_.emplace_back([this] { executor_loop(); });
   if (options_.memory_limit > 0) {
     monitor_ = std::thread([this] { memory_monitor(); });
@@ -570,6 +577,19 @@ void Worker::carry_out() {
   for (auto& r : out.results) results_out_.push_back(std::move(r));
   acquired_out_.insert(acquired_out_.end(), out.acquired.begin(), out.acquired.end());
   acquire_failed_out_.insert(acquire_failed_out_.end(), out.acquire_failed.begin(), out.acquire_failed.end());
+  if (!out.seceded.empty() || !out.rejoined.empty()) {
+    // Before the results of the same turn: the scheduler counts the slot before the task ends.
+    protocol::SecedeEvent ev;
+    ev.seceded = out.seceded;
+    ev.rejoined = out.rejoined;
+    protocol::send<MessageType::task_seceded>(sched_, "", ev);
+    for (TaskId id : out.rejoined) {
+      if (auto w = rejoin_waiters_.find(id); w != rejoin_waiters_.end()) {
+        w->second->set_value();
+        rejoin_waiters_.erase(w);
+      }
+    }
+  }
   out.clear();
   if (!silent.empty()) {
     // Failed at once, as the last request there did; the state tries the next holder or
@@ -611,6 +631,14 @@ void Worker::on_gang_message(MessageType type, protocol::Received& msg) {
   if (session) session->abort(ev.reason);
 }
 
+namespace {
+/// True on an executor thread whose task seceded: the thread ends with that task.
+bool& seceded_thread() {
+  thread_local bool seceded = false;
+  return seceded;
+}
+}  // namespace
+
 void Worker::executor_loop() {
   // Set when the worker stops waiting for this thread's task (Worker::abandon): the thread then
   // ends after it, its completion dropped, as a new executor has taken its place.
@@ -629,7 +657,9 @@ void Worker::executor_loop() {
       // LogBook, never between them (lock order: run_mu_, then the LogBook's).
       task::LogBook::instance().task_started(run.task.id, run.task.key);  // output capture
     }
+    detail::current_task_id() = run.task.id;
     Completion c = execute(run.task, run.devices);
+    detail::current_task_id() = 0;
     task::LogBook::instance().task_finished(run.task.id);
     {
       std::lock_guard lock(run_mu_);
@@ -644,7 +674,59 @@ void Worker::executor_loop() {
       done_.push_back(std::move(c));
     }
     if (was_empty) wake_io();
+    if (seceded_thread()) {  // its task seceded: another executor has had its slot since
+      std::lock_guard lock(run_mu_);
+      ended_threads_.push_back(std::this_thread::get_id());
+      return;
+    }
   }
+}
+
+void Worker::secede_task(TaskId id) {
+  {
+    std::lock_guard lock(run_mu_);
+    if (!seceded_thread()) {
+      // This thread is the task's until it ends: the slot it leaves gets a thread of its own.
+      seceded_thread() = true;
+      if (!stopping_) {
+        for (auto it = executors_.begin(); it != executors_.end();) {  // join those that ended
+          if (std::find(ended_threads_.begin(), ended_threads_.end(), it->get_id()) != ended_threads_.end()) {
+            std::erase(ended_threads_, it->get_id());
+            it->join();
+            it = executors_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        executors_.emplace_back([this] { executor_loop(); });
+      }
+    }
+  }
+  {
+    std::lock_guard lock(done_mu_);
+    secede_calls_.push_back({id, nullptr});
+  }
+  wake_io();
+}
+
+void Worker::rejoin_task(TaskId id) {
+  auto granted = std::make_shared<std::promise<void>>();
+  auto f = granted->get_future();
+  {
+    std::lock_guard lock(done_mu_);
+    secede_calls_.push_back({id, granted});
+  }
+  wake_io();
+  // Until the state gives the task a slot again, or the worker stops (the task then goes on).
+  while (f.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (io_gone_.load()) return;
+  }
+}
+
+void Worker::release_rejoin_waiters() {
+  io_gone_.store(true);
+  for (auto& [id, w] : rejoin_waiters_) w->set_value();
+  rejoin_waiters_.clear();
 }
 
 Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices) {
@@ -792,6 +874,10 @@ bool Worker::abandon(protocol::TaskId id, protocol::ErrorInfo error) {
   deadlines_.erase(id);
   HERD_LOG(warning) << "stopped waiting for task " << error.task << ": " << error.message;
   state_->abandon(id, std::move(error));
+  if (auto w = rejoin_waiters_.find(id); w != rejoin_waiters_.end()) {  // it may go on; it is not waited for
+    w->second->set_value();
+    rejoin_waiters_.erase(w);
+  }
   return true;
 }
 
@@ -818,10 +904,26 @@ void Worker::check_deadlines(Clock::time_point now) {
 void Worker::drain_completions() {
   std::vector<Completion> done;
   std::vector<protocol::GangJoinRequest> joins;
+  std::vector<SecedeCall> calls;
   {
     std::lock_guard lock(done_mu_);
     done.swap(done_);
     joins.swap(gang_joins_);
+    calls.swap(secede_calls_);
+  }
+  for (auto& call : calls) {
+    if (!call.rejoined) {
+      state_->secede(call.id);
+    } else if (!state_->running(call.id)) {
+      call.rejoined->set_value();  // abandoned meanwhile: nothing to rejoin
+    } else {
+      const auto& granted = state_->out().rejoined;
+      if (state_->rejoin(call.id) && std::find(granted.begin(), granted.end(), call.id) == granted.end()) {
+        call.rejoined->set_value();  // it had not seceded
+      } else {
+        rejoin_waiters_[call.id] = call.rejoined;  // answered in carry_out, once the state grants it
+      }
+    }
   }
   for (const auto& join : joins) protocol::send<MessageType::gang_join>(sched_, "", join);
   for (auto& c : done) {

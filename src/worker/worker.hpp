@@ -9,6 +9,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -127,6 +128,20 @@ class Worker {
   std::mutex done_mu_;
   std::vector<Completion> done_;
   std::vector<protocol::GangJoinRequest> gang_joins_;  // from members, for the I/O thread
+  // herd::secede() / rejoin() from task threads, for the I/O thread (under done_mu_); a rejoin
+  // carries what its task thread waits on until the state grants it a slot.
+  struct SecedeCall {
+    protocol::TaskId id = 0;
+    std::shared_ptr<std::promise<void>> rejoined;  // null: secede
+  };
+  std::vector<SecedeCall> secede_calls_;
+  std::map<protocol::TaskId, std::shared_ptr<std::promise<void>>> rejoin_waiters_;  // I/O thread
+  std::atomic<bool> io_gone_{false};           // the I/O thread answers no rejoin any more
+  std::vector<std::thread::id> ended_threads_;  // under run_mu_: executors that returned (seceded)
+  /// Task threads: give the slot back (a new executor takes it) / wait for one again.
+  void secede_task(protocol::TaskId id);
+  void rejoin_task(protocol::TaskId id);
+  void release_rejoin_waiters();
 
   // Gang members on this worker: (gang, attempt) -> mailbox (made when the task arrives, so an
   // abort that comes before the member starts is kept).

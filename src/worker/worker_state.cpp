@@ -78,6 +78,7 @@ bool WorkerState::abandon(TaskId id, protocol::ErrorInfo error) {
   }
   for (const auto& [r, amount] : it->second.resources) free_resources_[r] += amount;
   for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
+  forget_seceded(it->first, it->second);
   running_.erase(it);
   protocol::TaskResult r;
   r.id = id;
@@ -271,9 +272,51 @@ void WorkerState::pause(bool on) {
   start_ready();
 }
 
+bool WorkerState::secede(TaskId id) {
+  auto it = running_.find(id);
+  if (it == running_.end()) return false;
+  if (!it->second.seceded) {
+    it->second.seceded = true;
+    ++seceded_;
+    out_.seceded.push_back(id);
+    start_ready();
+  }
+  check();
+  return true;
+}
+
+bool WorkerState::rejoin(TaskId id) {
+  auto it = running_.find(id);
+  if (it == running_.end() || !it->second.seceded) return true;
+  if (std::find(rejoining_.begin(), rejoining_.end(), id) == rejoining_.end()) rejoining_.push_back(id);
+  grant_rejoins();
+  check();
+  return !running_.at(id).seceded;
+}
+
+void WorkerState::grant_rejoins() {
+  // Before any new task: a task that waited for its inputs to be computed goes on first.
+  while (!rejoining_.empty() && slots_used() < options_.nthreads) {
+    const TaskId id = rejoining_.front();
+    rejoining_.pop_front();
+    auto it = running_.find(id);
+    if (it == running_.end() || !it->second.seceded) continue;
+    it->second.seceded = false;
+    --seceded_;
+    out_.rejoined.push_back(id);
+  }
+}
+
+void WorkerState::forget_seceded(TaskId id, const Running& r) {
+  if (!r.seceded) return;
+  --seceded_;
+  rejoining_.erase(std::remove(rejoining_.begin(), rejoining_.end(), id), rejoining_.end());
+}
+
 void WorkerState::start_ready() {
+  grant_rejoins();
   if (paused_) return;
-  while (running_.size() < options_.nthreads && !ready_.empty()) {
+  while (slots_used() < options_.nthreads && !ready_.empty()) {
     auto fits = [&](const protocol::ExecuteTask& t) {
       for (const auto& [r, amount] : t.resources) {
         auto have = free_resources_.find(r);
@@ -310,6 +353,7 @@ void WorkerState::finished(Completion c) {
     for (const auto& [r, amount] : it->second.resources) free_resources_[r] += amount;
     for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
     full_result = it->second.full_result;
+    forget_seceded(it->first, it->second);
     running_.erase(it);
   }
   protocol::TaskResult r;
@@ -382,7 +426,14 @@ void WorkerState::check() const {
 }
 
 std::string WorkerState::validate() const {
-  if (running_.size() > options_.nthreads) return "more tasks running than threads";
+  if (slots_used() > options_.nthreads) return "more tasks holding slots than threads";
+  std::size_t seceded = 0;
+  for (const auto& [id, r] : running_) seceded += r.seceded;
+  if (seceded != seceded_) return "seceded count " + std::to_string(seceded_) + " but " + std::to_string(seceded) + " running tasks seceded";
+  for (TaskId id : rejoining_) {
+    auto it = running_.find(id);
+    if (it == running_.end() || !it->second.seceded) return "a task waits to rejoin but is not seceded";
+  }
   for (const auto& [id, p] : pending_) {
     std::uint32_t missing = 0;
     for (const auto& in : p.task.inputs) {

@@ -44,8 +44,10 @@ struct WorkerInstructions {
   std::vector<protocol::TaskResult> results;         // report these to the scheduler
   std::vector<TaskId> acquired;                      // copies fetched, to report
   std::vector<protocol::DepLocation> acquire_failed;  // copies asked for that no holder gave
+  std::vector<TaskId> seceded, rejoined;             // slots given back / taken again: report
   bool empty() const {
-    return fetch.empty() && run.empty() && free.empty() && results.empty() && acquired.empty() && acquire_failed.empty();
+    return fetch.empty() && run.empty() && free.empty() && results.empty() && acquired.empty() &&
+           acquire_failed.empty() && seceded.empty() && rejoined.empty();
   }
   void clear() {
     fetch.clear();
@@ -54,6 +56,8 @@ struct WorkerInstructions {
     results.clear();
     acquired.clear();
     acquire_failed.clear();
+    seceded.clear();
+    rejoined.clear();
   }
 };
 
@@ -121,12 +125,21 @@ class WorkerState {
   /// Memory is short and nothing more can be spilled: start nothing new until resumed (the
   /// running tasks go on; fetches and frees too). Paused, the ready tasks wait here.
   void pause(bool on);
+  /// herd::secede() in running task `id`: it no longer holds a thread slot (the worker gives
+  /// the slot an executor of its own), so the next ready task starts. False: not running.
+  bool secede(TaskId id);
+  /// herd::rejoin(): the seceded task `id` takes a slot again, now if one is free (true; it is
+  /// in out().rejoined), else before any new task once one frees (it comes in out().rejoined
+  /// then). Not seceded: true, nothing to do.
+  bool rejoin(TaskId id);
 
   // ---- read access -------------------------------------------------------------------------
   bool holds(TaskId id) const { return stored_.count(id) != 0; }
   /// Received and not started (waiting for inputs or a thread): for `herd logs`.
   bool queued(TaskId id, const std::string& key) const;
   std::size_t executing() const { return running_.size(); }
+  /// Running tasks that hold a thread slot (not seceded).
+  std::size_t slots_used() const { return running_.size() - seceded_; }
   std::size_t stored() const { return stored_.size(); }
   std::uint64_t stored_bytes() const { return stored_bytes_; }
   std::size_t waiting_for_inputs() const { return pending_.size(); }
@@ -154,8 +167,11 @@ class WorkerState {
     std::vector<int> devices;
     double gpu_share = 0;       // taken from each of its devices
     bool full_result = false;   // the scheduler keeps the whole result (journal)
+    bool seceded = false;       // herd::secede(): holds no thread slot
   };
 
+  void grant_rejoins();
+  void forget_seceded(TaskId id, const Running& r);
   void fetch_next(TaskId dep);
   void input_arrived(TaskId dep);
   void input_unavailable(TaskId dep);
@@ -170,6 +186,8 @@ class WorkerState {
   std::unordered_map<TaskId, Wanted> wanted_;     // inputs being fetched
   std::deque<protocol::ExecuteTask> ready_;       // inputs here, waiting for a thread/resources
   std::unordered_map<TaskId, Running> running_;   // on an executor
+  std::size_t seceded_ = 0;                       // of running_, those that hold no slot
+  std::deque<TaskId> rejoining_;                  // seceded, waiting for a slot to rejoin
   std::unordered_map<TaskId, std::uint64_t> stored_;  // results in the store -> size
   std::uint64_t stored_bytes_ = 0;
   std::map<std::string, double> free_resources_;

@@ -1148,3 +1148,49 @@ TEST_CASE("SchedulerState.Restart.ForgetsGangsAndSuspectsAndARestartWithNothingI
   (void)w2;
   (void)w3;
 }
+
+TEST_CASE("SchedulerState.Secede.ASecededTaskCountsNoSlotUntilItRejoinsOrEnds") {
+  Harness h;
+  const WorkerId w = h.add_worker("w", 1);
+  const TaskId parent = h.submit("fan_out");
+  h.turn();
+  std::vector<TaskId> children;
+  for (int i = 0; i < 6; ++i) children.push_back(h.submit("child"));
+  h.turn();
+  const std::size_t before = h.state.worker(w)->processing.size();  // the slot and its queue
+  CHECK(before >= 1u);
+  // The parent waits on its children without its slot: one thread more on that worker, and
+  // the scheduler fills it.
+  herd::protocol::SecedeEvent ev;
+  ev.seceded = {parent, 12345};  // a task that is not there is ignored
+  h.state.task_seceded(w, ev, h.now);
+  h.workers.at(w).nthreads = 2;
+  h.turn();
+  CHECK(h.state.worker(w)->nthreads == 2u);
+  CHECK(h.state.worker(w)->processing.size() > before);
+  h.state.task_seceded(w, ev, h.now);  // told twice: counted once
+  CHECK(h.state.worker(w)->nthreads == 2u);
+  // It rejoins: back to one slot; then ends: nothing more to give back.
+  herd::protocol::SecedeEvent back;
+  back.rejoined = {parent};
+  h.state.task_seceded(w, back, h.now);
+  CHECK(h.state.worker(w)->nthreads == 1u);
+  // Seceded again, it ends while seceded: its thread goes with it.
+  h.state.task_seceded(w, ev, h.now);
+  CHECK(h.state.worker(w)->nthreads == 2u);
+  auto& vw = h.workers.at(w);
+  vw.running.erase(std::remove(vw.running.begin(), vw.running.end(), parent), vw.running.end());
+  herd::protocol::TaskResultsEvent done;
+  herd::protocol::TaskResult r;
+  r.id = parent;
+  r.ok = true;
+  r.nbytes = 8;
+  done.results.push_back(r);
+  h.state.task_results(w, done, h.now);
+  CHECK(h.state.worker(w)->nthreads == 1u);
+  CHECK(h.state.worker(w)->seceded.empty());
+  vw.nthreads = 1;
+  for (int i = 0; i < 8 && h.status(children.back()) != TaskStatus::memory; ++i) h.finish(w);
+  for (TaskId c : children) CHECK(h.status(c) == TaskStatus::memory);
+  CHECK(h.status(parent) == TaskStatus::memory);
+}

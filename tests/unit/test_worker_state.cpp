@@ -240,3 +240,60 @@ TEST_CASE("WorkerState.Abandon.RunningTaskFailsAtOnceAndFreesItsSlotAndResources
   CHECK(s.out().results[0].handed_back);
   CHECK(s.validate().empty());
 }
+
+TEST_CASE("WorkerState.Secede.SlotGoesToTheNextTaskAndRejoinWaitsForOne") {
+  auto s = make(1);
+  exec(s, {task(1), task(2), task(3)});
+  CHECK(started(s) == std::vector<TaskId>{1});
+  s.out().clear();
+  // 1 waits on others: it gives its slot back, 2 starts beside it; the scheduler is told.
+  CHECK(s.secede(1));
+  CHECK(started(s) == std::vector<TaskId>{2});
+  CHECK(s.out().seceded == std::vector<TaskId>{1});
+  CHECK(s.slots_used() == 1);
+  CHECK(s.executing() == 2);
+  CHECK(s.validate().empty());
+  s.out().clear();
+  CHECK(s.secede(1));  // twice: nothing more
+  CHECK(s.out().seceded.empty());
+  CHECK(!s.secede(99));  // not running here
+  // 1 wants its slot back while 2 holds it: it waits, and goes before 3 when 2 ends.
+  CHECK(!s.rejoin(1));
+  CHECK(s.out().rejoined.empty());
+  CHECK(s.validate().empty());
+  s.finished(ok(2));
+  CHECK(s.out().rejoined == std::vector<TaskId>{1});
+  CHECK(started(s).empty());  // 3 waits: the one slot is 1's again
+  CHECK(s.slots_used() == 1);
+  s.out().clear();
+  CHECK(s.rejoin(1));  // not seceded any more: at once, nothing reported
+  CHECK(s.out().rejoined.empty());
+  s.finished(ok(1));
+  CHECK(started(s) == std::vector<TaskId>{3});
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Secede.EndingOrAbandonedWhileSecededFreesNoSlot") {
+  auto s = make(1);
+  exec(s, {task(1), task(2), task(3), task(4)});
+  s.secede(1);
+  CHECK(started(s) == std::vector<TaskId>{1, 2});
+  s.out().clear();
+  // A seceded task that ends held no slot: nothing new starts for it.
+  s.finished(ok(1));
+  CHECK(started(s).empty());
+  CHECK(s.slots_used() == 1);
+  CHECK(s.validate().empty());
+  // 2 secedes, asks to rejoin, and is abandoned (its time limit) while it waits: no rejoin
+  // is granted to it later, and the slot 3 takes is the only one used.
+  s.secede(2);
+  CHECK(started(s) == std::vector<TaskId>{3});
+  CHECK(!s.rejoin(2));
+  s.abandon(2, {"herd::TimeoutError", "too long", "t2", "w"});
+  CHECK(s.validate().empty());
+  s.out().clear();
+  s.finished(ok(3));
+  CHECK(s.out().rejoined.empty());
+  CHECK(started(s) == std::vector<TaskId>{4});
+  CHECK(s.validate().empty());
+}
