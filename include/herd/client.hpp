@@ -13,6 +13,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstdint>
+#include <initializer_list>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -93,6 +94,19 @@ class AdaptOptions {
   int minimum_ = 0, maximum_ = 0, wait_count_ = 0;
   std::chrono::seconds idle_timeout_{0};
   std::chrono::milliseconds interval_{-1}, target_duration_{0};
+};
+
+/// @brief Which workers Client::run() runs on, by name (WorkerInfo::name, e.g. "local-3"):
+/// `client.run(herd::RunOn{"local-1", "local-2"}, fn)`. Empty = every connected worker.
+class RunOn {
+ public:
+  RunOn() = default;
+  RunOn(std::initializer_list<std::string> names) : names_(names) {}
+  explicit RunOn(std::vector<std::string> names) : names_(std::move(names)) {}
+  const std::vector<std::string>& names() const { return names_; }
+
+ private:
+  std::vector<std::string> names_;
 };
 
 namespace detail {
@@ -331,6 +345,53 @@ class Client {
   /// @brief Waits until at least `n` workers are connected.
   /// @throws TimeoutError naming how many are there; JobQueueError if a pool cannot submit.
   void wait_for_workers(int n, std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  /// @brief Restarts the cluster, as Dask's Client.restart: every worker is told to stop and
+  /// its process is replaced through its pool (LocalCluster, SlurmCluster, cluster.toml pools:
+  /// the job is cancelled, a worker stuck in a task that never returns is killed within
+  /// seconds, and a new job starts); every future of every client fails with CancelledError
+  /// ("... cancelled: the cluster was restarted by client NAME"), finished ones too; the
+  /// scheduler forgets every task and result, and the journal its recorded results. Returns
+  /// once as many pool workers as before are connected again (an adaptive pool: at most its
+  /// minimum), so the client can submit at once. A worker connected by hand (`herd worker`,
+  /// no pool) is told to stop and is not replaced, nor waited for.
+  /// @throws TimeoutError naming how many workers came back within `timeout` (the tasks are
+  /// cancelled and the state empty all the same); ConnectionError.
+  void restart(std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  /// @brief Runs fn(args...) once on every connected worker (or on `on`'s), as Dask's
+  /// Client.run, for setup such as warming a cache or checking a GPU; returns each worker's
+  /// result by worker name. Each call is a task pinned to its worker (TaskOptions::workers,
+  /// no other worker allowed), of the highest priority and never retried: it runs in one of
+  /// the worker's task slots, so it starts once a slot is free (not beside running tasks, as
+  /// Dask's does). For a function returning void: the names of the workers it ran on.
+  /// For the scheduler's side (Dask's run_on_scheduler), Client::status() is the way: workers,
+  /// tasks, pools and jobs as the scheduler sees them.
+  /// @throws Error naming a worker of `on` that is not connected; WorkerLostError naming the
+  /// worker when one leaves before its call finished (the other calls are cancelled); the
+  /// function's own exception (TaskError) as result() does.
+  template <typename F, typename... A>
+    requires detail::function_pointer<F>
+  auto run(F fn, const A&... args) {
+    return run(RunOn{}, fn, args...);
+  }
+  template <typename F, typename... A>
+    requires detail::function_pointer<F>
+  auto run(const RunOn& on, F fn, const A&... args) {
+    using Fut = decltype(submit(TaskOptions{}, fn, args...));
+    using R = typename detail::future_value<Fut>::type;
+    const std::vector<std::string> names = run_targets(on);
+    std::vector<Fut> futures;
+    futures.reserve(names.size());
+    for (const std::string& name : names) futures.push_back(submit(run_options(name), fn, args...));
+    run_wait(raw_states(futures), names);
+    if constexpr (std::is_void_v<R>) {
+      for (auto& f : futures) f.result();
+      return names;
+    } else {
+      std::map<std::string, R> out;
+      for (std::size_t i = 0; i < names.size(); ++i) out.emplace(names[i], futures[i].result());
+      return out;
+    }
+  }
   /// @brief Sizes a worker pool to `n` workers ("" = the first pool). Jobs are submitted in
   /// bulk; surplus workers retire gracefully (no new tasks, results copied) before scancel.
   /// @throws JobQueueError with the batch system's own message if it refuses.
@@ -441,6 +502,11 @@ class Client {
   }
 
   std::unique_ptr<Cluster> cluster_;
+  // Client::run (client.cpp): the workers named (checked) or every connected one, the options
+  // of one call, and the wait that notices a worker that left.
+  std::vector<std::string> run_targets(const RunOn& on) const;
+  static TaskOptions run_options(const std::string& worker);
+  void run_wait(const std::vector<detail::FutureState*>& states, const std::vector<std::string>& names) const;
   std::shared_ptr<detail::ClientCore> core_;
 };
 

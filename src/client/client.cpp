@@ -140,6 +140,9 @@ class ClientCore {
   std::vector<protocol::StatusRequest> out_statuses_;
   std::map<std::uint64_t, std::optional<protocol::StatusReply>> status_replies_;
   std::uint64_t next_status_id_ = 1;
+  std::vector<protocol::RestartRequest> out_restarts_;  // Client::restart()
+  std::map<std::uint64_t, std::optional<protocol::RestartReply>> restart_replies_;
+  std::uint64_t next_restart_id_ = 1;
   std::vector<protocol::LogsRequest> out_logs_;  // `herd logs` (detail::logs_request)
   std::map<std::uint64_t, std::optional<protocol::LogsReply>> logs_replies_;
   std::uint64_t next_logs_id_ = 1;
@@ -382,8 +385,10 @@ void ClientCore::io_loop() {
     std::vector<protocol::StatusRequest> statuses;
     std::vector<protocol::LogsRequest> logs;
     std::vector<protocol::ReplicateRequest> replicates;
+    std::vector<protocol::RestartRequest> restarts;
     {
       std::lock_guard lock(mu_);
+      restarts.swap(out_restarts_);
       scales.swap(out_scales_);
       statuses.swap(out_statuses_);
       logs.swap(out_logs_);
@@ -433,6 +438,8 @@ void ClientCore::io_loop() {
       protocol::send(sched_, "", MessageType::status_request, protocol::encode(req));
     }
     for (const auto& req : logs) protocol::send(sched_, "", MessageType::logs_request, protocol::encode(req));
+    // After this turn's submissions: a task submitted before restart() is cancelled by it.
+    for (const auto& req : restarts) protocol::send<MessageType::restart_request>(sched_, "", req);
     for (auto& [address, ids] : fetches) fetcher_->request(address, std::move(ids), Clock::now());
     // Only when poll saw it: an empty non-blocking receive still costs libzmq a poll(2) and a
     // getpid(2), on the round trip's path when the eventfd woke us (bench/README.md).
@@ -519,8 +526,12 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
           }
           s.fetching = false;  // a new location (recomputed result) is fetched anew
         } else if (st == protocol::TaskState::cancelled) {
+          // Also a finished future: Client::restart() (by any client) cancels every one.
           s.status = Status::cancelled;
           s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
+          s.data.reset();
+          s.location = 0;
+          s.fetching = false;
         } else {
           s.status = Status::erred;
           s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
@@ -544,6 +555,14 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (!protocol::decode(msg.frames[1], reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = scale_replies_.find(reply.request_id); it != scale_replies_.end()) it->second = reply;
+      cv_.notify_all();
+      break;
+    }
+    case MessageType::restart_reply: {
+      protocol::RestartReply reply;
+      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      std::lock_guard lock(mu_);
+      if (auto it = restart_replies_.find(reply.request_id); it != restart_replies_.end()) it->second = reply;
       cv_.notify_all();
       break;
     }
@@ -658,6 +677,9 @@ void request_fetch_locked(FutureState& s) {
       throw TaskError(error.type, error.message, s.key(), error.worker, error.task);
     }
     case Status::cancelled:
+      // The scheduler's reason when it gave one (Client::restart(): "cancelled: the cluster
+      // was restarted by client NAME").
+      if (s.error && s.error->message.rfind("cancelled: ", 0) == 0) throw CancelledError("task " + s.key() + " " + s.error->message);
       throw CancelledError("task " + s.key() + " was cancelled");
     case Status::lost:
       throw ConnectionError("task " + s.key() + ": " + s.core->lost_reason_);
@@ -1144,6 +1166,86 @@ Reply ask_scheduler(detail::ClientCore& core, std::unique_lock<std::mutex>& lock
   return std::move(*reply);
 }
 }  // namespace
+
+void Client::restart(std::chrono::milliseconds timeout) {
+  auto& core = *core_;
+  std::unique_lock lock(core.mu_);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  if (timeout.count() < 0) throw std::invalid_argument("restart: the timeout must be >= 0");
+  // Every future this client made so far is cancelled by it (the scheduler says so for each
+  // task it knew; this covers those whose update it has not sent yet, and made just now).
+  const std::uint64_t boundary = core.next_seq_.load();
+  protocol::RestartRequest req;
+  req.request_id = core.next_restart_id_++;
+  req.timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(timeout.count(), UINT32_MAX));
+  core.restart_replies_[req.request_id] = std::nullopt;
+  core.out_restarts_.push_back(req);
+  core.wake_locked();
+  // The scheduler answers at its deadline at the latest; a margin for the round trip.
+  const bool answered = core.cv_.wait_for(lock, timeout + std::chrono::seconds(30), [&] {
+    return core.restart_replies_[req.request_id].has_value() || !core.lost_reason_.empty();
+  });
+  auto reply = core.restart_replies_[req.request_id];
+  core.restart_replies_.erase(req.request_id);
+  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  if (!answered || !reply) {
+    throw TimeoutError("restart: the scheduler did not answer within " + std::to_string(timeout.count() / 1000 + 30) + " s");
+  }
+  for (auto& [id, st] : core.states_) {
+    if ((id & ((std::uint64_t{1} << 40) - 1)) >= boundary || st->status == detail::Status::cancelled) continue;
+    st->status = detail::Status::cancelled;
+    st->error = std::make_unique<protocol::ErrorInfo>();
+    st->error->type = "herd::CancelledError";
+    st->error->message = "cancelled: the cluster was restarted by this client";
+    st->data.reset();
+    st->location = 0;
+    st->fetching = false;
+    core.finish_locked(*st);
+  }
+  core.cv_.notify_all();
+  if (!reply->ok) throw TimeoutError(reply->error);
+}
+
+std::vector<std::string> Client::run_targets(const RunOn& on) const {
+  const ClusterStatus st = status();
+  std::vector<std::string> connected;
+  for (const auto& w : st.workers) connected.push_back(w.name);
+  if (on.names().empty()) {
+    if (connected.empty()) throw Error("run: no worker is connected");
+    return connected;
+  }
+  std::vector<std::string> names;
+  for (const std::string& name : on.names()) {
+    if (std::find(connected.begin(), connected.end(), name) == connected.end()) {
+      throw Error("run: no connected worker is named '" + name + "' (connected: " + util::join(connected, ", ") + ")");
+    }
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  return names;
+}
+
+TaskOptions Client::run_options(const std::string& worker) {
+  // Pinned to its worker, first in its queue, and never run twice.
+  return TaskOptions{}.workers({worker}).allow_other_workers(false).priority(INT32_MAX).retries(0);
+}
+
+void Client::run_wait(const std::vector<detail::FutureState*>& states, const std::vector<std::string>& names) const {
+  // A call whose worker left would wait for it forever (it may run on that worker only): while
+  // calls are pending, the scheduler is asked every second which workers are connected.
+  while (!detail::core_wait_all(*core_, states, 1000)) {
+    const ClusterStatus st = status();
+    for (std::size_t i = 0; i < states.size(); ++i) {
+      if (detail::future_done(*states[i])) continue;
+      const bool there = std::any_of(st.workers.begin(), st.workers.end(), [&](const WorkerInfo& w) {
+        return w.name == names[i];
+      });
+      if (there) continue;
+      detail::core_cancel(*core_, states);
+      throw WorkerLostError("run: worker " + names[i] + " left before its call " + detail::future_key(*states[i]) +
+                            " finished");
+    }
+  }
+}
 
 std::vector<PoolInfo> Client::pools() const {
   std::lock_guard lock(core_->mu_);

@@ -9,6 +9,12 @@
 #include "common/process.hpp"
 
 namespace herd::jobqueue {
+namespace {
+// A cancelled local worker gets SIGTERM (a drain); still there this long after, SIGKILL. Its
+// worker has left the scheduler by then (a pool cancels a job once its worker is gone), so
+// nothing of use is lost: this is for a process stuck in a task (Client::restart()).
+constexpr auto kKillAfter = std::chrono::seconds(5);
+}  // namespace
 
 LocalProcessJobQueue::LocalProcessJobQueue(LocalProcessOptions options) : options_(std::move(options)) {
   if (const char* slices = std::getenv(kGpuSlicesEnv); slices && options_.gpu_slices.empty()) {
@@ -70,7 +76,10 @@ void LocalProcessJobQueue::submit(std::size_t count, SubmitDone done) {
 
 void LocalProcessJobQueue::cancel(const std::vector<std::string>& ids, CancelDone done) {
   for (const auto& id : ids) {
-    if (auto it = children_.find(id); it != children_.end()) ::kill(it->second, SIGTERM);
+    if (auto it = children_.find(id); it != children_.end()) {
+      ::kill(it->second, SIGTERM);
+      kill_at_.try_emplace(id, std::chrono::steady_clock::now() + kKillAfter);
+    }
   }
   runner().complete([done = std::move(done)] { done(""); });
 }
@@ -79,7 +88,12 @@ void LocalProcessJobQueue::poll(PollDone done) {
   PollResult r;
   for (auto it = children_.begin(); it != children_.end();) {
     int status = 0;
+    if (auto k = kill_at_.find(it->first); k != kill_at_.end() && std::chrono::steady_clock::now() >= k->second) {
+      ::kill(it->second, SIGKILL);  // cancelled and still there: as scancel's KillWait
+      kill_at_.erase(k);
+    }
     if (process::try_reap(it->second, &status)) {
+      kill_at_.erase(it->first);
       const std::string how = process::describe_status(status);
       r.jobs.push_back({it->first, JobState::ended, "EXITED", how});
       r.log.push_back("worker " + it->first + " (pid " + std::to_string(it->second) + ") " + how);

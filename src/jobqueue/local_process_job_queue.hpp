@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <map>
 #include <string>
 #include <vector>
@@ -48,6 +49,9 @@ class LocalProcessJobQueue : public JobQueue {
   LocalProcessOptions options_;
   std::size_t started_ = 0;
   std::map<std::string, pid_t> children_;  // job id -> pid
+  // Cancelled children (SIGTERM sent) -> when they get SIGKILL if still there: a worker that
+  // does not leave (stuck, or draining a task that never ends) is killed, as scancel does.
+  std::map<std::string, std::chrono::steady_clock::time_point> kill_at_;
   std::map<std::string, std::size_t> gpu_slice_of_;  // job id -> index into gpu_slices
 };
 

@@ -49,6 +49,7 @@ using TaskId = std::uint64_t;
   X(scale_pool, 9, ScalePoolRequest)        /* client -> scheduler */                              \
   X(retire_request, 10, GoodbyeEvent)       /* worker asks to be retired (walltime, SIGTERM) */    \
   X(status_request, 11, StatusRequest)      /* client -> scheduler */                              \
+  X(restart_request, 12, RestartRequest)    /* client -> scheduler: Client::restart() */           \
   X(replicate, 13, ReplicateRequest)        /* client -> scheduler: copies on n workers */         \
   X(gang_join, 14, GangJoinRequest)         /* worker -> scheduler: a member wants the others */    \
   X(logs_request, 15, LogsRequest)          /* client -> scheduler (`herd logs`) */                \
@@ -67,6 +68,7 @@ using TaskId = std::uint64_t;
   X(scale_reply, 27, ScalePoolReply)        /* scheduler -> client */                              \
   X(acquire_keys, 28, AcquireKeysEvent)     /* scheduler -> worker: copy these from holders */     \
   X(status_reply, 29, StatusReply)          /* scheduler -> client */                              \
+  X(restart_reply, 30, RestartReply)        /* scheduler -> client: the workers are back (or not) */ \
   X(gang_ready, 32, GangReadyEvent)         /* scheduler -> worker: every member joined */         \
   X(gang_abort, 33, GangAbortEvent)         /* scheduler -> worker: a member failed */             \
   X(logs_reply, 34, LogsReply)              /* scheduler -> client */                              \
@@ -362,6 +364,25 @@ struct ScalePoolReply {
   MSGPACK_DEFINE_MAP(request_id, ok, error);
 };
 
+/// Client::restart(): every worker stopped (and replaced by its pool), every task of every
+/// client cancelled, the journal's results forgotten. The reply comes once as many pool
+/// workers as before are connected again, or after `timeout_ms` with how many came back.
+struct RestartRequest {
+  std::uint64_t request_id = 0;  // echoed in the reply
+  std::uint32_t timeout_ms = 0;  // how long the scheduler waits for the new workers
+  MSGPACK_DEFINE_MAP(request_id, timeout_ms);
+};
+
+struct RestartReply {
+  std::uint64_t request_id = 0;  // from the request
+  bool ok = false;               // false: see error (the workers did not all come back in time)
+  std::string error;
+  std::uint32_t stopped = 0;     // workers told to stop
+  std::uint32_t wanted = 0;      // of those, workers a pool replaces (waited for)
+  std::uint32_t workers = 0;     // workers connected when the reply was sent
+  std::uint32_t cancelled = 0;   // tasks cancelled (of every client)
+  MSGPACK_DEFINE_MAP(request_id, ok, error, stopped, wanted, workers, cancelled);
+};
 
 /// `herd status`, Client::status() and the dashboard: one snapshot of the scheduler's state.
 /// All status structs are maps: they are rare, and fields will be added.

@@ -230,6 +230,11 @@ void Journal::load() {
   Window w(fd_, size);
   std::uint64_t pos = 0, good_end = 0;
   auto take = [&](Parsed& p, std::uint64_t at) {
+    if (p.key.empty()) {  // forget_all(): a restart of the cluster forgot what came before
+      entries_.clear();
+      memory_bytes_ = 0;
+      return;
+    }
     Entry e;
     e.offset = at + 8 + p.layout.result_off;
     e.size = p.layout.result_len;
@@ -341,6 +346,13 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
   staged_.last_seq = appended_;
   staged_.end = next_offset_;
   return appended_;
+}
+
+void Journal::forget_all() {
+  (void)append("", {});  // the mark, written and synced like any record
+  entries_.clear();
+  to_release_.clear();
+  memory_bytes_ = 0;
 }
 
 void Journal::flush() {

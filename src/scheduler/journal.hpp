@@ -90,6 +90,11 @@ class Journal {
   /// Queues a record (no IO). Returns its sequence number: once durable() reaches it, the
   /// record is on disk. Returns the previous number when the record cannot be kept (lost()).
   std::uint64_t append(const std::string& key, std::vector<char> result);
+  /// Client::restart(): every result recorded so far is forgotten, now and when a scheduler
+  /// loads the file later. A record with an empty key marks the point (loading forgets what
+  /// came before it; a loader that predates it keeps an entry nobody can submit: a task's key
+  /// is never empty).
+  void forget_all();
   /// Hands the records appended since the last flush to the writer (one batch, one fdatasync).
   void flush();
   /// Fetches the result of `key` (which contains()) on the reader thread; it comes back from

@@ -360,6 +360,11 @@ void PoolState::worker_left(Clock::time_point now, const std::string& job_id, bo
   queue_cancel(now, job_id);
 }
 
+void PoolState::stop_job(Clock::time_point now, const std::string& job_id) {
+  if (!jobs_.count(job_id) || cancelled_.count(job_id)) return;
+  queue_cancel(now, job_id);
+}
+
 bool PoolState::knows_job(const std::string& id) const {
   return jobs_.count(id) || std::find(ended_.begin(), ended_.end(), id) != ended_.end();
 }

@@ -141,6 +141,10 @@ class PoolState {
   /// tasks or results (its death is then the tasks' business, not a crash loop's).
   /// `siblings`: other workers of the same job are still connected (the job stays for them).
   void worker_left(Clock::time_point now, const std::string& job_id, bool worked = false, bool siblings = false);
+  /// The scheduler stopped this job's workers on purpose (Client::restart()): the job is
+  /// cancelled whatever the last poll said of it (a poll may not have seen it run yet), and
+  /// its end is no crash.
+  void stop_job(Clock::time_point now, const std::string& job_id);
   /// The last worker of job `job_id` left on its own (walltime, drain signal, or a requeue,
   /// which signals the same way): the job is no capacity to retire workers against, and is not
   /// replaced either until the batch system says how it went on (ended: replaced; pending
@@ -246,6 +250,8 @@ class Pool {
     state_.worker_left(Clock::now(), job_id, worked, siblings);
   }
   void worker_done(const std::string& job_id) { state_.worker_done(Clock::now(), job_id); }
+  /// Client::restart(): see PoolState::stop_job.
+  void stop_job(const std::string& job_id) { state_.stop_job(Clock::now(), job_id); }
   /// `done(error)` once the submission under way is answered ("" = accepted), or at once when
   /// none is (the scale reply waits for sbatch without the loop waiting).
   void when_settled(std::function<void(const std::string& error)> done);

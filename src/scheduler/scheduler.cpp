@@ -156,6 +156,7 @@ int Scheduler::run() {
       state_.outbox().cluster_changed = true;
     }
     flush();
+    if (!restarts_.empty()) check_restarts(t);
     if (!logs_queries_.empty()) expire_logs_queries();
     if (http_ && http_->wanted() && t.mono - last_publish_ >= std::chrono::milliseconds(100)) {
       last_publish_ = t.mono;
@@ -360,6 +361,11 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
     case MessageType::scale_pool: {
       protocol::ScalePoolRequest req;
       if (protocol::decode<MessageType::scale_pool>(msg, req, error)) handle_scale(id, req, now);
+      break;
+    }
+    case MessageType::restart_request: {
+      protocol::RestartRequest req;
+      if (protocol::decode<MessageType::restart_request>(msg, req, error)) handle_restart(id, req, now);
       break;
     }
     case MessageType::logs_request: {
@@ -582,6 +588,66 @@ void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req,
   state_.outbox().cluster_changed = true;
   if (const std::string* identity = identity_of(Role::client, id)) {
     protocol::send<MessageType::scale_reply>(socket_, *identity, reply);
+  }
+}
+
+void Scheduler::handle_restart(ClientId id, const protocol::RestartRequest& req, const Now& now) {
+  const std::string* identity = identity_of(Role::client, id);
+  if (identity == nullptr) return;
+  std::string who = "#" + std::to_string(id);
+  if (auto c = state_.clients().find(id); c != state_.clients().end() && !c->second.name.empty()) who = c->second.name;
+  // Workers a pool replaces: as many as it had before (an adaptive pool brings back at most
+  // its minimum: with no task left it wants no more). Workers connected by hand are stopped
+  // and not replaced, so not waited for.
+  std::uint32_t wanted = 0;
+  for (const auto& p : pools_) {
+    std::uint32_t had = 0;
+    for (const auto& [wid, w] : state_.workers()) had += (w.pool == p->name());
+    if (p->policy().adaptive) had = std::min(had, p->policy().minimum);
+    wanted += had;
+  }
+  // The journal forgets first, so that this turn's records (dropped by the core) and every
+  // earlier one stay forgotten after a restart of the scheduler too.
+  if (journal_) journal_->forget_all();
+  // Every job of a pool goes (in the pool's next scancel / SIGTERM), replaced by a new one.
+  for (const auto& [wid, w] : state_.workers()) {
+    if (Pool* p = find_pool(w.pool); p != nullptr && !w.pool.empty() && !w.job_id.empty()) p->stop_job(w.job_id);
+  }
+  const auto done = state_.restart("cancelled: the cluster was restarted by client " + who);
+  PendingRestart pending;
+  pending.client = *identity;
+  pending.reply.request_id = req.request_id;
+  pending.reply.stopped = done.stopped;
+  pending.reply.wanted = wanted;
+  pending.reply.cancelled = done.cancelled;
+  pending.timeout_ms = req.timeout_ms;
+  pending.deadline = now.mono + std::chrono::milliseconds(req.timeout_ms);
+  restarts_.push_back(std::move(pending));
+  // The pools hear of the workers gone at the end of this turn (flush: each job is cancelled)
+  // and submit replacements at their next step.
+}
+
+void Scheduler::check_restarts(const Now& now) {
+  const auto connected = static_cast<std::uint32_t>(state_.workers().size());
+  for (auto it = restarts_.begin(); it != restarts_.end();) {
+    protocol::RestartReply& r = it->reply;
+    if (connected < r.wanted && now.mono < it->deadline) {
+      ++it;
+      continue;
+    }
+    r.workers = connected;
+    r.ok = connected >= r.wanted;
+    if (!r.ok) {
+      r.error = "restart: " + std::to_string(connected) + " of " + std::to_string(r.wanted) +
+                " workers came back within " + std::to_string(it->timeout_ms) + " ms";
+      for (const auto& p : pools_) {
+        const auto s = p->status(0);
+        if (!s.paused.empty()) r.error += "; pool " + p->name() + " is paused: " + s.paused;
+        else if (!s.last_error.empty()) r.error += "; pool " + p->name() + ": " + s.last_error;
+      }
+    }
+    protocol::send<MessageType::restart_reply>(socket_, it->client, r);
+    it = restarts_.erase(it);
   }
 }
 

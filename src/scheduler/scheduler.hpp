@@ -79,6 +79,11 @@ class Scheduler {
   void drop_peer(const std::string& identity, const std::string& why);
   Pool* find_pool(const std::string& name);
   void handle_scale(ClientId id, const protocol::ScalePoolRequest& req, const Now& now);
+  /// Client::restart(): the core stops every worker and empties the task state, the journal
+  /// forgets its results; the reply waits (check_restarts) for the pools' new workers.
+  void handle_restart(ClientId id, const protocol::RestartRequest& req, const Now& now);
+  /// After each turn: answers the restarts whose workers are back, or whose time is up.
+  void check_restarts(const Now& now);
   void step_pools(const Now& now);
   /// End of a turn: the turn's journal records go to the writer thread, what is queued for
   /// each worker goes out, and the clients' updates go out once their records are durable
@@ -136,6 +141,13 @@ class Scheduler {
   std::map<std::uint64_t, LogsQuery> logs_queries_;
   std::uint64_t next_logs_query_ = 1;
   std::deque<std::pair<std::string, std::string>> departed_;  // (worker name, why), newest last
+  struct PendingRestart {
+    std::string client;               // identity of the client that asked
+    protocol::RestartReply reply;     // stopped, wanted and cancelled filled in
+    Clock::time_point deadline;
+    std::uint32_t timeout_ms = 0;
+  };
+  std::vector<PendingRestart> restarts_;
 };
 
 }  // namespace herd::scheduler

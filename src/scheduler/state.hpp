@@ -320,6 +320,18 @@ class SchedulerState {
   /// have another worker copy them and point it there, or fail them with the reason (bounded).
   void client_fetch_failed(ClientId id, const protocol::FetchFailedEvent& ev);
 
+  // ---- restart (state_restart.cpp) ---------------------------------------------------------
+  struct Restarted {
+    std::uint32_t stopped = 0;    // workers told to stop (all of them)
+    std::uint32_t cancelled = 0;  // tasks cancelled (every client's)
+  };
+  /// Client::restart(): every worker is told to stop and leaves the state at once (its job is
+  /// released to its pool, which cancels it and starts a replacement); every task a client
+  /// holds a future for is cancelled with `why` (herd::CancelledError); and the task state is
+  /// emptied: tasks, gangs, replications, relocations, suspects, journal reads and the journal
+  /// records of this turn. Clients stay connected.
+  Restarted restart(const std::string& why);
+
   // ---- pools -------------------------------------------------------------------------------
   /// Ready and processing tasks that a worker offering `offers` could run (an adaptive pool's
   /// demand), counted per shape, so O(shapes).

@@ -538,4 +538,17 @@ std::string TaskGraph::validate() const {
   return {};
 }
 
+void TaskGraph::clear() {
+  std::vector<TaskId> ids;
+  ids.reserve(tasks_.size());
+  for (const auto& [id, t] : tasks_) ids.push_back(id);
+  for (TaskId id : ids) tasks_.erase(id);
+  for (auto& n : counts_) n = 0;
+  for (auto& c : by_shape_) c = {};
+  death_workers_.clear();
+  keys_.clear();
+  forget_work_.clear();
+  ensure_stack_.clear();
+}
+
 }  // namespace herd::scheduler

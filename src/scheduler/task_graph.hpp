@@ -142,6 +142,9 @@ class TaskGraph {
   void fail(TaskId id, const protocol::ErrorInfo& error, Effects& fx);
   /// Back to ready after being handed back by a worker (not a failure).
   void requeue(TaskId id, Effects& fx);
+  /// Client::restart(): every task forgotten at once, with no effects (the caller tells the
+  /// clients and the workers). Function names stay: the run history refers to them.
+  void clear();
 
   Task* find(TaskId id) { return tasks_.find(id); }
   const Task* find(TaskId id) const { return tasks_.find(id); }

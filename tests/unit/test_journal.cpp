@@ -365,3 +365,34 @@ TEST_CASE("Journal.Gate.HeldInOrderUntilDurable") {
   CHECK(sent.size() == 4);
   CHECK(gate.empty());
 }
+
+TEST_CASE("Journal.ForgetAll.ARestartOfTheClusterIsNotUndoneByLoading") {
+  // Client::restart(): the results recorded so far are forgotten now and when the file is
+  // loaded again; results recorded after it stay.
+  const std::string path = temp_path("forget");
+  Removed guard{path};
+  Journal::Options small;
+  small.memory_bytes = 1000;  // "big" is kept on disk only
+  {
+    Journal j(path, small);
+    j.append("a", {'1'});
+    j.append("big", std::vector<char>(5000, 'x'));
+    j.flush();
+    CHECK(j.wait_durable(10s));
+    j.forget_all();
+    CHECK(j.size() == 0);
+    CHECK(!j.contains("a"));
+    CHECK(!j.contains("big"));
+    j.append("after", {'2'});
+    j.flush();
+    CHECK(j.wait_durable(10s));
+    CHECK(j.size() == 1);
+  }
+  Journal j(path, small);
+  CHECK(j.size() == 1);
+  CHECK(!j.contains("a"));
+  CHECK(!j.contains("big"));
+  CHECK(!j.contains(""));
+  REQUIRE(j.find("after") != nullptr);
+  CHECK(*j.find("after") == std::vector<char>{'2'});
+}

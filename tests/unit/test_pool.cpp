@@ -649,3 +649,35 @@ TEST_CASE("Pool.Adapt.IntervalTargetDurationAndWaitCount") {
   CHECK(t.step(3.0, 0, 1e6, two).retire.empty());   // one vote
   CHECK(t.step(4.0, 0, 1e6, two).retire.size() == 2);
 }
+
+TEST_CASE("Pool.StopJob.RestartCancelsJobsNoPollSawRunAndCountsNoCrash") {
+  // Client::restart() right after start: the pool submitted two jobs, their workers connected,
+  // but no poll has said the jobs run. The restart stops them: both cancelled in one call,
+  // replaced at once, and their end is no crash (no backoff).
+  Sim s;
+  s.pool.scale(2);
+  s.step(0);
+  REQUIRE(s.submissions.size() == 1);
+  s.run_all();  // the batch system runs them; the pool has not polled yet
+  s.pool.stop_job(at(0.1), "job0");
+  s.pool.stop_job(at(0.1), "job1");
+  s.pool.stop_job(at(0.1), "job1");  // twice: once is enough
+  s.pool.stop_job(at(0.1), "nope");  // not its job: ignored
+  s.step(0.2);                       // replacements submitted at once (the old jobs are no capacity)
+  REQUIRE(s.submissions.size() == 2);
+  CHECK(s.submissions[1].second == 2);
+  s.step(1.2);  // after the cancel delay: one call for both
+  REQUIRE(s.cancels.size() == 1);
+  CHECK(s.cancels[0] == std::vector<std::string>{"job0", "job1"});
+  s.set("job2", State::running, "RUNNING");
+  s.set("job3", State::running, "RUNNING");
+  s.step(2.5);  // poll: the old jobs ended (cancelled, as asked)
+  s.step(3.0);
+  REQUIRE(s.ended.size() == 2);
+  CHECK(s.ended[0].first == "job0");
+  CHECK(s.ended[1].first == "job1");
+  const auto st = s.pool.status(0, at(3.0));
+  CHECK(st.crashes == 0);
+  CHECK(st.paused.empty());
+  CHECK(st.last_failure.empty());
+}

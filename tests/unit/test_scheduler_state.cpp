@@ -980,6 +980,175 @@ TEST_CASE("SchedulerState.Restrictions.WorkersPoolAndAllowOtherWorkers") {
   CHECK(h.where(nowhere) == n);
 }
 
+TEST_CASE("SchedulerState.Restart.CancelsEveryClientsTasksStopsEveryWorkerAndEmptiesTheState") {
+  StateOptions o;
+  o.full_results = true;  // keyed results go to the journal: a restart drops this turn's records
+  Harness h(o);
+  const WorkerId a = h.add_worker("a", 1);
+  const WorkerId b = h.add_worker("b", 1);
+  herd::protocol::HelloRequest hello;
+  hello.name = "other";
+  const ClientId other = h.state.add_client(hello, h.now);
+  // Client 1: a result in memory, a dependent of it, and more queued; client 2: one task.
+  const TaskId done = h.submit("load");
+  h.turn();
+  h.finish(h.where(done));
+  REQUIRE(h.status(done) == TaskStatus::memory);
+  const TaskId dependent = h.submit("use", {}, {done});
+  std::vector<TaskId> queued;
+  for (int i = 0; i < 4; ++i) queued.push_back(h.submit("more"));
+  TaskSpec theirs;
+  theirs.id = (static_cast<TaskId>(other) << 40) | 1;
+  theirs.function = "theirs";
+  std::string error;
+  REQUIRE(h.state.submit(other, theirs, nullptr, error));
+  TaskSpec keyed;  // placed first (priority), finished in the restart's own turn below
+  keyed.id = (static_cast<TaskId>(h.client) << 40) | h.next++;
+  keyed.function = "keyed";
+  keyed.key = "keyed-1";
+  keyed.priority = 100;
+  REQUIRE(h.state.submit(h.client, keyed, nullptr, error));
+  h.state.replicate(h.client, {done}, 0);
+  h.turn();
+  REQUIRE(h.state.graph().size() == 8);
+  const WorkerId keyed_on = h.where(keyed.id);
+  REQUIRE(keyed_on != kNoWorker);
+  // Its result comes in the restart's turn: its journal record is queued...
+  herd::protocol::TaskResultsEvent ev;
+  herd::protocol::TaskResult r;
+  r.id = keyed.id;
+  r.ok = true;
+  r.inline_data = {'\x01'};
+  r.nbytes = 1;
+  ev.results.push_back(r);
+  h.state.task_results(keyed_on, ev, h.now);
+  REQUIRE(h.state.outbox().journal.size() == 1);
+
+  const std::string why = "cancelled: the cluster was restarted by client client";
+  const auto restarted = h.state.restart(why);
+  CHECK(restarted.stopped == 2);
+  CHECK(restarted.cancelled == 8);  // every wanted task of both clients, finished ones too
+  Outbox& out = h.state.outbox();
+  CHECK(out.journal.empty());  // ...and goes with the restart
+  // Every future of both clients: cancelled, with the reason.
+  std::map<ClientId, std::set<TaskId>> cancelled;
+  for (auto& [cid, c] : out.clients) {
+    for (const auto& u : c.updates.updates) {
+      if (u.state != static_cast<std::uint8_t>(herd::protocol::TaskState::cancelled)) continue;
+      CHECK(u.error.type == "herd::CancelledError");
+      CHECK(u.error.message == why);
+      cancelled[cid].insert(u.id);
+    }
+  }
+  CHECK(cancelled[h.client].size() == 7);
+  CHECK(cancelled[h.client].count(done) == 1);
+  CHECK(cancelled[h.client].count(dependent) == 1);
+  CHECK(cancelled[h.client].count(keyed.id) == 1);
+  CHECK(cancelled[other] == std::set<TaskId>{theirs.id});
+  // Every worker: told to stop, gone from the state, its job released to its pool.
+  CHECK(out.departed.size() == 2);
+  for (const Departure& d : out.departed) {
+    CHECK(d.release_job);
+    CHECK(d.worked);  // its job ends because it was asked to: no crash for the pool
+    REQUIRE(out.workers.count(d.id) == 1);
+    CHECK(out.workers.at(d.id).shutdown == why);
+    CHECK(out.workers.at(d.id).execute.empty());
+  }
+  CHECK(h.state.workers().empty());
+  CHECK(h.state.graph().size() == 0);
+  CHECK(h.state.gangs().empty());
+  CHECK(h.state.ready_count() == 0);
+  CHECK(h.state.validate() == "");
+  h.deliver();
+  CHECK(h.shutdowns.size() == 2);
+  CHECK(h.workers.empty());
+
+  // Late words from the old workers find nothing to act on.
+  herd::protocol::TaskResultsEvent late;
+  herd::protocol::TaskResult lr;
+  lr.id = queued[0];
+  lr.ok = true;
+  lr.nbytes = 8;
+  late.results.push_back(lr);
+  h.state.task_results(a, late, h.now);
+  h.state.journal_read(queued[1], nullptr);
+  CHECK(h.state.graph().size() == 0);
+  (void)b;
+
+  // Usable at once: a new worker, a new task, a result.
+  h.updates.clear();
+  const WorkerId fresh = h.add_worker("fresh", 1);
+  const TaskId next = h.submit("after");
+  h.turn();
+  CHECK(h.where(next) == fresh);
+  h.finish(fresh);
+  CHECK(h.status(next) == TaskStatus::memory);
+  REQUIRE(!h.updates.empty());
+  CHECK(h.updates.back().id == next);
+  CHECK(h.updates.back().state == static_cast<std::uint8_t>(herd::protocol::TaskState::memory));
+  CHECK(h.state.validate() == "");
+}
+
+TEST_CASE("SchedulerState.Restart.ForgetsGangsAndSuspectsAndARestartWithNothingIsHarmless") {
+  Harness h;
+  // Nothing to do: no worker, no task.
+  auto nothing = h.state.restart("cancelled: the cluster was restarted by client x");
+  CHECK(nothing.stopped == 0);
+  CHECK(nothing.cancelled == 0);
+  h.deliver();
+  // A gang of 2 running on two workers, and a suspect (its worker died under it).
+  const WorkerId w1 = h.add_worker("w1", 1);
+  const WorkerId w2 = h.add_worker("w2", 1);
+  const WorkerId w3 = h.add_worker("w3", 1);
+  const TaskId gang = (static_cast<TaskId>(h.client) << 40) | h.next;
+  h.next += 2;
+  std::string error;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    TaskSpec m;
+    m.id = gang + r;
+    m.function = "member";
+    m.gang = gang;
+    m.gang_rank = r;
+    m.gang_size = 2;
+    REQUIRE(h.state.submit(h.client, m, nullptr, error));
+  }
+  h.turn();
+  REQUIRE(h.state.gangs().size() == 1);
+  const TaskId lone = h.submit("lone");
+  h.turn();
+  const WorkerId lone_on = h.where(lone);
+  REQUIRE(lone_on != kNoWorker);
+  h.state.worker_lost(lone_on, "killed");
+  h.deliver();
+  const auto restarted = h.state.restart("cancelled: the cluster was restarted by client x");
+  CHECK(restarted.cancelled == 3);
+  CHECK(restarted.stopped == 2);
+  CHECK(h.state.gangs().empty());
+  CHECK(h.state.graph().size() == 0);
+  CHECK(h.state.validate() == "");
+  h.deliver();
+  // A gang again, on new workers: placed as on a fresh scheduler.
+  h.add_worker("n1", 1);
+  h.add_worker("n2", 1);
+  const TaskId gang2 = (static_cast<TaskId>(h.client) << 40) | h.next;
+  h.next += 2;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    TaskSpec m;
+    m.id = gang2 + r;
+    m.function = "member";
+    m.gang = gang2;
+    m.gang_rank = r;
+    m.gang_size = 2;
+    REQUIRE(h.state.submit(h.client, m, nullptr, error));
+  }
+  h.turn();
+  CHECK(h.status(gang2) == TaskStatus::processing);
+  CHECK(h.status(gang2 + 1) == TaskStatus::processing);
+  (void)w1;
+  (void)w2;
+  (void)w3;
+}
+
 TEST_CASE("SchedulerState.Secede.ASecededTaskCountsNoSlotUntilItRejoinsOrEnds") {
   Harness h;
   const WorkerId w = h.add_worker("w", 1);
