@@ -336,6 +336,32 @@ class Client {
     detail::core_fire_and_forget(*core_, raw_states(futures));
   }
 
+  /// @brief Detached campaigns: the futures of the tasks submitted under campaign `name`
+  /// (TaskOptions::campaign), by any client of this scheduler, in submission order. Each
+  /// resolves as a future does: a result, the task's error, or pending until it finishes. This
+  /// client gets the campaign's updates from now on (the last client to attach gets them).
+  /// `R` is the tasks' result type; a wrong one fails in result() with a decode error.
+  /// @code
+  /// // yesterday, from a login node: the work goes on after the ssh session drops
+  /// client.map(herd::TaskOptions{}.campaign("nightly"), simulate, seeds);
+  /// // today, from a new client of the same scheduler
+  /// auto results = client.gather(client.campaign_futures<double>("nightly"));
+  /// client.release_campaign("nightly");
+  /// @endcode
+  /// @throws Error when the scheduler has no campaign of that name
+  template <typename R>
+  std::vector<Future<R>> campaign_futures(const std::string& name) {
+    std::vector<Future<R>> out;
+    for (auto& state : detail::core_attach_campaign(*core_, name)) out.push_back(Future<R>(std::move(state)));
+    return out;
+  }
+  /// @brief Every campaign of the scheduler with its counts (total, done, failed, pending), by name.
+  std::vector<CampaignInfo> campaigns() const;
+  /// @brief Forgets campaign `name`: its unfinished tasks are cancelled and its results freed
+  /// (futures of it already resolved keep their values).
+  /// @throws Error when the scheduler has no campaign of that name
+  void release_campaign(const std::string& name);
+
   /// @brief Cancels every future that has not finished (`force`: see Future::cancel).
   template <typename T>
   void cancel(const std::vector<Future<T>>& futures, bool force = false) {

@@ -59,7 +59,13 @@ class TaskOptions {
   /// Runs only on workers of this pool (cluster.toml's [pool.NAME]; "" = any).
   TaskOptions& pool(std::string name) { pool_ = std::move(name); return *this; }
 
+  /// Submits the task under a detached campaign: it runs on, and its result is kept, when this
+  /// client drops its future or leaves (an ssh session that dropped); another client gets the
+  /// campaign's futures back by name (Client::campaign_futures<R>(name)) and frees them with
+  /// Client::release_campaign(name). `herd status` lists campaigns.
+  TaskOptions& campaign(std::string name) { campaign_ = std::move(name); return *this; }
   const std::string& key() const { return key_; }
+  const std::string& campaign() const { return campaign_; }
   const std::vector<std::string>& workers() const { return workers_; }
   bool allow_other_workers() const { return allow_other_workers_; }
   const std::string& pool() const { return pool_; }
@@ -79,6 +85,7 @@ class TaskOptions {
   std::vector<std::string> workers_;
   bool allow_other_workers_ = false;
   std::string pool_;
+  std::string campaign_;
 };
 
 }  // namespace herd

@@ -160,6 +160,13 @@ class SlurmCluster : public Cluster {
   /// ZeroMQ endpoint the scheduler binds (default: every interface, a free port).
   SlurmCluster& listen(std::string endpoint) &;
   SlurmCluster&& listen(std::string endpoint) && { return std::move(listen(std::move(endpoint))); }
+  /// Leaves the scheduler (and its jobs) running when this cluster object closes or this
+  /// process exits, killed or not: detached campaigns (TaskOptions::campaign) go on, and a later
+  /// client connects to scheduler_address() and attaches by name. close() prints how to
+  /// reconnect, and how to stop it (`kill PID`: it cancels its jobs). The scheduler ignores
+  /// SIGHUP (a login session that ends).
+  SlurmCluster& keep_scheduler(bool keep = true) &;
+  SlurmCluster&& keep_scheduler(bool keep = true) && { return std::move(keep_scheduler(keep)); }
   /// Environment variables for the scheduler process (e.g. SLURM_CONF).
   SlurmCluster& scheduler_env(std::string name, std::string value) &;
   SlurmCluster&& scheduler_env(std::string name, std::string value) && {

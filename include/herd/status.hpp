@@ -96,6 +96,16 @@ struct TaskEventInfo {
   bool ok = true;             ///< false: it raised
 };
 
+/// @brief A detached campaign (TaskOptions::campaign): Client::campaigns(), `herd status`.
+struct CampaignInfo {
+  std::string name;
+  std::uint64_t total = 0;    ///< tasks submitted under it
+  std::uint64_t done = 0;     ///< results in memory
+  std::uint64_t failed = 0;   ///< erred or cancelled
+  std::uint64_t pending = 0;  ///< not finished yet
+  std::string client;         ///< the client attached to it ("" = detached: no client)
+};
+
 /// @brief A snapshot of the scheduler: workers, tasks, throughput, pools and their jobs.
 struct ClusterStatus {
   std::string scheduler_id;   ///< random id of the scheduler instance
@@ -123,6 +133,7 @@ struct ClusterStatus {
   std::string journal;
   bool journal_failing = false;      ///< the journal cannot write (disk full, I/O error)
   std::uint64_t journal_behind = 0;  ///< records not on disk yet
+  std::vector<CampaignInfo> campaigns;  ///< detached campaigns, by name
 
   /// @brief Human-readable tables (what `herd status` prints).
   std::string to_text() const;

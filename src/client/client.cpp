@@ -146,6 +146,17 @@ class ClientCore {
   std::vector<protocol::LogsRequest> out_logs_;  // `herd logs` (detail::logs_request)
   std::map<std::uint64_t, std::optional<protocol::LogsReply>> logs_replies_;
   std::uint64_t next_logs_id_ = 1;
+  std::vector<protocol::CampaignRequest> out_campaigns_;  // Client::campaigns() / campaign_futures()
+  std::map<std::uint64_t, std::optional<protocol::CampaignReply>> campaign_replies_;
+  std::uint64_t next_campaign_id_ = 1;
+  // An attach's futures, made by the I/O thread as the reply arrives (so that no update that
+  // follows it finds no future), taken by the caller.
+  std::map<std::uint64_t, std::vector<std::shared_ptr<FutureState>>> campaign_states_;
+  // The futures of campaign tasks this client holds (submitted or attached), so that attaching
+  // again gives the same ones: two states for one id would steal each other's updates.
+  std::unordered_map<TaskId, std::weak_ptr<FutureState>> campaign_futures_;
+  /// Applies task_updates (or an attach's current states) to the futures they name.
+  void apply_updates_locked(protocol::TaskUpdatesEvent& ev);
   bool wake_pending_ = false;
   std::string lost_reason_;  // non-empty once the connection is gone
   int n_workers_ = 0;
@@ -173,6 +184,7 @@ class ClientCore {
 FutureState::~FutureState() {
   std::lock_guard lock(core->mu_);
   core->states_.erase(id);
+  if (!core->campaign_futures_.empty()) core->campaign_futures_.erase(id);
   if (core->lost_reason_.empty()) {
     core->out_releases_.push_back(id);
     core->wake_locked();
@@ -386,9 +398,11 @@ void ClientCore::io_loop() {
     std::vector<protocol::LogsRequest> logs;
     std::vector<protocol::ReplicateRequest> replicates;
     std::vector<protocol::RestartRequest> restarts;
+    std::vector<protocol::CampaignRequest> campaigns;
     {
       std::lock_guard lock(mu_);
       restarts.swap(out_restarts_);
+      campaigns.swap(out_campaigns_);
       scales.swap(out_scales_);
       statuses.swap(out_statuses_);
       logs.swap(out_logs_);
@@ -433,6 +447,9 @@ void ClientCore::io_loop() {
     }
     for (const auto& req : scales) {
       protocol::send(sched_, "", MessageType::scale_pool, protocol::encode(req));
+    }
+    for (const auto& req : campaigns) {  // after the submissions: a campaign just submitted is there
+      protocol::send<MessageType::campaign_request>(sched_, "", req);
     }
     for (const auto& req : statuses) {
       protocol::send(sched_, "", MessageType::status_request, protocol::encode(req));
@@ -501,43 +518,38 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       protocol::TaskUpdatesEvent ev;
       if (!protocol::decode(msg.frames[1], ev, error)) break;
       std::lock_guard lock(mu_);
-      std::vector<std::uint32_t> locations;  // ev.addresses as indexes into addresses_
-      locations.reserve(ev.addresses.size());
-      for (const auto& address : ev.addresses) locations.push_back(address_locked(address));
-      for (auto& u : ev.updates) {
-        auto it = states_.find(u.id);
-        if (it == states_.end()) continue;
-        FutureState& s = *it->second;
-        if (s.status == Status::cancelled) continue;
-        const auto st = static_cast<protocol::TaskState>(u.state);
-        if (st == protocol::TaskState::no_worker || st == protocol::TaskState::processing) {
-          // Not final: no connected worker can run it now (why), or it runs again after that.
-          if (s.status != Status::pending) continue;
-          if (st == protocol::TaskState::no_worker) s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
-          else s.error.reset();
-          continue;
-        }
-        if (st == protocol::TaskState::memory) {
-          s.status = Status::finished;
-          s.error.reset();
-          if (!u.inline_data.empty()) s.data = std::make_shared<VectorPayload>(std::move(u.inline_data));
-          if (u.location >= 0 && static_cast<std::size_t>(u.location) < ev.addresses.size()) {
-            s.location = locations[static_cast<std::size_t>(u.location)];
+      apply_updates_locked(ev);
+      break;
+    }
+    case MessageType::campaign_reply: {
+      protocol::CampaignReply reply;
+      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      std::lock_guard lock(mu_);
+      auto it = campaign_replies_.find(reply.request_id);
+      if (it == campaign_replies_.end()) break;  // the caller gave up
+      if (reply.ok && !reply.tasks.empty()) {
+        auto& made = campaign_states_[reply.request_id];
+        made.reserve(reply.tasks.size());
+        for (const auto& t : reply.tasks) {
+          auto held = campaign_futures_.find(t.id);
+          if (held != campaign_futures_.end()) {
+            if (auto s = held->second.lock()) {
+              made.push_back(std::move(s));
+              continue;
+            }
           }
-          s.fetching = false;  // a new location (recomputed result) is fetched anew
-        } else if (st == protocol::TaskState::cancelled) {
-          // Also a finished future: Client::restart() (by any client) cancels every one.
-          s.status = Status::cancelled;
-          s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
-          s.data.reset();
-          s.location = 0;
-          s.fetching = false;
-        } else {
-          s.status = Status::erred;
-          s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
+          auto state = std::make_shared<FutureState>();
+          state->core = self_.lock();
+          state->id = t.id;
+          state->custom_key = t.key;
+          state->function = intern_locked(t.function);
+          states_[t.id] = state.get();
+          campaign_futures_[t.id] = state;
+          made.push_back(std::move(state));
         }
-        finish_locked(s);
+        apply_updates_locked(reply.current);
       }
+      it->second = std::move(reply);
       cv_.notify_all();
       break;
     }
@@ -608,6 +620,47 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       break;
   }
   if (!error.empty()) HERD_LOG(warning) << "bad message from the scheduler: " << error;
+}
+
+void ClientCore::apply_updates_locked(protocol::TaskUpdatesEvent& ev) {
+  std::vector<std::uint32_t> locations;  // ev.addresses as indexes into addresses_
+  locations.reserve(ev.addresses.size());
+  for (const auto& address : ev.addresses) locations.push_back(address_locked(address));
+  for (auto& u : ev.updates) {
+    auto it = states_.find(u.id);
+    if (it == states_.end()) continue;
+    FutureState& s = *it->second;
+    if (s.status == Status::cancelled) continue;
+    const auto st = static_cast<protocol::TaskState>(u.state);
+    if (st == protocol::TaskState::no_worker || st == protocol::TaskState::processing) {
+      // Not final: no connected worker can run it now (why), or it runs again after that.
+      if (s.status != Status::pending) continue;
+      if (st == protocol::TaskState::no_worker) s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
+      else s.error.reset();
+      continue;
+    }
+    if (st == protocol::TaskState::memory) {
+      s.status = Status::finished;
+      s.error.reset();
+      if (!u.inline_data.empty()) s.data = std::make_shared<VectorPayload>(std::move(u.inline_data));
+      if (u.location >= 0 && static_cast<std::size_t>(u.location) < ev.addresses.size()) {
+        s.location = locations[static_cast<std::size_t>(u.location)];
+      }
+      s.fetching = false;  // a new location (recomputed result) is fetched anew
+    } else if (st == protocol::TaskState::cancelled) {
+      // Also a finished future: Client::restart() (by any client) cancels every one.
+      s.status = Status::cancelled;
+      s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
+      s.data.reset();
+      s.location = 0;
+      s.fetching = false;
+    } else {
+      s.status = Status::erred;
+      s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
+    }
+    finish_locked(s);
+  }
+  cv_.notify_all();
 }
 
 void ClientCore::on_fetched(TaskId id, data::PayloadPtr bytes) {
@@ -816,6 +869,7 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   spec.workers = options.workers();
   spec.allow_other_workers = options.allow_other_workers();
   spec.pool = options.pool();
+  spec.campaign = options.campaign();
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   state->function = core.intern_locked(function);
@@ -827,6 +881,7 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
     return state;
   }
   core.states_[state->id] = state.get();
+  if (!spec.campaign.empty()) core.campaign_futures_[state->id] = state;
   core.add_submits_locked(&spec, 1);
   core.wake_locked();
   return state;
@@ -865,6 +920,7 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
   spec.workers = options.workers();
   spec.allow_other_workers = options.allow_other_workers();
   spec.pool = options.pool();
+    spec.campaign = options.campaign();
     spec.gang = first;
     spec.gang_rank = static_cast<std::uint32_t>(rank);
     spec.gang_size = static_cast<std::uint32_t>(n);
@@ -884,6 +940,7 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
       continue;
     }
     core.states_[state->id] = state.get();
+    if (!options.campaign().empty()) core.campaign_futures_[state->id] = state;
   }
   if (!why.empty()) return states;
   core.add_submits_locked(specs.data(), specs.size());  // one message: a gang arrives whole
@@ -1273,6 +1330,48 @@ TaskExplanation Client::explain(const std::string& key) const {
                                                    core.status_replies_, "explain")
                                          .explanation);
 }
+
+namespace {
+protocol::CampaignReply campaign_request(detail::ClientCore& core, std::unique_lock<std::mutex>& lock,
+                                         protocol::CampaignOp op, const std::string& name) {
+  protocol::CampaignRequest req;
+  req.op = static_cast<std::uint8_t>(op);
+  req.name = name;
+  return ask_scheduler(core, lock, std::move(req), core.next_campaign_id_, core.out_campaigns_, core.campaign_replies_,
+                       "campaign");
+}
+}  // namespace
+
+std::vector<CampaignInfo> Client::campaigns() const {
+  auto& core = *core_;
+  std::unique_lock lock(core.mu_);
+  const protocol::CampaignReply reply = campaign_request(core, lock, protocol::CampaignOp::list, "");
+  std::vector<CampaignInfo> out;
+  for (const auto& c : reply.campaigns) out.push_back(detail::to_campaign_info(c));
+  return out;
+}
+
+void Client::release_campaign(const std::string& name) {
+  auto& core = *core_;
+  std::unique_lock lock(core.mu_);
+  const protocol::CampaignReply reply = campaign_request(core, lock, protocol::CampaignOp::release, name);
+  if (!reply.ok) throw Error("release_campaign: " + reply.error);
+}
+
+namespace detail {
+std::vector<std::shared_ptr<FutureState>> core_attach_campaign(ClientCore& core, const std::string& name) {
+  std::unique_lock lock(core.mu_);
+  const std::uint64_t id = core.next_campaign_id_;  // the one campaign_request() takes
+  const protocol::CampaignReply reply = campaign_request(core, lock, protocol::CampaignOp::attach, name);
+  std::vector<std::shared_ptr<FutureState>> states;
+  if (auto it = core.campaign_states_.find(id); it != core.campaign_states_.end()) {
+    states = std::move(it->second);
+    core.campaign_states_.erase(it);
+  }
+  if (!reply.ok) throw Error("campaign_futures: " + reply.error);
+  return states;
+}
+}  // namespace detail
 
 int Client::n_workers() const {
   std::lock_guard lock(core_->mu_);

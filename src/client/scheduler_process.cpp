@@ -15,7 +15,7 @@
 namespace herd::detail {
 
 std::string SchedulerProcess::start(std::vector<std::string> args, const std::map<std::string, std::string>& env,
-                                    const std::string& log_path, std::chrono::milliseconds timeout) {
+                                    const std::string& log_path, std::chrono::milliseconds timeout, bool owned) {
   if (pid_ != 0) return address_;
   int ready[2], owner[2];
   if (::pipe2(ready, O_CLOEXEC) != 0) throw ClusterError(std::string("pipe: ") + std::strerror(errno));
@@ -25,14 +25,16 @@ std::string SchedulerProcess::start(std::vector<std::string> args, const std::ma
     throw ClusterError(std::string("pipe: ") + std::strerror(errno));
   }
   args.push_back("--ready-fd=" + std::to_string(ready[1]));
-  args.push_back("--parent-fd=" + std::to_string(owner[0]));
+  if (owned) args.push_back("--parent-fd=" + std::to_string(owner[0]));
+  else args.push_back("--detached");
   const std::string exe = process::self_executable();
   process::SpawnOptions spawn;
   spawn.argv = {exe};
   spawn.env = env;
   spawn.env[kRoleEnv] = "scheduler";
   spawn.env[kRoleArgsEnv] = join_role_args(args);
-  spawn.keep_fds = {ready[1], owner[0]};
+  spawn.keep_fds = {ready[1]};
+  if (owned) spawn.keep_fds.push_back(owner[0]);
   spawn.stdout_path = log_path;
   try {
     pid_ = process::spawn(spawn);
@@ -43,6 +45,10 @@ std::string SchedulerProcess::start(std::vector<std::string> args, const std::ma
   ::close(ready[1]);
   ::close(owner[0]);
   owner_fd_ = owner[1];
+  if (!owned) {  // nothing ties the scheduler to this process
+    ::close(owner_fd_);
+    owner_fd_ = -1;
+  }
   // Read "<address>\n" (or "error: ...\n") from the scheduler, with a deadline.
   std::string line;
   const auto deadline = std::chrono::steady_clock::now() + timeout;

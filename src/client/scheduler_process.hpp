@@ -19,8 +19,14 @@ class SchedulerProcess {
   ~SchedulerProcess() { stop(std::chrono::seconds(10)); }
   /// Runs this program in scheduler mode with `args`; returns the address it bound.
   /// @throws ClusterError with the scheduler's own error when it fails to start.
+  /// `owned` false: no owner pipe, the scheduler outlives this process (SlurmCluster::keep_scheduler).
   std::string start(std::vector<std::string> args, const std::map<std::string, std::string>& env,
-                    const std::string& log_path, std::chrono::milliseconds timeout);
+                    const std::string& log_path, std::chrono::milliseconds timeout, bool owned = true);
+  /// Lets the scheduler run on: forgotten here, neither told nor killed.
+  void detach() {
+    pid_ = 0;
+    owner_fd_ = -1;
+  }
   /// Closes the owner pipe, waits up to `grace` for the scheduler to finish, then kills it.
   void stop(std::chrono::milliseconds grace);
   pid_t pid() const { return pid_; }

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 
@@ -22,6 +23,8 @@ struct SlurmCluster::Impl {
   std::map<std::string, std::string> env;
   detail::SchedulerProcess scheduler;
   std::string directory;  // private: config and scheduler log
+  bool keep = false;      // keep_scheduler(): it outlives this object and this process
+  std::string log;        // the scheduler's log
 
   jobqueue::SchedulerConfig config() const {
     jobqueue::SchedulerConfig c;
@@ -60,6 +63,11 @@ SlurmCluster& SlurmCluster::listen(std::string endpoint) & {
   return *this;
 }
 
+SlurmCluster& SlurmCluster::keep_scheduler(bool keep) & {
+  impl_->keep = keep;
+  return *this;
+}
+
 SlurmCluster& SlurmCluster::scheduler_env(std::string name, std::string value) & {
   impl_->env[std::move(name)] = std::move(value);
   return *this;
@@ -92,10 +100,10 @@ std::string SlurmCluster::start() {
     // The scheduler's log goes beside the workers' logs, where a Slurm user looks first.
     const std::string logs = m.pools.front().log_directory();
     std::filesystem::create_directories(logs);
-    const std::string log = logs + "/herd-scheduler-" + std::to_string(::getpid()) + ".log";
+    m.log = logs + "/herd-scheduler-" + std::to_string(::getpid()) + ".log";
     auto env = m.env;
     env["HERD_JOBS_FILE"] = m.directory + "/jobs";  // our record, in case the scheduler dies
-    return m.scheduler.start({"--config=" + config}, env, log, std::chrono::seconds(60));
+    return m.scheduler.start({"--config=" + config}, env, m.log, std::chrono::seconds(60), !m.keep);
   } catch (const ClusterError& e) {
     throw ClusterError(std::string("SlurmCluster: ") + e.what());
   }
@@ -104,6 +112,20 @@ std::string SlurmCluster::start() {
 int SlurmCluster::scheduler_pid() const { return impl_->scheduler.pid(); }
 
 void SlurmCluster::close() {
+  if (impl_->keep && impl_->scheduler.pid() > 0) {
+    // It runs on, with its jobs and its directory (its configuration and job record).
+    std::fprintf(stderr,
+                 "herd: the scheduler keeps running at %s (pid %d, log %s).\n"
+                 "  reconnect: herd::Client client{\"%s\"}; client.campaign_futures<R>(\"NAME\")\n"
+                 "  status:    herd status --scheduler %s\n"
+                 "  stop it:   kill %d   (it cancels its jobs)\n",
+                 impl_->scheduler.address().c_str(), static_cast<int>(impl_->scheduler.pid()), impl_->log.c_str(),
+                 impl_->scheduler.address().c_str(), impl_->scheduler.address().c_str(),
+                 static_cast<int>(impl_->scheduler.pid()));
+    impl_->scheduler.detach();
+    impl_->directory.clear();
+    return;
+  }
   // The scheduler cancels every job and waits until the queue has them gone.
   impl_->scheduler.stop(std::chrono::seconds(60));
   if (!impl_->directory.empty()) {

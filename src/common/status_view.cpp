@@ -81,7 +81,12 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
   s.journal = r.journal;
   s.journal_failing = r.journal_failing;
   s.journal_behind = r.journal_behind;
+  for (const auto& c : r.campaigns) s.campaigns.push_back(to_campaign_info(c));
   return s;
+}
+
+CampaignInfo to_campaign_info(const protocol::CampaignInfo& c) {
+  return {c.name, c.total, c.done, c.failed, c.pending, c.client};
 }
 
 }  // namespace detail
@@ -207,6 +212,11 @@ std::string ClusterStatus::to_json() const {
   o["journal"] = journal;
   o["journal_failing"] = journal_failing;
   o["journal_behind"] = journal_behind;
+  o["campaigns"] = Json::array();
+  for (const CampaignInfo& c : campaigns) {
+    o["campaigns"].push_back(Json{{"name", c.name}, {"total", c.total}, {"done", c.done}, {"failed", c.failed},
+                                  {"pending", c.pending}, {"client", c.client}});
+  }
   return json::dump(o);
 }
 
@@ -265,6 +275,15 @@ std::string ClusterStatus::to_text() const {
     for (const auto& [fn, m] : functions) {
       rows.push_back({fn, get(m, "finished_total"), get(m, "failed_total"), get(m, "waiting"), get(m, "ready"),
                       get(m, "processing"), get(m, "memory"), get(m, "erred")});
+    }
+    out << table(rows);
+  }
+  if (!campaigns.empty()) {
+    out << "\ncampaigns:\n";
+    std::vector<std::vector<std::string>> rows = {{"campaign", "total", "done", "failed", "pending", "client"}};
+    for (const auto& c : campaigns) {
+      rows.push_back({c.name, std::to_string(c.total), std::to_string(c.done), std::to_string(c.failed),
+                      std::to_string(c.pending), c.client.empty() ? "- (detached)" : c.client});
     }
     out << table(rows);
   }

@@ -10,5 +10,6 @@ namespace herd::detail {
 PoolInfo to_pool_info(const protocol::PoolStatus& p);
 ClusterStatus to_cluster_status(const protocol::StatusReply& r);
 TaskExplanation to_task_explanation(const protocol::TaskExplanation& e);
+CampaignInfo to_campaign_info(const protocol::CampaignInfo& c);
 
 }  // namespace herd::detail

@@ -76,6 +76,8 @@ using TaskId = std::uint64_t;
   X(abandon_tasks, 36, AbandonTasksEvent)   /* scheduler -> worker: stop waiting for these running ones */ \
   X(peers_gone, 37, PeersGoneEvent)         /* scheduler -> worker|client: data ports now closed */ \
   X(task_seceded, 39, SecedeEvent)          /* worker -> scheduler: running tasks left / took back their slots */ \
+  X(campaign_request, 43, CampaignRequest)  /* client -> scheduler: list, attach to or release campaigns */ \
+  X(campaign_reply, 44, CampaignReply)      /* scheduler -> client */                              \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
@@ -190,9 +192,12 @@ struct TaskSpec {
                                             //   empty = any)
   bool allow_other_workers = false;         // `workers` is a preference, not a restriction
   std::string pool;                         // only on workers of this pool ("" = any)
+  std::string campaign;                     // detached campaign it belongs to ("" = none): kept
+                                            //   with its result when its client releases it or
+                                            //   leaves, until the campaign is released
   // Fields are only ever appended: msgpack-c leaves a field the sender did not have at its default.
   MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s,
-                 gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool);
+                 gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool, campaign);
 };
 
 // The client packs these with protocol::BatchWriter, one spec at a time, and sends a long
@@ -384,6 +389,52 @@ struct RestartReply {
   MSGPACK_DEFINE_MAP(request_id, ok, error, stopped, wanted, workers, cancelled);
 };
 
+/// Detached campaigns (TaskOptions::campaign): tasks submitted under a name live on when their
+/// client releases them or leaves; any client finds them by name (attach: it gets their futures
+/// and their updates from then on), lists them, or releases them. All maps: rare messages.
+enum class CampaignOp : std::uint8_t {
+  list = 0,     // every campaign, with its counts
+  attach = 1,   // the campaign's tasks, in submission order, and the states of the finished ones
+  release = 2,  // forget the campaign: its tasks are released as a client's futures are
+};
+
+struct CampaignRequest {
+  std::uint64_t request_id = 0;  // echoed in the reply
+  std::uint8_t op = 0;           // CampaignOp
+  std::string name;              // attach / release: the campaign
+  MSGPACK_DEFINE_MAP(request_id, op, name);
+};
+
+/// One campaign and where its tasks stand.
+struct CampaignInfo {
+  std::string name;
+  std::uint64_t total = 0;       // tasks submitted under it
+  std::uint64_t done = 0;        // results in memory
+  std::uint64_t failed = 0;      // erred or cancelled (or gone from the graph)
+  std::uint64_t pending = 0;     // waiting, ready or processing
+  std::string client;            // the client its updates go to ("" = none: detached)
+  MSGPACK_DEFINE_MAP(name, total, done, failed, pending, client);
+};
+
+/// One task of an attached campaign: what a client needs to make its future.
+struct CampaignTask {
+  TaskId id = 0;
+  std::string key;               // the user's key ("" = the display key "<function>-<id>")
+  std::string function;          // registry name
+  MSGPACK_DEFINE(id, key, function);
+};
+
+struct CampaignReply {
+  std::uint64_t request_id = 0;         // from the request
+  bool ok = false;                      // false: see error (e.g. no campaign of that name)
+  std::string error;
+  std::vector<CampaignInfo> campaigns;  // list: all, by name; attach / release: the one
+  std::vector<CampaignTask> tasks;      // attach: every task, in submission order
+  TaskUpdatesEvent current;             // attach: the finished ones' states (as task_updates);
+                                        //   the others' come as task_updates when they finish
+  MSGPACK_DEFINE_MAP(request_id, ok, error, campaigns, tasks, current);
+};
+
 /// `herd status`, Client::status() and the dashboard: one snapshot of the scheduler's state.
 /// All status structs are maps: they are rare, and fields will be added.
 struct StatusRequest {
@@ -488,9 +539,10 @@ struct StatusReply {
   std::uint64_t journal_behind = 0;         // records not on disk yet
   bool auth_off = false;                    // HERD_AUTH=off: no authentication, no encryption
   TaskExplanation explanation;              // asked with StatusRequest::explain
+  std::vector<CampaignInfo> campaigns;      // detached campaigns, by name
   MSGPACK_DEFINE_MAP(request_id, scheduler_id, address, dashboard, now_ms, uptime_s, clients, workers,
                      tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, no_worker,
-                     journal, journal_failing, journal_behind, auth_off, explanation);
+                     journal, journal_failing, journal_behind, auth_off, explanation, campaigns);
 };
 
 struct AcquireKeysEvent {

@@ -232,9 +232,11 @@ void Journal::load() {
   auto take = [&](Parsed& p, std::uint64_t at) {
     if (p.key.empty()) {  // forget_all(): a restart of the cluster forgot what came before
       entries_.clear();
+      campaign_members_.clear();
       memory_bytes_ = 0;
       return;
     }
+    if (take_campaign_record(p.key)) return;
     Entry e;
     e.offset = at + 8 + p.layout.result_off;
     e.size = p.layout.result_len;
@@ -332,6 +334,14 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
   auto bytes = std::make_shared<const std::vector<char>>(std::move(result));
   rec.bytes = bytes;
 
+  if (take_campaign_record(key)) {  // written, but not a result: no entry
+    ++appended_;
+    next_offset_ += rec.head.size() + rec.bytes->size();
+    staged_.records.push_back(std::move(rec));
+    staged_.last_seq = appended_;
+    staged_.end = next_offset_;
+    return appended_;
+  }
   Entry e;
   e.offset = next_offset_ + rec.head.size();
   e.size = bytes->size();
@@ -348,9 +358,36 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
   return appended_;
 }
 
+bool Journal::take_campaign_record(const std::string& key) {
+  if (key.empty() || key[0] != '\x1e') return false;
+  const std::size_t sep = key.find('\x1f');
+  if (sep == std::string::npos) return true;  // malformed: ignored
+  std::string campaign = key.substr(1, sep - 1);
+  std::string member = key.substr(sep + 1);
+  if (!member.empty()) {
+    campaign_members_.emplace_back(std::move(campaign), std::move(member));
+    return true;
+  }
+  // Released: its members and their results go.
+  std::erase_if(campaign_members_, [&](const std::pair<std::string, std::string>& m) {
+    if (m.first != campaign) return false;
+    erase_entry(m.second);
+    return true;
+  });
+  return true;
+}
+
+void Journal::erase_entry(const std::string& key) {
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return;
+  if (it->second.bytes) memory_bytes_ -= it->second.bytes->size();
+  entries_.erase(it);
+}
+
 void Journal::forget_all() {
   (void)append("", {});  // the mark, written and synced like any record
   entries_.clear();
+  campaign_members_.clear();
   to_release_.clear();
   memory_bytes_ = 0;
 }

@@ -27,6 +27,12 @@
 // One writer only: a lock file beside the journal (`PATH.lock`, flock) records the pid and host
 // of the scheduler that holds it; a second scheduler is refused with them.
 //
+// Detached campaigns (TaskOptions::campaign) are journaled too, as records of the same format
+// whose key starts with 0x1E (no task key does): "\x1E<campaign>\x1F<task key>" with an empty
+// result says the task belongs to the campaign (in submission order), "\x1E<campaign>\x1F" says
+// the campaign was released (its members, and their results, are forgotten). A loader that
+// predates them keeps entries nobody can submit.
+//
 // Results larger than Options::memory_bytes are not kept in the scheduler's memory once they
 // are on disk: only their place in the file is, and read() fetches them on a reader thread.
 #pragma once
@@ -46,6 +52,12 @@
 #include <zmq.hpp>
 
 namespace herd::scheduler {
+
+/// The journal key of a campaign record: task `key` is a member of `campaign` ("" = the
+/// campaign was released).
+inline std::string campaign_record_key(const std::string& campaign, const std::string& key) {
+  return std::string(1, '\x1e') + campaign + '\x1f' + key;
+}
 
 class Journal {
  public:
@@ -123,6 +135,8 @@ class Journal {
   std::string status() const;
 
   std::size_t size() const { return entries_.size(); }
+  /// Members of the campaigns not released, (campaign, task key), in the order recorded.
+  const std::vector<std::pair<std::string, std::string>>& campaign_members() const { return campaign_members_; }
   /// Result bytes held in memory (small results, and large ones not yet on disk).
   std::size_t memory_bytes() const { return memory_bytes_; }
   std::size_t dropped_bytes() const { return dropped_bytes_; }  // torn tail cut at load
@@ -165,12 +179,16 @@ class Journal {
   void wake();
   bool write_batches(std::vector<Batch*>& batches, std::string& error);
   void release_durable(std::uint64_t seq);
+  /// Applies a campaign record (a key starting with 0x1E); false when `key` is not one.
+  bool take_campaign_record(const std::string& key);
+  void erase_entry(const std::string& key);
 
   std::string path_;
   Options options_;
   int fd_ = -1, lock_fd_ = -1, wake_fd_ = -1;
   // Event-loop thread only.
   std::unordered_map<std::string, Entry> entries_;
+  std::vector<std::pair<std::string, std::string>> campaign_members_;  // (campaign, key)
   Batch staged_;
   std::uint64_t appended_ = 0;
   std::uint64_t next_offset_ = 0;  // where the next record goes

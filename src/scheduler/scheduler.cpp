@@ -70,6 +70,16 @@ Scheduler::Scheduler(SchedulerOptions options)
                    << (journal_->dropped_bytes() ? ", " + std::to_string(journal_->dropped_bytes()) +
                                                        " bytes of a torn last record dropped"
                                                  : std::string());
+    // Detached campaigns come back: their finished results, for a client that attaches.
+    std::size_t restored = 0;
+    for (const auto& [campaign, key] : journal_->campaign_members()) {
+      const bool done = journal_->contains(key);
+      const std::vector<char>* bytes = done ? journal_->find(key) : nullptr;
+      const TaskId id = state_.restore_campaign_task(campaign, key, bytes, done && bytes == nullptr);
+      if (done && bytes == nullptr) journal_->read(key, id);  // on disk only: read, then placed
+      ++restored;
+    }
+    if (restored > 0) HERD_LOG(info) << "journal: " << restored << " campaign tasks restored";
   }
   socket_.set(zmq::sockopt::maxmsgsize, options_.config.max_message_bytes);
   socket_.set(zmq::sockopt::sndhwm, 0);  // batches are few; never drop one silently
@@ -386,6 +396,29 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       protocol::StatusReply reply = status_snapshot(std::min<std::uint32_t>(req.max_events, 10000));
       reply.request_id = req.request_id;
       protocol::send<MessageType::status_reply>(socket_, msg.identity, reply);
+      break;
+    }
+    case MessageType::campaign_request: {
+      protocol::CampaignRequest req;
+      if (!protocol::decode<MessageType::campaign_request>(msg, req, error)) break;
+      protocol::CampaignReply reply;
+      reply.request_id = req.request_id;
+      switch (static_cast<protocol::CampaignOp>(req.op)) {
+        case protocol::CampaignOp::list:
+          reply.ok = true;
+          reply.campaigns = state_.campaigns();
+          break;
+        case protocol::CampaignOp::attach:
+          (void)state_.attach_campaign(id, req.name, reply);
+          break;
+        case protocol::CampaignOp::release:
+          reply.ok = state_.release_campaign(req.name);
+          if (!reply.ok) reply.error = "no campaign named '" + req.name + "'";
+          break;
+        default:
+          reply.error = "unknown campaign operation " + std::to_string(req.op);
+      }
+      protocol::send<MessageType::campaign_reply>(socket_, msg.identity, reply);
       break;
     }
     case MessageType::fetch_failed: {

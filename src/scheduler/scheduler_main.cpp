@@ -146,6 +146,10 @@ int scheduler_main(const std::vector<std::string>& args) {
                "counts, worker names and pool names to everyone who can reach the port)");
   app.add_option("--ready-fd", ready_fd, "write the bound address to this fd (internal)");
   app.add_option("--parent-fd", options.parent_fd, "exit when this fd reaches EOF (internal)");
+  bool detached = false;
+  app.add_flag("--detached", detached,
+               "keep running when the login session ends (SIGHUP ignored), e.g. a SlurmCluster with "
+               "keep_scheduler(): stop it with SIGTERM");
   app.footer("Environment:\n" + Config::describe());
   std::vector<std::string> reversed(args.rbegin(), args.rend());
   try {
@@ -160,7 +164,8 @@ int scheduler_main(const std::vector<std::string>& args) {
   sa.sa_handler = [](int) { scheduler::Scheduler::request_stop(); };
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);  // the login session ended
+  if (detached) ::signal(SIGHUP, SIG_IGN);   // outlives the session that started it
+  else ::sigaction(SIGHUP, &sa, nullptr);  // the login session ended
   if (options.parent_fd >= 0) ::fcntl(options.parent_fd, F_SETFD, FD_CLOEXEC);  // not for workers
 
   auto fail = [&](const std::string& what) {

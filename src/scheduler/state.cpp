@@ -369,10 +369,13 @@ void SchedulerState::client_lost(ClientId id, const std::string& why) {
   clients_.erase(it);
   out_.clients.erase(id);
   out_.clients_departed.push_back(id);
-  std::vector<TaskId> owned;
+  std::vector<TaskId> owned, detached;
   for (const auto& [tid, t] : graph_.tasks()) {
-    if (t.client == id && t.wanted) owned.push_back(tid);
+    if (t.client != id) continue;
+    if (t.campaign) detached.push_back(tid);  // kept for a client that attaches later
+    else if (t.wanted) owned.push_back(tid);
   }
+  for (TaskId tid : detached) graph_.find(tid)->client = 0;
   for (TaskId tid : owned) graph_.release(tid, fx_);
   out_.cluster_changed = true;
   apply(fx_);
@@ -545,8 +548,14 @@ void SchedulerState::journal_read(TaskId id, zmq::message_t* bytes) {
   if (held_.erase(id) == 0) return;
   const Task* t = graph_.find(id);
   if (t == nullptr) return;
-  if (bytes != nullptr) dispatch_scatter(id, std::move(*bytes));
-  else if (t->status == TaskStatus::ready) push_ready(*t);
+  if (bytes != nullptr) {
+    dispatch_scatter(id, std::move(*bytes));
+  } else if (t->scattered) {  // a restored campaign result, with no recipe to run instead
+    graph_.fail(id, {"herd::LostInRestart", "the journal could not read the result of " + graph_.key_of(*t), graph_.key_of(*t), ""}, fx_);
+    apply(fx_);
+  } else if (t->status == TaskStatus::ready) {
+    push_ready(*t);
+  }
   check();
 }
 
@@ -574,8 +583,17 @@ bool SchedulerState::submit(ClientId id, const protocol::TaskSpec& spec, const s
     return false;
   }
   const std::uint16_t shape = shape_of(spec.resources, spec.workers, spec.pool, spec.allow_other_workers);
-  graph_.add(spec, id, shape, fx_);
+  if (!spec.campaign.empty() && spec.key.empty() && graph_.find(spec.id) == nullptr) {
+    // A campaign's task gets a key, "<campaign>/<index>": the journal keeps keyed results, so a
+    // restarted scheduler can give them back to a client that attaches.
+    protocol::TaskSpec keyed = spec;
+    keyed.key = spec.campaign + "/" + std::to_string(campaign_size(spec.campaign));
+    graph_.add(keyed, id, shape, fx_);
+  } else {
+    graph_.add(spec, id, shape, fx_);
+  }
   if (spec.gang != 0) gang_member_added(spec);
+  if (!spec.campaign.empty()) campaign_task_added(spec.campaign, spec.id, id);
   // Finished before a restart: put the journaled result on a worker instead of running the
   // task again (its recipe stays, for lineage).
   if (journaled != nullptr) {
@@ -592,7 +610,8 @@ bool SchedulerState::submit(ClientId id, const protocol::TaskSpec& spec, const s
 void SchedulerState::release(ClientId id, const std::vector<TaskId>& ids) {
   for (TaskId tid : ids) {
     const Task* t = graph_.find(tid);
-    if (t != nullptr && t->client == id) graph_.release(tid, fx_);
+    // A campaign's tasks stay until the campaign is released (release_campaign).
+    if (t != nullptr && t->client == id && !t->campaign) graph_.release(tid, fx_);
   }
   apply(fx_);
   check();
@@ -1562,6 +1581,7 @@ void SchedulerState::progress_retirements(const Now& now) {
 
 std::string SchedulerState::validate() const {
   if (std::string broken = graph_.validate(); !broken.empty()) return broken;
+  if (std::string broken = validate_campaigns(); !broken.empty()) return broken;
   // Tasks processing on a worker are in its processing map, and the other way round for tasks
   // that are still processing.
   for (const auto& [id, t] : graph_.tasks()) {

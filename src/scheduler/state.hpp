@@ -304,6 +304,31 @@ class SchedulerState {
   /// the client releases them or leaves; then they are forgotten.
   void fire_and_forget(ClientId id, const std::vector<TaskId>& ids);
   bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
+
+  // ---- detached campaigns (state_campaigns.cpp) --------------------------------------------
+  // A task submitted with a campaign name (TaskSpec::campaign) is kept, result and all, when
+  // its client releases it or leaves (its updates then go nowhere), until the campaign is
+  // released. Any client may attach to a campaign by name: the campaign's tasks become its own
+  // (their updates go to it from then on, to the last client that attached) and it gets
+  // their states at once.
+  /// Attaches client `id` to campaign `name`: fills `reply` (ok, the campaign's counts, its
+  /// tasks in submission order, the finished ones' states). False when there is no such
+  /// campaign (reply.error says so).
+  bool attach_campaign(ClientId id, const std::string& name, protocol::CampaignReply& reply);
+  /// Forgets campaign `name`: its tasks are released as a client's dropped futures are (an
+  /// unfinished one no other task needs stops being run). False when there is no such campaign.
+  bool release_campaign(const std::string& name);
+  /// Every campaign with its counts, by name. O(tasks of all campaigns): for status.
+  std::vector<protocol::CampaignInfo> campaigns() const;
+  /// The campaign a task belongs to ("" = none).
+  const std::string& campaign_of(TaskId id) const;
+  /// A scheduler restarted with its journal: task `key` of `campaign`, with its journaled
+  /// result (`bytes`, put on a worker once one is there), or `on_disk` (the server reads it and
+  /// calls journal_read()), or neither: it had not finished, and its recipe is not journaled, so
+  /// it fails (herd::LostInRestart) rather than leave a future pending forever. Owned by no
+  /// client until one attaches. Returns its id.
+  TaskId restore_campaign_task(const std::string& campaign, const std::string& key, const std::vector<char>* bytes,
+                               bool on_disk);
   /// client.replicate / scatter(broadcast): copies of each result on `n` workers (0 = every
   /// connected worker), copied tree-wise: each holder serves one new copy at a time, so the
   /// holders double with each round instead of one source sending n-1 copies. The copies are
@@ -458,6 +483,13 @@ class SchedulerState {
   void cancel_gang(TaskId gang, const std::string& why);
   void release_gang_reservations(TaskId gang);
 
+  // Campaigns (state_campaigns.cpp).
+  void campaign_task_added(const std::string& name, TaskId id, ClientId client, bool journal = true);
+  std::size_t campaign_size(const std::string& name) const;
+  TaskId next_restored_ = 0;                 // ids of restored tasks: client index 0
+  protocol::CampaignInfo campaign_info(const std::string& name) const;
+  std::string validate_campaigns() const;
+
   StateOptions options_;
   TaskGraph graph_;
   Effects fx_;
@@ -465,6 +497,12 @@ class SchedulerState {
   std::unordered_map<WorkerId, WorkerRec> workers_;
   std::unordered_map<ClientId, ClientRec> clients_;
   std::unordered_map<TaskId, Gang> gangs_;
+  struct Campaign {
+    std::vector<TaskId> tasks;               // in submission order (some may have left the graph)
+    ClientId client = 0;                     // the client that submitted or attached last
+  };
+  std::map<std::string, Campaign> campaigns_;
+  std::unordered_map<TaskId, std::string> campaign_of_;  // task -> campaign name (campaign tasks only)
   std::deque<TaskId> gangs_waiting_;         // gangs whose members are all ready, oldest first
   std::vector<Shape> shapes_;
   std::map<std::tuple<std::map<std::string, double>, std::vector<std::string>, std::string, bool>, std::uint16_t>

@@ -35,6 +35,8 @@ SchedulerState::Restarted SchedulerState::restart(const std::string& why) {
   unreachable_holders_.clear();
   relocations_.clear();
   replications_.clear();
+  campaigns_.clear();  // their tasks were cancelled with the rest
+  campaign_of_.clear();
   out_.journal.clear();  // this turn's records must not outlive the restart in the journal
   for (Shape& s : shapes_) {
     s.ready = ReadyQueue{};

@@ -31,6 +31,7 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
   s.now_ms = unix_ms();
   s.uptime_s = std::chrono::duration<double>(Clock::now() - started_).count();
   s.clients = static_cast<std::uint32_t>(state_.clients().size());
+  s.campaigns = state_.campaigns();
   const auto now = Clock::now();
   for (const auto& [id, w] : state_.workers()) {
     protocol::WorkerStatus ws;

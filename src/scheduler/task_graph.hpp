@@ -80,6 +80,8 @@ struct Task {
   bool no_worker_noted = false;   // its client was told no worker can run it (TaskState::no_worker)
   bool stealing = false;          // asked back from its worker to run elsewhere (work stealing)
   bool fire_and_forget = false;   // runs to its end even when no client wants it (then forgotten)
+  bool campaign = false;          // in a detached campaign: its client's release is ignored
+                                  //   (SchedulerState::release_campaign() lets it go)
   SmallVec<char, 16> args;             // msgpack; inside the record up to 16 bytes
   SmallVec<protocol::ArgRef, 1> refs;
   SmallVec<TaskId, 2> deps;        // distinct inputs

@@ -396,3 +396,36 @@ TEST_CASE("Journal.ForgetAll.ARestartOfTheClusterIsNotUndoneByLoading") {
   REQUIRE(j.find("after") != nullptr);
   CHECK(*j.find("after") == std::vector<char>{'2'});
 }
+
+TEST_CASE("Journal.Campaigns.MembershipSurvivesAReloadAndAReleaseForgetsIt") {
+  // A campaign's membership records come back in order with the results; a released
+  // campaign's members and results are forgotten now and when the file is loaded again.
+  using herd::scheduler::campaign_record_key;
+  const std::string path = temp_path("campaigns");
+  Removed guard{path};
+  {
+    Journal j(path);
+    j.append(campaign_record_key("nightly", "nightly/0"), {});
+    j.append(campaign_record_key("nightly", "nightly/1"), {});
+    j.append(campaign_record_key("old", "old/0"), {});
+    j.append("nightly/0", {'7'});
+    j.append("old/0", {'1'});
+    j.append(campaign_record_key("old", ""), {});  // released
+    j.flush();
+    CHECK(j.wait_durable(10s));
+    CHECK(j.size() == 1);  // nightly/0's result; campaign records are no results
+    CHECK(!j.contains("old/0"));
+    REQUIRE(j.campaign_members().size() == 2);
+  }
+  Journal j(path);
+  CHECK(j.size() == 1);
+  CHECK(!j.contains("old/0"));
+  REQUIRE(j.find("nightly/0") != nullptr);
+  CHECK(*j.find("nightly/0") == std::vector<char>{'7'});
+  const auto& members = j.campaign_members();
+  REQUIRE(members.size() == 2);
+  CHECK(members[0] == std::make_pair(std::string("nightly"), std::string("nightly/0")));
+  CHECK(members[1] == std::make_pair(std::string("nightly"), std::string("nightly/1")));
+  j.forget_all();
+  CHECK(j.campaign_members().empty());
+}

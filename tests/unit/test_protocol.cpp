@@ -283,3 +283,55 @@ TEST_CASE("Protocol.Logs.RoundTrip") {
   CHECK(out.sources.at(0).lines.at(0).stream == 1);
   CHECK(out.sources.at(0).dropped == 3);
 }
+
+TEST_CASE("Protocol.Campaign.RoundTrip") {
+  TaskSpec t;
+  t.id = (2ull << 40) | 5u;
+  t.function = "sim";
+  t.campaign = "nightly";
+  SubmitTasksRequest sub;
+  sub.tasks.push_back(t);
+  CHECK(round_trip(sub).tasks.at(0).campaign == "nightly");
+
+  CampaignRequest req;
+  req.request_id = 9;
+  req.op = static_cast<std::uint8_t>(CampaignOp::attach);
+  req.name = "nightly";
+  const CampaignRequest req_back = round_trip(req);
+  CHECK(req_back.request_id == 9);
+  CHECK(req_back.op == static_cast<std::uint8_t>(CampaignOp::attach));
+  CHECK(req_back.name == "nightly");
+
+  CampaignReply reply;
+  reply.request_id = 9;
+  reply.ok = true;
+  reply.campaigns.push_back({"nightly", 4, 2, 1, 1, "login-1:77"});
+  reply.tasks.push_back({t.id, "", "sim"});
+  reply.tasks.push_back({t.id + 1, "seed-1", "sim"});
+  reply.current.addresses = {"tcp://n1:4000"};
+  TaskUpdate u;
+  u.id = t.id;
+  u.state = static_cast<std::uint8_t>(TaskState::memory);
+  u.location = 0;
+  u.nbytes = 8;
+  reply.current.updates.push_back(u);
+  const CampaignReply back = round_trip(reply);
+  CHECK(back.ok);
+  REQUIRE(back.campaigns.size() == 1);
+  CHECK(back.campaigns[0].name == "nightly");
+  CHECK(back.campaigns[0].total == 4);
+  CHECK(back.campaigns[0].done == 2);
+  CHECK(back.campaigns[0].failed == 1);
+  CHECK(back.campaigns[0].pending == 1);
+  CHECK(back.campaigns[0].client == "login-1:77");
+  REQUIRE(back.tasks.size() == 2);
+  CHECK(back.tasks[1].key == "seed-1");
+  CHECK(back.tasks[1].id == t.id + 1);
+  REQUIRE(back.current.updates.size() == 1);
+  CHECK(back.current.updates[0].location == 0);
+  CHECK(back.current.addresses[0] == "tcp://n1:4000");
+
+  StatusReply s;
+  s.campaigns.push_back({"nightly", 4, 2, 1, 1, ""});
+  CHECK(round_trip(s).campaigns.at(0).total == 4);
+}

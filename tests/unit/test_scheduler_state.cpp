@@ -10,6 +10,7 @@
 #include <random>
 #include <set>
 
+#include "scheduler/journal.hpp"
 #include "scheduler/state.hpp"
 
 using namespace herd::scheduler;
@@ -36,6 +37,7 @@ struct Harness {
   };
   std::map<WorkerId, VWorker> workers;
   std::vector<herd::protocol::TaskUpdate> updates;  // everything the client heard
+  std::map<ClientId, std::vector<herd::protocol::TaskUpdate>> heard;  // the same, by client
   std::vector<std::string> shutdowns;
 
   explicit Harness(StateOptions o = {}) : state([&] {
@@ -109,7 +111,10 @@ struct Harness {
       if (!handed.results.empty()) pending_results.emplace_back(id, std::move(handed));
     }
     for (auto& [id, c] : out.clients) {
-      for (auto& u : c.updates.updates) updates.push_back(u);
+      for (auto& u : c.updates.updates) {
+        updates.push_back(u);
+        heard[id].push_back(u);
+      }
     }
     for (const auto& d : out.departed) workers.erase(d.id);
     out.clear();
@@ -1193,4 +1198,234 @@ TEST_CASE("SchedulerState.Secede.ASecededTaskCountsNoSlotUntilItRejoinsOrEnds") 
   for (int i = 0; i < 8 && h.status(children.back()) != TaskStatus::memory; ++i) h.finish(w);
   for (TaskId c : children) CHECK(h.status(c) == TaskStatus::memory);
   CHECK(h.status(parent) == TaskStatus::memory);
+}
+
+// ---- detached campaigns ------------------------------------------------------------------------
+
+namespace {
+TaskId submit_to_campaign(Harness& h, ClientId client, std::uint64_t seq, const std::string& campaign,
+                          const std::string& fn = "sim") {
+  TaskSpec s;
+  s.id = (static_cast<TaskId>(client) << 40) | seq;
+  s.function = fn;
+  s.campaign = campaign;
+  std::string error;
+  REQUIRE(h.state.submit(client, s, nullptr, error));
+  return s.id;
+}
+
+ClientId connect_client(Harness& h, const std::string& name) {
+  herd::protocol::HelloRequest hello;
+  hello.name = name;
+  return h.state.add_client(hello, h.now);
+}
+}  // namespace
+
+TEST_CASE("SchedulerState.Campaign.OutlivesItsClientAndIsAttachedByName" * doctest::timeout(30)) {
+  // Three campaign tasks and a plain one; two finish, then the client drops every future and
+  // leaves. The plain task is forgotten, the campaign's stay (results kept); a new client
+  // attaches by name, gets the tasks in submission order and the finished ones' places, and
+  // hears of the third when it finishes.
+  Harness h;
+  const WorkerId w = h.add_worker("w", 2);
+  const TaskId a = submit_to_campaign(h, h.client, 1, "nightly");
+  const TaskId b = submit_to_campaign(h, h.client, 2, "nightly");
+  const TaskId c = submit_to_campaign(h, h.client, 3, "nightly");
+  h.next = 4;
+  const TaskId plain = h.submit("other");
+  h.turn();
+  h.finish(w);  // a and b (two threads)
+  REQUIRE(h.status(a) == TaskStatus::memory);
+  REQUIRE(h.status(b) == TaskStatus::memory);
+  auto camps = h.state.campaigns();
+  REQUIRE(camps.size() == 1);
+  CHECK(camps[0].name == "nightly");
+  CHECK(camps[0].total == 3);
+  CHECK(camps[0].done == 2);
+  CHECK(camps[0].pending == 1);
+  CHECK(camps[0].client == "client");
+  CHECK(h.state.campaign_of(a) == "nightly");
+  CHECK(h.state.campaign_of(plain).empty());
+
+  h.state.release(h.client, {a, b, c, plain});  // the client dropped its futures
+  h.state.client_lost(h.client, "killed");
+  h.deliver();
+  CHECK(h.task(a) != nullptr);
+  CHECK(h.status(a) == TaskStatus::memory);
+  CHECK(h.workers.at(w).has.count(a) == 1);  // the result was not freed
+  CHECK(h.task(c) != nullptr);
+  camps = h.state.campaigns();
+  REQUIRE(camps.size() == 1);
+  CHECK(camps[0].client.empty());  // detached
+
+  const ClientId again = connect_client(h, "again");
+  h.client = again;  // the harness's turns keep this one connected
+  herd::protocol::CampaignReply reply;
+  REQUIRE(h.state.attach_campaign(again, "nightly", reply));
+  CHECK(reply.ok);
+  REQUIRE(reply.tasks.size() == 3);
+  CHECK(reply.tasks[0].id == a);
+  CHECK(reply.tasks[1].id == b);
+  CHECK(reply.tasks[2].id == c);
+  CHECK(reply.tasks[0].function == "sim");
+  REQUIRE(reply.current.updates.size() == 2);  // a and b: where they are
+  for (const auto& u : reply.current.updates) {
+    CHECK(u.state == static_cast<std::uint8_t>(herd::protocol::TaskState::memory));
+    REQUIRE(u.location >= 0);
+    CHECK(reply.current.addresses.at(static_cast<std::size_t>(u.location)) == "tcp://w:1");
+  }
+  REQUIRE(reply.campaigns.size() == 1);
+  CHECK(reply.campaigns[0].client == "again");
+  // c was still running when the first client left: the new one hears of it.
+  if (h.status(c) != TaskStatus::processing) h.turn();
+  REQUIRE(h.status(c) == TaskStatus::processing);
+  h.finish(w);
+  CHECK(h.status(c) == TaskStatus::memory);
+  const auto& heard = h.heard[again];
+  CHECK(std::count_if(heard.begin(), heard.end(), [&](const auto& u) { return u.id == c; }) == 1);
+  CHECK(h.state.campaigns()[0].done == 3);
+}
+
+TEST_CASE("SchedulerState.Campaign.FailureIsVisibleAndReleaseFreesIt" * doctest::timeout(30)) {
+  Harness h;
+  const WorkerId w = h.add_worker("w", 1);
+  const TaskId ok = submit_to_campaign(h, h.client, 1, "sweep");
+  h.turn();
+  h.finish(w);
+  const TaskId bad = submit_to_campaign(h, h.client, 2, "sweep");
+  const TaskId later = submit_to_campaign(h, h.client, 3, "sweep");
+  h.turn();
+  REQUIRE(h.workers.at(w).running.size() == 1);
+  REQUIRE(h.workers.at(w).running[0] == bad);
+  herd::protocol::TaskResultsEvent ev;
+  herd::protocol::TaskResult r;
+  r.id = bad;
+  r.ok = false;
+  r.error = {"std::runtime_error", "diverged", "", "w"};
+  ev.results.push_back(r);
+  h.workers.at(w).running.clear();
+  h.state.task_results(w, ev, h.now);
+  h.turn();
+  REQUIRE(h.status(bad) == TaskStatus::erred);
+  h.state.client_lost(h.client, "gone");
+  h.deliver();
+
+  const ClientId again = connect_client(h, "again");
+  h.client = again;
+  herd::protocol::CampaignReply reply;
+  REQUIRE(h.state.attach_campaign(again, "sweep", reply));
+  auto camps = h.state.campaigns();
+  REQUIRE(camps.size() == 1);
+  CHECK(camps[0].total == 3);
+  CHECK(camps[0].done == 1);
+  CHECK(camps[0].failed == 1);
+  CHECK(camps[0].pending == 1);
+  bool saw_error = false;
+  for (const auto& u : reply.current.updates) {
+    if (u.id != bad) continue;
+    saw_error = true;
+    CHECK(u.state == static_cast<std::uint8_t>(herd::protocol::TaskState::erred));
+    CHECK(u.error.type == "std::runtime_error");
+    CHECK(u.error.message == "diverged");
+  }
+  CHECK(saw_error);
+
+  // Released: the unfinished task is cancelled (its client hears it), every task leaves the
+  // graph, the result is freed on its worker, and the campaign is listed no more.
+  REQUIRE(h.state.release_campaign("sweep"));
+  h.deliver();
+  CHECK(h.state.campaigns().empty());
+  CHECK(h.task(ok) == nullptr);
+  CHECK(h.task(bad) == nullptr);
+  CHECK(h.workers.at(w).has.count(ok) == 0);
+  const auto& heard = h.heard[again];
+  CHECK(std::any_of(heard.begin(), heard.end(), [&](const auto& u) {
+    return u.id == later && u.state == static_cast<std::uint8_t>(herd::protocol::TaskState::cancelled);
+  }));
+  CHECK_FALSE(h.state.release_campaign("sweep"));
+  herd::protocol::CampaignReply none;
+  CHECK_FALSE(h.state.attach_campaign(again, "sweep", none));
+  CHECK(none.error.find("no campaign named 'sweep'") != std::string::npos);
+}
+
+TEST_CASE("SchedulerState.Campaign.RestartForgetsCampaigns" * doctest::timeout(30)) {
+  Harness h;
+  h.add_worker("w", 1);
+  submit_to_campaign(h, h.client, 1, "x");
+  h.turn();
+  REQUIRE(h.state.campaigns().size() == 1);
+  (void)h.state.restart("cancelled: restarted");
+  h.deliver();
+  CHECK(h.state.campaigns().empty());
+  CHECK(h.state.validate().empty());
+}
+
+TEST_CASE("SchedulerState.Campaign.JournaledAndRestoredAfterARestart" * doctest::timeout(30)) {
+  // With the journal on, a campaign's tasks get keys "<campaign>/<index>", their membership and
+  // results are recorded; a new state restores them: finished ones as data put on a worker,
+  // the unfinished one failed with the reason, all attached to by a client.
+  StateOptions o;
+  o.full_results = true;
+  std::vector<std::pair<std::string, std::vector<char>>> journal;
+  {
+    Harness h(o);
+    const WorkerId w = h.add_worker("w", 1);
+    const TaskId a = submit_to_campaign(h, h.client, 1, "nightly");
+    submit_to_campaign(h, h.client, 2, "nightly");
+    CHECK(h.state.graph().key_of(*h.task(a)) == "nightly/0");
+    // Read the journal records before the harness clears the outbox: membership first.
+    for (auto& r : h.state.outbox().journal) journal.push_back(r);
+    h.turn();
+    REQUIRE(h.workers.at(w).running == std::vector<TaskId>{a});
+    herd::protocol::TaskResultsEvent ev;
+    herd::protocol::TaskResult r;
+    r.id = a;
+    r.ok = true;
+    r.nbytes = 1;
+    r.inline_data = {'\x07'};
+    ev.results.push_back(r);
+    h.workers.at(w).running.clear();
+    h.state.task_results(w, ev, h.now);
+    for (auto& rec : h.state.outbox().journal) journal.push_back(rec);
+    h.deliver();
+  }
+  REQUIRE(journal.size() == 3);
+  CHECK(journal[0].first == herd::scheduler::campaign_record_key("nightly", "nightly/0"));
+  CHECK(journal[1].first == herd::scheduler::campaign_record_key("nightly", "nightly/1"));
+  CHECK(journal[2].first == "nightly/0");
+  CHECK(journal[2].second == std::vector<char>{'\x07'});
+
+  Harness h(o);
+  const TaskId a = h.state.restore_campaign_task("nightly", "nightly/0", &journal[2].second, false);
+  const TaskId b = h.state.restore_campaign_task("nightly", "nightly/1", nullptr, false);
+  CHECK(h.status(b) == TaskStatus::erred);
+  CHECK(h.task(b)->error->type == "herd::LostInRestart");
+  const WorkerId w = h.add_worker("w", 1);  // the scattered result goes to the first worker
+  h.turn();
+  REQUIRE(h.workers.at(w).running.empty());
+  herd::protocol::TaskResultsEvent ev;
+  herd::protocol::TaskResult r;
+  r.id = a;
+  r.ok = true;
+  r.nbytes = 1;
+  ev.results.push_back(r);
+  h.state.task_results(w, ev, h.now);
+  h.deliver();
+  CHECK(h.status(a) == TaskStatus::memory);
+  const auto camps = h.state.campaigns();
+  REQUIRE(camps.size() == 1);
+  CHECK(camps[0].total == 2);
+  CHECK(camps[0].done == 1);
+  CHECK(camps[0].failed == 1);
+  herd::protocol::CampaignReply reply;
+  REQUIRE(h.state.attach_campaign(h.client, "nightly", reply));
+  REQUIRE(reply.tasks.size() == 2);
+  CHECK(reply.tasks[0].key == "nightly/0");
+  CHECK(reply.current.updates.size() == 2);
+  // Released: a record says so, for the next load.
+  REQUIRE(h.state.release_campaign("nightly"));
+  const auto& recs = h.state.outbox().journal;
+  CHECK(std::any_of(recs.begin(), recs.end(), [](const auto& rec) {
+    return rec.first == herd::scheduler::campaign_record_key("nightly", "");
+  }));
 }

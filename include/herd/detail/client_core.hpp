@@ -78,6 +78,9 @@ std::vector<bool> core_done(const std::vector<FutureState*>& states);
 void core_fire_and_forget(ClientCore& core, const std::vector<FutureState*>& states);
 void core_cancel(ClientCore& core, const std::vector<FutureState*>& states, bool force = false);
 void core_replicate(ClientCore& core, const std::vector<FutureState*>& states, std::uint32_t n);
+/// Attaches to campaign `name`: a future per task, in submission order.
+/// @throws Error when the scheduler has no such campaign
+std::vector<std::shared_ptr<FutureState>> core_attach_campaign(ClientCore& core, const std::string& name);
 [[noreturn]] void throw_foreign_future();
 
 /// msgpack write target appending to a vector (no intermediate sbuffer copy).
