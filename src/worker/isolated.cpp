@@ -20,6 +20,7 @@
 #include <set>
 #include <typeinfo>
 
+#include "common/process.hpp"
 #include "common/util.hpp"
 #include "task/this_task.hpp"
 
@@ -259,6 +260,12 @@ void IsolatedChild::kill() {
   kill_locked();
 }
 
+void IsolatedChild::kill(std::string reason) {
+  std::lock_guard lock(mu_);
+  if (kill_reason_.empty()) kill_reason_ = std::move(reason);
+  kill_locked();
+}
+
 bool IsolatedChild::kill_requested() const {
   std::lock_guard lock(mu_);
   return kill_requested_;
@@ -358,6 +365,7 @@ IsolatedOutcome run_isolated(const IsolatedBody& body, std::uint64_t memory_cap,
     }
     child.reaped_ = true;
     o.killed = child.kill_requested_;
+    o.kill_reason = child.kill_reason_;
   }
   {
     std::lock_guard lock(g_children_mu);
@@ -388,6 +396,24 @@ IsolatedOutcome run_isolated(const IsolatedBody& body, std::uint64_t memory_cap,
 void kill_isolated_children() {
   std::lock_guard lock(g_children_mu);
   for (IsolatedChild* c : g_children) c->kill();
+}
+
+pid_t kill_largest_isolated_child(const std::function<std::string(std::uint64_t rss)>& reason) {
+  std::lock_guard lock(g_children_mu);
+  IsolatedChild* largest = nullptr;
+  std::uint64_t most = 0;
+  for (IsolatedChild* c : g_children) {
+    const pid_t pid = c->pid();
+    if (pid <= 0 || c->kill_requested()) continue;
+    const std::uint64_t rss = process::tree_rss_bytes(pid);
+    if (largest == nullptr || rss > most) {
+      largest = c;
+      most = rss;
+    }
+  }
+  if (largest == nullptr) return 0;
+  largest->kill(reason(most));
+  return largest->pid();
 }
 
 std::string signal_name(int sig) {

@@ -46,6 +46,9 @@ class IsolatedChild {
  public:
   /// SIGKILL to the child and its process group. Idempotent.
   void kill();
+  /// The same, saying why (IsolatedOutcome::kill_reason): the task fails with that reason
+  /// instead of being abandoned by its worker.
+  void kill(std::string reason);
   /// True once kill() was called.
   bool kill_requested() const;
   /// The child's pid (0 before the fork).
@@ -59,6 +62,7 @@ class IsolatedChild {
   pid_t pid_ = 0;
   bool reaped_ = false;
   bool kill_requested_ = false;
+  std::string kill_reason_;
 };
 
 struct IsolatedOutcome {
@@ -75,6 +79,7 @@ struct IsolatedOutcome {
   bool core_dumped = false;
   int exit_code = 0;       // died by exiting (without a result)
   bool killed = false;     // IsolatedChild::kill was called (a time limit, cancel(force), leaving)
+  std::string kill_reason; // what kill(reason) said (the worker's memory limit)
   pid_t pid = 0;           // the child's
   std::uint64_t duration_us = 0;
 
@@ -92,6 +97,11 @@ IsolatedOutcome run_isolated(const IsolatedBody& body, std::uint64_t memory_cap,
 
 /// Kills every isolated child still running in this process (the worker is leaving).
 void kill_isolated_children();
+
+/// The running child with the most resident memory (counting what it started) is killed with
+/// reason(its bytes); its pid, or 0 when none runs. For a worker over its memory limit: that
+/// child's task fails, instead of the worker leaving with all of its tasks.
+pid_t kill_largest_isolated_child(const std::function<std::string(std::uint64_t rss)>& reason);
 
 /// "SIGSEGV" for 11; "signal 40" for one without a name here.
 std::string signal_name(int sig);

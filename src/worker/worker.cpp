@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -892,6 +893,12 @@ void Worker::isolated_completion(const protocol::ExecuteTask& task, IsolatedOutc
       }
       return;
     case Kind::died:
+      if (!o.kill_reason.empty()) {  // the worker's memory limit (memory_monitor)
+        c.error.type = "herd::MemoryLimitExceeded";
+        c.error.message = "the child process (pid " + std::to_string(o.pid) + ") of isolated task " + task.key +
+                          " was killed by worker " + options_.name + ": " + o.kill_reason + "; the worker goes on";
+        return;
+      }
       c.error.type = "herd::TaskCrashed";
       c.error.message = "the child process (pid " + std::to_string(o.pid) + ") of isolated task " + task.key + " " +
                         o.death() + " on worker " + options_.name + "; the worker goes on";
@@ -1021,6 +1028,18 @@ void Worker::memory_monitor() {
   while (!g_stop.load() && over_limit_rss_.load() == 0) {
     const std::uint64_t rss = rss_bytes();
     if (rss > limit) {
+      // An isolated task's child is what can be stopped: the largest goes, its task fails,
+      // and the worker stays (while none is left to kill, it leaves as before).
+      const pid_t killed = kill_largest_isolated_child([&](std::uint64_t child_rss) {
+        return "it had " + util::format_bytes(child_rss) + " resident when the worker reached " + util::format_bytes(rss) +
+               ", over its memory limit of " + util::format_bytes(limit);
+      });
+      if (killed != 0) {
+        HERD_LOG(warning) << "over the memory limit of " << util::format_bytes(limit) << ": killed isolated child " << killed;
+        // Its memory is gone once it is reaped; till then it would still be counted.
+        for (int i = 0; i < 200 && ::kill(killed, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
       over_limit_rss_.store(rss);
       wake_io();
       return;

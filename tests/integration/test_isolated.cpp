@@ -287,6 +287,28 @@ TEST_CASE("Isolated.MemoryBlowUpUnderACap" * doctest::timeout(60)) {
   CHECK(client.submit(iso_where).result(30s) == worker);
 }
 
+TEST_CASE("Isolated.WorkerMemoryLimitKillsOnlyTheChild" * doctest::timeout(90)) {
+  // No cap of its own, but the worker has a limit (as under Slurm): the child that pushes the
+  // worker over it is killed and its task fails; the worker and its results stay.
+  herd::Client client{herd::LocalCluster{1, 1}.worker_args({"--memory-limit", "300M"})};
+  const std::string worker = client.submit(iso_where).result(30s);
+  auto kept = client.submit(iso_blow_up, 8ull << 20);
+  CHECK(kept.result(30s) == (8ull << 20));
+  const auto t0 = Clock::now();
+  try {
+    (void)client.submit(kIsolated, iso_blow_up, 1ull << 30).result(60s);
+    FAIL("expected the task over the memory limit to fail");
+  } catch (const herd::TaskError& e) {
+    MESSAGE(std::string(e.what()));
+    CHECK(e.type() == "herd::MemoryLimitExceeded");
+    CHECK(e.message().find("memory limit of 300 MiB") != std::string::npos);
+    CHECK(e.message().find("the worker goes on") != std::string::npos);
+  }
+  MESSAGE("1 GiB against a 300 MiB worker limit failed after " << seconds_since(t0) << " s");
+  CHECK(client.submit(iso_where).result(30s) == worker);  // the same process: it did not leave
+  CHECK(kept.result(30s) == (8ull << 20));
+}
+
 TEST_CASE("Isolated.RetriesRerunACrash" * doctest::timeout(60)) {
   herd::Client client{herd::LocalCluster{1, 1}};
   const std::string worker = client.submit(iso_where).result(30s);
