@@ -56,13 +56,17 @@ class TaskOptions {
   /// can be stopped and cannot take the worker down: timeout() and cancel(true) kill the child
   /// (SIGKILL), and a child that dies (a segfault, std::abort, the out-of-memory killer) fails
   /// only this task, with herd::TaskCrashed naming the signal; the worker runs the next task.
-  /// retries() re-runs a crashed task. Limits: the result (or the exception's type and
+  /// retries() re-runs a crashed task. A worker over its memory limit (--memory-limit, Slurm's
+  /// job memory) kills its largest isolated child first, whose task fails with
+  /// "herd::MemoryLimitExceeded", instead of leaving with all of its tasks. Limits: the result (or the exception's type and
   /// message) is copied once more, through a pipe; forking costs time in proportion to the
   /// worker's memory (its page tables); herd::secede(), rejoin() and get_client() throw
   /// herd::Error inside an isolated task (they would act on the child's copy of the worker);
   /// herd::task_log() lines are lost (std::cout / std::cerr are kept); a lock that another
   /// thread of the worker held at the fork (rare: the task's own libraries) stays held in the
-  /// child, which may then hang (a timeout() still kills it). Not for gang members.
+  /// child, which may then hang (a timeout() still kills it); CUDA cannot be used in the
+  /// child; a process the task started is killed when the child ends. Not for gang members
+  /// (submit_gang throws std::invalid_argument).
   ///
   /// @code
   /// auto f = client.submit(herd::TaskOptions{}.isolated().timeout(60), risky, input);
