@@ -50,6 +50,20 @@ class TaskError : public Error {
   std::string type_, message_, task_, worker_, root_task_;
 };
 
+/// @brief A task run in a child process of its worker (TaskOptions::isolated) died without a
+/// result: killed by a signal (a segfault, std::abort, the out-of-memory killer) or exited
+/// without writing one. what() names the task, the signal (name and number) or the exit code,
+/// and the worker; the worker itself went on. A TaskError of type() "herd::TaskCrashed", so a
+/// `catch (const herd::TaskError&)` sees it too.
+///
+/// @code
+/// try { f.get(); } catch (const herd::TaskCrashed& e) { std::cerr << e.message(); }  // "... SIGSEGV ..."
+/// @endcode
+class TaskCrashed : public TaskError {
+ public:
+  using TaskError::TaskError;
+};
+
 /// @brief The function was never registered with HERD_TASK (in this process or on the worker).
 class FunctionNotFound : public Error {
  public:

@@ -42,13 +42,44 @@ class TaskOptions {
 
   /// A time limit for one run of the task: at the deadline its future fails with
   /// herd::TaskError of type "herd::TimeoutError" naming the limit, the worker frees the slot
-  /// (a shell command is killed; a C++ function cannot be stopped, its thread is left to end
-  /// and its result is discarded). retries() re-runs a task that ran out of time.
+  /// (a shell command is killed; an isolated() task's child process is killed; any other C++
+  /// function cannot be stopped: its thread is left to end and its result is discarded).
+  /// retries() re-runs a task that ran out of time. For a gang member, its limit fails the
+  /// whole gang attempt (every rank's future, or a retry of all ranks).
   TaskOptions& timeout(double seconds) {
     timeout_ms_ = seconds <= 0 ? 0 : static_cast<std::uint32_t>(seconds * 1000.0 + 0.5);
     if (seconds > 0 && timeout_ms_ == 0) timeout_ms_ = 1;
     return *this;
   }
+
+  /// Runs the function in a child process of the worker (fork()ed for this run), so that it
+  /// can be stopped and cannot take the worker down: timeout() and cancel(true) kill the child
+  /// (SIGKILL), and a child that dies (a segfault, std::abort, the out-of-memory killer) fails
+  /// only this task, with herd::TaskCrashed naming the signal; the worker runs the next task.
+  /// retries() re-runs a crashed task. A worker over its memory limit (--memory-limit, Slurm's
+  /// job memory) kills its largest isolated child first, whose task fails with
+  /// "herd::MemoryLimitExceeded", instead of leaving with all of its tasks. Limits: the result (or the exception's type and
+  /// message) is copied once more, through a pipe; forking costs time in proportion to the
+  /// worker's memory (its page tables); herd::secede(), rejoin() and get_client() throw
+  /// herd::Error inside an isolated task (they would act on the child's copy of the worker);
+  /// herd::task_log() lines are lost (std::cout / std::cerr are kept); a lock that another
+  /// thread of the worker held at the fork (rare: the task's own libraries) stays held in the
+  /// child, which may then hang (a timeout() still kills it); CUDA cannot be used in the
+  /// child; a process the task started is killed when the child ends. Not for gang members
+  /// (submit_gang throws std::invalid_argument).
+  ///
+  /// @code
+  /// auto f = client.submit(herd::TaskOptions{}.isolated().timeout(60), risky, input);
+  /// @endcode
+  TaskOptions& isolated(bool on = true) { isolated_ = on; return *this; }
+  /// isolated(), and the child may map at most `bytes` beyond the address space it inherits
+  /// from the worker (RLIMIT_AS): an allocation past it throws std::bad_alloc in the task,
+  /// which fails as any exception does (retries() apply). 0 = no cap.
+  ///
+  /// @code
+  /// auto f = client.submit(herd::TaskOptions{}.isolated_memory(256 << 20), parse, path);
+  /// @endcode
+  TaskOptions& isolated_memory(std::uint64_t bytes) { isolated_ = true; isolated_memory_ = bytes; return *this; }
 
   /// Runs only on these workers: each a worker's name ("local-3"), its host, or its data
   /// port address. No connected one: the task waits, and its status says why (no-worker).
@@ -70,6 +101,8 @@ class TaskOptions {
   bool allow_other_workers() const { return allow_other_workers_; }
   const std::string& pool() const { return pool_; }
   std::uint32_t timeout_ms() const { return timeout_ms_; }
+  bool isolated() const { return isolated_; }
+  std::uint64_t isolated_memory() const { return isolated_memory_; }
   std::uint32_t duration() const { return duration_s_; }
   std::int32_t priority() const { return priority_; }
   std::uint32_t retries() const { return retries_; }
@@ -86,6 +119,8 @@ class TaskOptions {
   bool allow_other_workers_ = false;
   std::string pool_;
   std::string campaign_;
+  bool isolated_ = false;
+  std::uint64_t isolated_memory_ = 0;
 };
 
 }  // namespace herd

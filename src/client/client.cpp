@@ -727,6 +727,9 @@ void request_fetch_locked(FutureState& s) {
       if (error.type == "herd::CancelledError") {
         throw CancelledError("task " + s.key() + " failed because " + error.message);
       }
+      if (error.type == "herd::TaskCrashed") {  // an isolated task's child process died
+        throw TaskCrashed(error.type, error.message, s.key(), error.worker, error.task);
+      }
       throw TaskError(error.type, error.message, s.key(), error.worker, error.task);
     }
     case Status::cancelled:
@@ -870,6 +873,8 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   spec.allow_other_workers = options.allow_other_workers();
   spec.pool = options.pool();
   spec.campaign = options.campaign();
+  spec.isolated = options.isolated();
+  spec.isolated_memory = options.isolated_memory();
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   state->function = core.intern_locked(function);
@@ -893,6 +898,11 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
                                                            const TaskOptions& options, int n) {
   if (n < 1 || n > 65536) {
     throw std::invalid_argument("submit_gang: a gang has 1 to 65536 members, got " + std::to_string(n));
+  }
+  if (options.isolated()) {
+    // A member's communicator lives in the worker (its rendezvous comes through the worker's
+    // socket): a child process could not take part.
+    throw std::invalid_argument("submit_gang: TaskOptions::isolated() is not supported for gang members");
   }
   std::vector<std::shared_ptr<FutureState>> states;
   std::vector<protocol::TaskSpec> specs;
@@ -1395,6 +1405,7 @@ protocol::LogsReply logs_request(ClientCore& core, protocol::LogsRequest req) {
 }  // namespace detail
 
 Client& get_client() {
+  detail::check_not_isolated("herd::get_client()");
   const auto hooks = detail::worker_hooks();
   if (hooks == nullptr || detail::current_task_id() == 0) {
     throw std::logic_error("herd::get_client() called outside a task: inside a program, make a herd::Client; "

@@ -195,9 +195,15 @@ struct TaskSpec {
   std::string campaign;                     // detached campaign it belongs to ("" = none): kept
                                             //   with its result when its client releases it or
                                             //   leaves, until the campaign is released
+  bool isolated = false;                    // run in a child process of the worker, which can
+                                            //   be killed (time limit, cancel(force)) and whose
+                                            //   crash fails only this task (herd::TaskCrashed)
+  std::uint64_t isolated_memory = 0;        // isolated: bytes of address space the child may add
+                                            //   to what it inherits (RLIMIT_AS; 0 = no cap)
   // Fields are only ever appended: msgpack-c leaves a field the sender did not have at its default.
   MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s,
-                 gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool, campaign);
+                 gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool, campaign,
+                 isolated, isolated_memory);
 };
 
 // The client packs these with protocol::BatchWriter, one spec at a time, and sends a long
@@ -563,8 +569,10 @@ struct ExecuteTask {
   std::uint32_t gang_rank = 0, gang_size = 0;
   std::uint32_t gang_attempt = 0;           // which run of the gang (a retry is a new attempt)
   std::uint32_t timeout_ms = 0;             // as in TaskSpec (appended: see TaskSpec)
+  bool isolated = false;                    // as in TaskSpec (appended)
+  std::uint64_t isolated_memory = 0;        // as in TaskSpec (appended)
   MSGPACK_DEFINE(id, function, args, refs, inputs, key, resources, full_result, gang, gang_rank,
-                 gang_size, gang_attempt, timeout_ms);
+                 gang_size, gang_attempt, timeout_ms, isolated, isolated_memory);
 };
 
 /// Running tasks the worker must stop waiting for (cancel(force)): each is reported failed

@@ -1006,6 +1006,8 @@ protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   if (t.shape != 0) e.resources = shapes_[t.shape].need;
   e.full_result = options_.full_results && t.keyed;
   e.timeout_ms = t.timeout_ms;
+  e.isolated = t.isolated;
+  e.isolated_memory = graph_.isolated_memory(t);
   e.inputs.reserve(t.deps.size());
   for (TaskId d : t.deps) {
     protocol::DepLocation& loc = e.inputs.emplace_back();

@@ -102,9 +102,16 @@ void TaskGraph::count_in(const Task& t, int delta) {
   c += static_cast<std::size_t>(delta);
 }
 
+std::uint64_t TaskGraph::isolated_memory(const Task& t) const {
+  if (!t.isolated) return 0;
+  const auto it = isolated_memory_.find(t.id);
+  return it == isolated_memory_.end() ? 0 : it->second;
+}
+
 void TaskGraph::erase(Task& t) {
   if (t.deaths > 0) death_workers_.erase(t.id);
   if (t.named) keys_.erase(t.id);
+  if (t.isolated) isolated_memory_.erase(t.id);
   count_in(t, -1);
   tasks_.erase(t.id);
 }
@@ -132,6 +139,8 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   t.gang_rank = spec.gang_rank;
   t.duration_s = spec.duration_s;
   t.timeout_ms = spec.timeout_ms;
+  t.isolated = spec.isolated;
+  if (spec.isolated && spec.isolated_memory > 0) isolated_memory_[t.id] = spec.isolated_memory;
   t.seq = next_seq_++;
   for (const auto& r : spec.refs) {
     if (std::find(t.deps.begin(), t.deps.end(), r.id) == t.deps.end()) t.deps.push_back(r.id);
@@ -547,6 +556,7 @@ void TaskGraph::clear() {
   for (auto& c : by_shape_) c = {};
   death_workers_.clear();
   keys_.clear();
+  isolated_memory_.clear();
   forget_work_.clear();
   ensure_stack_.clear();
 }

@@ -82,6 +82,8 @@ struct Task {
   bool fire_and_forget = false;   // runs to its end even when no client wants it (then forgotten)
   bool campaign = false;          // in a detached campaign: its client's release is ignored
                                   //   (SchedulerState::release_campaign() lets it go)
+  bool isolated = false;          // runs in a child process of its worker (TaskOptions::isolated;
+                                  //   a memory cap, if any, in TaskGraph's side table)
   SmallVec<char, 16> args;             // msgpack; inside the record up to 16 bytes
   SmallVec<protocol::ArgRef, 1> refs;
   SmallVec<TaskId, 2> deps;        // distinct inputs
@@ -169,6 +171,8 @@ class TaskGraph {
   /// The user's key, else "<function>-<id in hex>".
   std::string key_of(const Task& t) const;
   static std::string display_key(const std::string& function, TaskId id);
+  /// An isolated task's memory cap in bytes (TaskOptions::isolated_memory; 0 = none).
+  std::uint64_t isolated_memory(const Task& t) const;
 
   /// Illegal transitions seen (each is also logged); with `strict` they throw std::logic_error.
   std::uint64_t illegal_transitions() const { return illegal_; }
@@ -199,6 +203,8 @@ class TaskGraph {
   std::vector<ShapeCounts> by_shape_;
   std::unordered_map<TaskId, std::string> death_workers_;  // workers lost under a task, for its error
   std::unordered_map<TaskId, std::string> keys_;  // user keys of the tasks that have one (Task::named)
+  // Memory caps of the isolated tasks that have one: rare, so out of the 200-byte record.
+  std::unordered_map<TaskId, std::uint64_t> isolated_memory_;
   std::vector<std::string> functions_;
   std::unordered_map<std::string, std::uint32_t> function_index_;
   std::uint32_t last_function_ = ~0u;  // intern_function's last answer

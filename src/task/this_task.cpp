@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <system_error>
 
+#include "herd/error.hpp"
+
 namespace herd {
 namespace detail {
 namespace {
@@ -33,12 +35,27 @@ std::uint64_t& current_task_id() {
 }
 
 namespace {
+bool g_in_isolated_child = false;  // written once, in the child, before the task runs
+}  // namespace
+
+void set_in_isolated_child() { g_in_isolated_child = true; }
+bool in_isolated_child() { return g_in_isolated_child; }
+
+void check_not_isolated(const char* what) {
+  if (!g_in_isolated_child) return;
+  throw Error(std::string(what) +
+              " is not supported in an isolated task (TaskOptions::isolated): the task runs in a child process "
+              "of the worker, with a copy of it that cannot act");
+}
+
+namespace {
 std::mutex g_hooks_mu;
 std::shared_ptr<const WorkerHooks> g_hooks;
 
 /// The hooks and the task on this thread, or a std::logic_error naming `what` when called
 /// anywhere but inside a task on a worker.
 std::pair<std::shared_ptr<const WorkerHooks>, std::uint64_t> in_task(const char* what) {
+  check_not_isolated(what);
   auto hooks = worker_hooks();
   const std::uint64_t id = current_task_id();
   if (hooks == nullptr || id == 0) {

@@ -25,6 +25,14 @@ std::shared_ptr<std::atomic<bool>>& current_abandoned();
 /// The id of the task on this thread (0 outside a task), set by the worker's executor.
 std::uint64_t& current_task_id();
 
+/// In the child process of an isolated task (TaskOptions::isolated): set there once, after the
+/// fork. herd::secede(), rejoin() and get_client() then throw herd::Error: they would act on
+/// the child's copy of the worker, which has no thread of its own left to act.
+void set_in_isolated_child();
+bool in_isolated_child();
+/// Throws herd::Error naming `what` in an isolated task's child process.
+void check_not_isolated(const char* what);
+
 /// What a task may ask of the worker process it runs in (herd::secede, rejoin, get_client).
 /// Set once by the worker before its executors start; absent in other processes.
 struct WorkerHooks {

@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -566,7 +567,7 @@ void Worker::carry_out() {
     {
       std::lock_guard lock(run_mu_);
       for (auto& r : out.run) {
-        if (r.task.timeout_ms > 0 && r.task.gang == 0) {
+        if (r.task.timeout_ms > 0) {  // a gang member's too: it fails the gang attempt
           deadlines_[r.task.id] = {now + std::chrono::milliseconds(r.task.timeout_ms), r.task.timeout_ms};
         }
         handoff_.push_back(std::move(r));
@@ -646,26 +647,32 @@ void Worker::executor_loop() {
   detail::current_abandoned() = abandoned;
   while (true) {
     Run run;
+    std::shared_ptr<IsolatedChild> child;
     {
       std::unique_lock lock(run_mu_);
       run_cv_.wait(lock, [&] { return stopping_ || !handoff_.empty(); });
       if (stopping_) return;
       run = std::move(handoff_.front());
       handoff_.pop_front();
-      on_executor_[run.task.id] = OnExecutor{abandoned, std::this_thread::get_id()};
+      OnExecutor& on = on_executor_[run.task.id];
+      on = OnExecutor{abandoned, std::this_thread::get_id(), nullptr, run.task.gang, run.task.gang_attempt};
+      if (run.task.isolated && run.task.gang == 0) on.child = child = std::make_shared<IsolatedChild>();
       // Still under run_mu_, as on_logs_fetch looks: it finds the task queued or in the
       // LogBook, never between them (lock order: run_mu_, then the LogBook's).
       task::LogBook::instance().task_started(run.task.id, run.task.key);  // output capture
     }
     detail::current_task_id() = run.task.id;
-    Completion c = execute(run.task, run.devices);
+    Completion c = execute(run.task, run.devices, child.get());
     detail::current_task_id() = 0;
     task::LogBook::instance().task_finished(run.task.id);
     {
       std::lock_guard lock(run_mu_);
       auto it = on_executor_.find(run.task.id);
       if (it != on_executor_.end() && it->second.abandoned == abandoned) on_executor_.erase(it);
-      if (abandoned->load()) return;  // reported failed already; a new executor has the slot
+      if (abandoned->load()) {  // reported failed already; a new executor has the slot
+        ended_threads_.push_back(std::this_thread::get_id());  // joined by the next abandon or secede
+        return;
+      }
     }
     bool was_empty;
     {
@@ -689,15 +696,7 @@ void Worker::secede_task(TaskId id) {
       // This thread is the task's until it ends: the slot it leaves gets a thread of its own.
       seceded_thread() = true;
       if (!stopping_) {
-        for (auto it = executors_.begin(); it != executors_.end();) {  // join those that ended
-          if (std::find(ended_threads_.begin(), ended_threads_.end(), it->get_id()) != ended_threads_.end()) {
-            std::erase(ended_threads_, it->get_id());
-            it->join();
-            it = executors_.erase(it);
-          } else {
-            ++it;
-          }
-        }
+        join_ended_locked();
         executors_.emplace_back([this] { executor_loop(); });
       }
     }
@@ -707,6 +706,19 @@ void Worker::secede_task(TaskId id) {
     secede_calls_.push_back({id, nullptr});
   }
   wake_io();
+}
+
+void Worker::join_ended_locked() {
+  for (auto it = executors_.begin(); it != executors_.end();) {
+    if (std::find(ended_threads_.begin(), ended_threads_.end(), it->get_id()) != ended_threads_.end()) {
+      std::erase(ended_threads_, it->get_id());
+      std::erase(abandoned_threads_, it->get_id());
+      it->join();  // it has returned, or is about to (it noted itself under run_mu_)
+      it = executors_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 void Worker::rejoin_task(TaskId id) {
@@ -729,7 +741,7 @@ void Worker::release_rejoin_waiters() {
   rejoin_waiters_.clear();
 }
 
-Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices) {
+Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices, IsolatedChild* child) {
   Completion c;
   c.id = task.id;
   // What the task may know about itself: its GPUs (with a stream of its own) and its gang.
@@ -817,14 +829,22 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
       throw GangAborted("gang attempt " + std::to_string(task.gang_attempt) + " is unknown to this worker");
     }
     detail::current_task() = std::move(info);
-    // Stored until the client drops its future: msgpack's default 8 KiB first block would be
-    // held (and page-faulted in) for every small result. It grows by doubling (realloc).
-    msgpack::sbuffer out(64);
-    entry->invoke(args, out);
-    detail::current_task() = TaskInfo{};
-    const std::size_t size = out.size();
-    c.bytes = std::make_shared<const data::Buffer>(out.release(), size);
-    c.ok = true;
+    if (child != nullptr) {
+      // In a child process (it sees this_task() as set above, and its copy of `args`).
+      IsolatedOutcome o = run_isolated([&](msgpack::sbuffer& out) { entry->invoke(args, out); },
+                                       task.isolated_memory, *child);
+      detail::current_task() = TaskInfo{};
+      isolated_completion(task, o, c);
+    } else {
+      // Stored until the client drops its future: msgpack's default 8 KiB first block would be
+      // held (and page-faulted in) for every small result. It grows by doubling (realloc).
+      msgpack::sbuffer out(64);
+      entry->invoke(args, out);
+      detail::current_task() = TaskInfo{};
+      const std::size_t size = out.size();
+      c.bytes = std::make_shared<const data::Buffer>(out.release(), size);
+      c.ok = true;
+    }
   } catch (...) {
     detail::current_task() = TaskInfo{};
     const std::type_info* type = abi::__cxa_current_exception_type();
@@ -855,7 +875,45 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   return c;
 }
 
+void Worker::isolated_completion(const protocol::ExecuteTask& task, IsolatedOutcome& o, Completion& c) {
+  using Kind = IsolatedOutcome::Kind;
+  c.error.task = task.key;
+  c.error.worker = options_.name;
+  switch (o.kind) {
+    case Kind::result:
+      c.bytes = std::shared_ptr<const data::Buffer>(o.result.release());
+      c.ok = true;
+      return;
+    case Kind::exception:
+      c.error.type = std::move(o.type);
+      c.error.message = std::move(o.message);
+      if (c.error.type == "std::bad_alloc" && task.isolated_memory > 0) {
+        c.error.message += " (an isolated task may map " + util::format_bytes(task.isolated_memory) +
+                           " beyond the worker's memory: TaskOptions::isolated_memory)";
+      }
+      return;
+    case Kind::died:
+      if (!o.kill_reason.empty()) {  // the worker's memory limit (memory_monitor)
+        c.error.type = "herd::MemoryLimitExceeded";
+        c.error.message = "the child process (pid " + std::to_string(o.pid) + ") of isolated task " + task.key +
+                          " was killed by worker " + options_.name + ": " + o.kill_reason + "; the worker goes on";
+        return;
+      }
+      c.error.type = "herd::TaskCrashed";
+      c.error.message = "the child process (pid " + std::to_string(o.pid) + ") of isolated task " + task.key + " " +
+                        o.death() + " on worker " + options_.name + "; the worker goes on";
+      if (!o.killed) HERD_LOG(warning) << c.error.message;
+      return;
+    case Kind::not_run:
+      c.error.type = "std::system_error";
+      c.error.message = std::move(o.message);
+      return;
+  }
+}
+
 bool Worker::abandon(protocol::TaskId id, protocol::ErrorInfo error) {
+  protocol::TaskId gang = 0;
+  std::uint32_t gang_attempt = 0;
   {
     std::lock_guard lock(run_mu_);
     auto it = on_executor_.find(id);
@@ -867,9 +925,26 @@ bool Worker::abandon(protocol::TaskId id, protocol::ErrorInfo error) {
       return false;
     }
     it->second.abandoned->store(true);
+    // Its thread then returns as soon as the child is reaped (and is joined later).
+    if (it->second.child) it->second.child->kill();
+    gang = it->second.gang;
+    gang_attempt = it->second.gang_attempt;
     abandoned_threads_.push_back(it->second.thread);
     on_executor_.erase(it);
-    if (!stopping_) executors_.emplace_back([this] { executor_loop(); });  // the slot, with a thread
+    if (!stopping_) {
+      join_ended_locked();
+      executors_.emplace_back([this] { executor_loop(); });  // the slot, with a thread
+    }
+  }
+  if (gang != 0) {
+    // Its collective operations throw GangAborted (the thread may then end); the scheduler
+    // aborts the other ranks when it hears of this failure.
+    std::shared_ptr<collective::GangSession> session;
+    {
+      std::lock_guard lock(gang_mu_);
+      if (auto g = gangs_.find({gang, gang_attempt}); g != gangs_.end()) session = g->second;
+    }
+    if (session) session->abort(error.type + ": " + error.message);
   }
   deadlines_.erase(id);
   HERD_LOG(warning) << "stopped waiting for task " << error.task << ": " << error.message;
@@ -953,6 +1028,18 @@ void Worker::memory_monitor() {
   while (!g_stop.load() && over_limit_rss_.load() == 0) {
     const std::uint64_t rss = rss_bytes();
     if (rss > limit) {
+      // An isolated task's child is what can be stopped: the largest goes, its task fails,
+      // and the worker stays (while none is left to kill, it leaves as before).
+      const pid_t killed = kill_largest_isolated_child([&](std::uint64_t child_rss) {
+        return "it had " + util::format_bytes(child_rss) + " resident when the worker reached " + util::format_bytes(rss) +
+               ", over its memory limit of " + util::format_bytes(limit);
+      });
+      if (killed != 0) {
+        HERD_LOG(warning) << "over the memory limit of " << util::format_bytes(limit) << ": killed isolated child " << killed;
+        // Its memory is gone once it is reaped; till then it would still be counted.
+        for (int i = 0; i < 200 && ::kill(killed, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        continue;
+      }
       over_limit_rss_.store(rss);
       wake_io();
       return;
@@ -1053,6 +1140,7 @@ int run_worker(WorkerOptions options) {
   // interrupted: leave without joining them (or running static destructors under them).
   auto* w = new Worker(std::move(options));
   const int rc = w->run();
+  kill_isolated_children();  // they would die with this process anyway (PR_SET_PDEATHSIG): now
   w->remove_local_files();  // spilled results: nobody can ask for them any more
   std::fflush(nullptr);
   task::LogBook::instance().stop_capture();  // what is still in the capture pipes reaches the log files

@@ -26,6 +26,7 @@
 #include "gpu/gpu.hpp"
 #include "protocol/codec.hpp"
 #include "worker/data_store.hpp"
+#include "worker/isolated.hpp"
 #include "worker/worker_state.hpp"
 
 namespace herd::worker {
@@ -66,10 +67,16 @@ class Worker {
   void executor_loop();
   /// Stops waiting for running task `id` (time limit, cancel(force)): reported failed with
   /// `error`, its slot given to a new executor thread, its thread left to end on its own (a
-  /// shell command is killed), its result discarded. False when it is not running here.
+  /// shell command is killed, an isolated task's child process too; a gang member's collective
+  /// operations are aborted), its result discarded. False when it is not running here.
   bool abandon(protocol::TaskId id, protocol::ErrorInfo error);
   void check_deadlines(Clock::time_point now);
-  Completion execute(const protocol::ExecuteTask& task, const std::vector<int>& devices);
+  /// `child`: for an isolated task (TaskOptions::isolated), the child process it runs in.
+  Completion execute(const protocol::ExecuteTask& task, const std::vector<int>& devices, IsolatedChild* child);
+  /// An isolated task's outcome as its completion (TaskCrashed for a child that died).
+  void isolated_completion(const protocol::ExecuteTask& task, IsolatedOutcome& o, Completion& c);
+  /// Joins executor threads that ended (seceded or abandoned tasks'); run_mu_ held.
+  void join_ended_locked();
   void on_scheduler_message(protocol::Received& msg, bool& shutdown);
   void on_execute(protocol::ExecuteTasksEvent& ev);
   /// `herd logs`: answers the scheduler with this worker's log or a task's output.
@@ -121,6 +128,9 @@ class Worker {
   struct OnExecutor {
     std::shared_ptr<std::atomic<bool>> abandoned;
     std::thread::id thread;
+    std::shared_ptr<IsolatedChild> child;  // an isolated task's process (killed when abandoned)
+    protocol::TaskId gang = 0;             // a gang member's gang and attempt (aborted when abandoned)
+    std::uint32_t gang_attempt = 0;
   };
   std::map<protocol::TaskId, OnExecutor> on_executor_;
   std::vector<std::thread::id> abandoned_threads_;  // under run_mu_: not joined, they may never end
@@ -137,7 +147,7 @@ class Worker {
   std::vector<SecedeCall> secede_calls_;
   std::map<protocol::TaskId, std::shared_ptr<std::promise<void>>> rejoin_waiters_;  // I/O thread
   std::atomic<bool> io_gone_{false};           // the I/O thread answers no rejoin any more
-  std::vector<std::thread::id> ended_threads_;  // under run_mu_: executors that returned (seceded)
+  std::vector<std::thread::id> ended_threads_;  // under run_mu_: executors that returned (seceded, abandoned)
   /// Task threads: give the slot back (a new executor takes it) / wait for one again.
   void secede_task(protocol::TaskId id);
   void rejoin_task(protocol::TaskId id);

@@ -143,6 +143,21 @@ HERD_TASK(wants_nccl);
 int plus_one(int x) { return x + 1; }
 HERD_TASK(plus_one);
 
+/// Rank 0 takes `slow_ms` (only on the first attempt when `marker` is given: it makes the file)
+/// before it joins an all-reduce; every run is logged per rank.
+int slow_rank0(int slow_ms, std::string marker) {
+  const int rank = herd::this_task().gang_rank;
+  if (!marker.empty()) std::ofstream(marker + "-rank" + std::to_string(rank), std::ios::app) << "run\n";
+  if (rank == 0 && (marker.empty() || !std::filesystem::exists(marker))) {
+    if (!marker.empty()) std::ofstream(marker) << "x";
+    std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+  }
+  std::vector<std::int32_t> v{rank};
+  herd::gang().allreduce(v);
+  return v[0];
+}
+HERD_TASK(slow_rank0);
+
 // ---- tests ----
 
 TEST_CASE("Gang.RanksOnDistinctWorkers" * doctest::timeout(60)) {
@@ -237,6 +252,49 @@ TEST_CASE("Gang.ARankThatThrowsFailsTheGang" * doctest::timeout(60)) {
   CHECK(client.gather(client.map(plus_one, xs)) == std::vector<int>{2, 3, 4});
   auto again = client.submit_gang(3, identify);
   for (auto& f : again) CHECK(std::get<1>(f.result()) == 3);
+}
+
+TEST_CASE("Gang.TimeLimitFailsTheGang" * doctest::timeout(60)) {
+  herd::Client client{herd::LocalCluster{3}};
+  const auto t0 = std::chrono::steady_clock::now();
+  // Rank 0 sleeps 6 s before the all-reduce the others wait in; the limit is 1 s.
+  auto fs = client.submit_gang(3, herd::TaskOptions{}.timeout(1), slow_rank0, 6000, std::string());
+  for (auto& f : fs) {
+    try {
+      (void)f.result(30s);
+      FAIL("expected the gang to fail");
+    } catch (const herd::TaskError& e) {
+      CHECK(e.type() == "herd::TimeoutError");
+      CHECK_MESSAGE(e.message().find("exceeded its time limit of 1 s") != std::string::npos, e.message());
+      CHECK_MESSAGE(e.message().find(" of 3 failed") != std::string::npos, e.message());
+    }
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("a gang with timeout(1) failed after " << took << " s");
+  CHECK(took < 5.0);  // at the limit, not when rank 0 woke up
+  // Every slot is free again (rank 0's thread still sleeps, without its slot).
+  std::vector<int> xs{1, 2, 3};
+  CHECK(client.gather(client.map(plus_one, xs)) == std::vector<int>{2, 3, 4});
+  auto again = client.submit_gang(3, identify);
+  for (auto& f : again) CHECK(std::get<1>(f.result(30s)) == 3);
+}
+
+TEST_CASE("Gang.TimeLimitRetriedAsAWhole" * doctest::timeout(60)) {
+  herd::Client client{herd::LocalCluster{2}};
+  const std::string marker = tmp_path("time-retry");
+  for (int r = 0; r < 2; ++r) std::filesystem::remove(marker + "-rank" + std::to_string(r));
+  std::filesystem::remove(marker);
+  // The first attempt's rank 0 is slow (4 s > 1.5 s): the attempt fails, the retry finishes.
+  auto fs = client.submit_gang(2, herd::TaskOptions{}.timeout(1.5).retries(1), slow_rank0, 4000, marker);
+  for (auto& f : fs) CHECK(f.result(30s) == 0 + 1);
+  for (int r = 0; r < 2; ++r) {
+    std::ifstream in(marker + "-rank" + std::to_string(r));
+    int runs = 0;
+    for (std::string line; std::getline(in, line);) ++runs;
+    CHECK_MESSAGE(runs == 2, "rank " << r << " ran " << runs << " times");
+    std::filesystem::remove(marker + "-rank" + std::to_string(r));
+  }
+  std::filesystem::remove(marker);
 }
 
 TEST_CASE("Gang.RetriedAsAWhole" * doctest::timeout(60)) {

@@ -82,6 +82,105 @@ TEST_CASE("Protocol.SubmitTasks.RoundTrip") {
   CHECK(out.tasks[0].refs[0].elem == -1);
 }
 
+namespace {
+// TaskSpec as senders before TaskOptions::isolated() wrote it (the fields up to `pool`).
+struct TaskSpecBeforeIsolated {
+  TaskId id = 0;
+  std::string function;
+  std::vector<char> args;
+  std::vector<ArgRef> refs;
+  std::string key;
+  std::int32_t priority = 0;
+  std::uint32_t retries = 0;
+  std::map<std::string, double> resources;
+  bool want_result = true;
+  std::uint32_t duration_s = 0;
+  TaskId gang = 0;
+  std::uint32_t gang_rank = 0, gang_size = 0, timeout_ms = 0;
+  std::vector<std::string> workers;
+  bool allow_other_workers = false;
+  std::string pool;
+  MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s,
+                 gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool);
+};
+
+template <typename To, typename From>
+To reencode(const From& in) {
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, in);
+  zmq::message_t m(buf.data(), buf.size());
+  To out;
+  std::string error;
+  REQUIRE_MESSAGE(decode(m, out, error), error);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("Protocol.Isolated.RoundTrip") {
+  SubmitTasksRequest req;
+  TaskSpec t;
+  t.id = 42;
+  t.function = "crashy";
+  t.timeout_ms = 1500;
+  t.pool = "cpu";
+  t.isolated = true;
+  t.isolated_memory = 256ull << 20;
+  req.tasks.push_back(t);
+  TaskSpec plain;
+  plain.id = 43;
+  req.tasks.push_back(plain);
+  const auto out = round_trip(req);
+  REQUIRE(out.tasks.size() == 2);
+  CHECK(out.tasks[0].isolated);
+  CHECK(out.tasks[0].isolated_memory == (256ull << 20));
+  CHECK(out.tasks[0].timeout_ms == 1500);
+  CHECK(out.tasks[0].pool == "cpu");
+  CHECK_FALSE(out.tasks[1].isolated);
+  CHECK(out.tasks[1].isolated_memory == 0);
+
+  ExecuteTasksEvent ev;
+  ExecuteTask e;
+  e.id = 42;
+  e.function = "crashy";
+  e.timeout_ms = 1500;
+  e.isolated = true;
+  e.isolated_memory = 5ull << 30;  // past 32 bits
+  ev.tasks.push_back(e);
+  ev.tasks.emplace_back();
+  const auto eout = round_trip(ev);
+  REQUIRE(eout.tasks.size() == 2);
+  CHECK(eout.tasks[0].isolated);
+  CHECK(eout.tasks[0].isolated_memory == (5ull << 30));
+  CHECK(eout.tasks[0].timeout_ms == 1500);
+  CHECK_FALSE(eout.tasks[1].isolated);
+  CHECK(eout.tasks[1].isolated_memory == 0);
+}
+
+TEST_CASE("Protocol.Isolated.OlderAndNewerSenders") {
+  // A spec from a sender without the fields: not isolated, no cap.
+  TaskSpecBeforeIsolated old;
+  old.id = 7;
+  old.function = "add";
+  old.timeout_ms = 300;
+  old.pool = "gpu";
+  const auto now = reencode<TaskSpec>(old);
+  CHECK(now.id == 7);
+  CHECK(now.function == "add");
+  CHECK(now.timeout_ms == 300);
+  CHECK(now.pool == "gpu");
+  CHECK_FALSE(now.isolated);
+  CHECK(now.isolated_memory == 0);
+  // A receiver without them reads the rest of a newer spec.
+  TaskSpec t;
+  t.id = 8;
+  t.pool = "cpu";
+  t.isolated = true;
+  t.isolated_memory = 1;
+  const auto back = reencode<TaskSpecBeforeIsolated>(t);
+  CHECK(back.id == 8);
+  CHECK(back.pool == "cpu");
+}
+
 TEST_CASE("Protocol.SubmitTasks.BatchWriterMatchesEncode") {
   // The client packs tasks one by one into a reused BatchWriter; the scheduler reads them one
   // by one with decode_each. Both must agree with the plain struct encoding.
