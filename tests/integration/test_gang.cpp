@@ -160,6 +160,18 @@ HERD_TASK(slow_rank0);
 
 // ---- tests ----
 
+/// Lines in rank r's marker file (one per run of that rank); the file is removed.
+static int take_rank_runs(const std::string& marker, int r) {
+  const std::string path = marker + "-rank" + std::to_string(r);
+  int runs = 0;
+  {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) ++runs;
+  }
+  std::filesystem::remove(path);
+  return runs;
+}
+
 TEST_CASE("Gang.RanksOnDistinctWorkers" * doctest::timeout(60)) {
   herd::Client client{herd::LocalCluster{3}};
   auto fs = client.submit_gang(3, identify);
@@ -288,11 +300,8 @@ TEST_CASE("Gang.TimeLimitRetriedAsAWhole" * doctest::timeout(60)) {
   auto fs = client.submit_gang(2, herd::TaskOptions{}.timeout(1.5).retries(1), slow_rank0, 4000, marker);
   for (auto& f : fs) CHECK(f.result(30s) == 0 + 1);
   for (int r = 0; r < 2; ++r) {
-    std::ifstream in(marker + "-rank" + std::to_string(r));
-    int runs = 0;
-    for (std::string line; std::getline(in, line);) ++runs;
+    const int runs = take_rank_runs(marker, r);
     CHECK_MESSAGE(runs == 2, "rank " << r << " ran " << runs << " times");
-    std::filesystem::remove(marker + "-rank" + std::to_string(r));
   }
   std::filesystem::remove(marker);
 }
@@ -305,11 +314,8 @@ TEST_CASE("Gang.RetriedAsAWhole" * doctest::timeout(60)) {
   auto fs = client.submit_gang(3, herd::TaskOptions{}.retries(1), fails_once, marker);
   for (auto& f : fs) CHECK(f.result() == 0 + 1 + 2);
   for (int r = 0; r < 3; ++r) {
-    std::ifstream in(marker + "-rank" + std::to_string(r));
-    int runs = 0;
-    for (std::string line; std::getline(in, line);) ++runs;
+    const int runs = take_rank_runs(marker, r);
     CHECK_MESSAGE(runs == 2, "rank " << r << " ran " << runs << " times");
-    std::filesystem::remove(marker + "-rank" + std::to_string(r));
   }
   std::filesystem::remove(marker);
 }
