@@ -20,6 +20,17 @@ using namespace std::chrono_literals;
 
 namespace {
 
+/// A worker's report that task `id` succeeded with a result of `nbytes`.
+herd::protocol::TaskResultsEvent one_ok_result(TaskId id, std::uint64_t nbytes) {
+  herd::protocol::TaskResultsEvent ev;
+  herd::protocol::TaskResult r;
+  r.id = id;
+  r.ok = true;
+  r.nbytes = nbytes;
+  ev.results.push_back(r);
+  return ev;
+}
+
 /// A scheduler state and virtual workers that do what the outbox says: each runs its queue in
 /// order, `nthreads` at a time; `finish()` completes running tasks, a cancel hands back what
 /// has not started.
@@ -1185,12 +1196,7 @@ TEST_CASE("SchedulerState.Secede.ASecededTaskCountsNoSlotUntilItRejoinsOrEnds") 
   CHECK(h.state.worker(w)->nthreads == 2u);
   auto& vw = h.workers.at(w);
   vw.running.erase(std::remove(vw.running.begin(), vw.running.end(), parent), vw.running.end());
-  herd::protocol::TaskResultsEvent done;
-  herd::protocol::TaskResult r;
-  r.id = parent;
-  r.ok = true;
-  r.nbytes = 8;
-  done.results.push_back(r);
+  auto done = one_ok_result(parent, 8);
   h.state.task_results(w, done, h.now);
   CHECK(h.state.worker(w)->nthreads == 1u);
   CHECK(h.state.worker(w)->seceded.empty());
@@ -1403,12 +1409,7 @@ TEST_CASE("SchedulerState.Campaign.JournaledAndRestoredAfterARestart" * doctest:
   const WorkerId w = h.add_worker("w", 1);  // the scattered result goes to the first worker
   h.turn();
   REQUIRE(h.workers.at(w).running.empty());
-  herd::protocol::TaskResultsEvent ev;
-  herd::protocol::TaskResult r;
-  r.id = a;
-  r.ok = true;
-  r.nbytes = 1;
-  ev.results.push_back(r);
+  auto ev = one_ok_result(a, 1);
   h.state.task_results(w, ev, h.now);
   h.deliver();
   CHECK(h.status(a) == TaskStatus::memory);
