@@ -134,7 +134,9 @@ bool parse_at(Window& w, std::uint64_t pos, std::uint64_t size, std::size_t keep
     if (b == nullptr || !parse_layout(b, len, len, l)) return false;
     if (Journal::crc32(b, len) != crc) return false;
     out.key.assign(b + l.key_off, l.key_len);
-    if (l.result_len <= keep_bytes) {
+    // Campaign records (recipes, errors) are always kept: the scheduler restores from them.
+    const bool campaign = !out.key.empty() && (out.key[0] == '\x1e' || out.key[0] == '\x1d');
+    if (l.result_len <= keep_bytes || campaign) {
       out.bytes = std::make_shared<const std::vector<char>>(b + l.result_off, b + l.result_off + l.result_len);
     }
   } else {
@@ -233,10 +235,12 @@ void Journal::load() {
     if (p.key.empty()) {  // forget_all(): a restart of the cluster forgot what came before
       entries_.clear();
       campaign_members_.clear();
+      errors_.clear();
       memory_bytes_ = 0;
       return;
     }
-    if (take_campaign_record(p.key)) return;
+    if (take_campaign_record(p.key, p.bytes.get(), true)) return;
+    errors_.erase(p.key);  // a result after an error: the task was submitted again and ran
     Entry e;
     e.offset = at + 8 + p.layout.result_off;
     e.size = p.layout.result_len;
@@ -334,7 +338,7 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
   auto bytes = std::make_shared<const std::vector<char>>(std::move(result));
   rec.bytes = bytes;
 
-  if (take_campaign_record(key)) {  // written, but not a result: no entry
+  if (take_campaign_record(key, bytes.get(), false)) {  // written, but not a result: no entry
     ++appended_;
     next_offset_ += rec.head.size() + rec.bytes->size();
     staged_.records.push_back(std::move(rec));
@@ -350,6 +354,7 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
   memory_bytes_ += bytes->size();
   e.bytes = std::move(bytes);
   if (e.size > options_.memory_bytes) to_release_.emplace_back(e.seq, key);
+  if (!errors_.empty()) errors_.erase(key);
   entries_[key] = std::move(e);
   next_offset_ += rec.head.size() + rec.bytes->size();
   staged_.records.push_back(std::move(rec));
@@ -358,23 +363,40 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
   return appended_;
 }
 
-bool Journal::take_campaign_record(const std::string& key) {
-  if (key.empty() || key[0] != '\x1e') return false;
+bool Journal::take_campaign_record(const std::string& key, const std::vector<char>* bytes, bool loading) {
+  if (key.empty()) return false;
+  if (key[0] == '\x1d') {  // a campaign task's error
+    if (bytes != nullptr) errors_[key.substr(1)] = *bytes;
+    return true;
+  }
+  if (key[0] != '\x1e') return false;
   const std::size_t sep = key.find('\x1f');
   if (sep == std::string::npos) return true;  // malformed: ignored
   std::string campaign = key.substr(1, sep - 1);
   std::string member = key.substr(sep + 1);
   if (!member.empty()) {
-    campaign_members_.emplace_back(std::move(campaign), std::move(member));
+    // Recipes are kept only as loaded, for the restore; a running scheduler has the tasks.
+    campaign_members_.push_back({std::move(campaign), std::move(member),
+                                 loading && bytes != nullptr ? *bytes : std::vector<char>{}});
     return true;
   }
-  // Released: its members and their results go.
-  std::erase_if(campaign_members_, [&](const std::pair<std::string, std::string>& m) {
-    if (m.first != campaign) return false;
-    erase_entry(m.second);
+  // Released: its members, their results and errors go.
+  std::erase_if(campaign_members_, [&](const CampaignMember& m) {
+    if (m.campaign != campaign) return false;
+    erase_entry(m.key);
+    errors_.erase(m.key);
     return true;
   });
   return true;
+}
+
+void Journal::drop_recipes() {
+  for (CampaignMember& m : campaign_members_) std::vector<char>().swap(m.recipe);
+}
+
+const std::vector<char>* Journal::error_of(const std::string& key) const {
+  auto it = errors_.find(key);
+  return it == errors_.end() ? nullptr : &it->second;
 }
 
 void Journal::erase_entry(const std::string& key) {
@@ -388,6 +410,7 @@ void Journal::forget_all() {
   (void)append("", {});  // the mark, written and synced like any record
   entries_.clear();
   campaign_members_.clear();
+  errors_.clear();
   to_release_.clear();
   memory_bytes_ = 0;
 }

@@ -28,10 +28,13 @@
 // of the scheduler that holds it; a second scheduler is refused with them.
 //
 // Detached campaigns (TaskOptions::campaign) are journaled too, as records of the same format
-// whose key starts with 0x1E (no task key does): "\x1E<campaign>\x1F<task key>" with an empty
-// result says the task belongs to the campaign (in submission order), "\x1E<campaign>\x1F" says
-// the campaign was released (its members, and their results, are forgotten). A loader that
-// predates them keeps entries nobody can submit.
+// whose key starts with 0x1E (no task key does): "\x1E<campaign>\x1F<task key>" says the task
+// belongs to the campaign (in submission order); its "result" is the task's recipe (what the
+// scheduler needs to run it again: see SchedulerState, state_campaigns.cpp), or empty when the
+// recipe was too large to keep. "\x1E<campaign>\x1F" says the campaign was released (its
+// members, their results and errors are forgotten). "\x1D<task key>" records the error a
+// campaign task failed with (msgpack protocol::ErrorInfo); a later result of the same key wins.
+// A loader that predates them keeps entries nobody can submit.
 //
 // Results larger than Options::memory_bytes are not kept in the scheduler's memory once they
 // are on disk: only their place in the file is, and read() fetches them on a reader thread.
@@ -58,6 +61,8 @@ namespace herd::scheduler {
 inline std::string campaign_record_key(const std::string& campaign, const std::string& key) {
   return std::string(1, '\x1e') + campaign + '\x1f' + key;
 }
+/// The journal key of the error a campaign's task `key` failed with.
+inline std::string campaign_error_key(const std::string& key) { return std::string(1, '\x1d') + key; }
 
 class Journal {
  public:
@@ -135,8 +140,19 @@ class Journal {
   std::string status() const;
 
   std::size_t size() const { return entries_.size(); }
-  /// Members of the campaigns not released, (campaign, task key), in the order recorded.
-  const std::vector<std::pair<std::string, std::string>>& campaign_members() const { return campaign_members_; }
+  /// A member of a campaign not released, in the order recorded.
+  struct CampaignMember {
+    std::string campaign, key;
+    /// The recipe journaled with it, as loaded (empty for members appended since, and after
+    /// drop_recipes()).
+    std::vector<char> recipe;
+  };
+  const std::vector<CampaignMember>& campaign_members() const { return campaign_members_; }
+  /// Frees the loaded recipes (once the scheduler has restored its campaigns).
+  void drop_recipes();
+  /// The recorded error (msgpack protocol::ErrorInfo) of campaign task `key`, when it failed
+  /// and has no result since; nullptr otherwise.
+  const std::vector<char>* error_of(const std::string& key) const;
   /// Result bytes held in memory (small results, and large ones not yet on disk).
   std::size_t memory_bytes() const { return memory_bytes_; }
   std::size_t dropped_bytes() const { return dropped_bytes_; }  // torn tail cut at load
@@ -179,8 +195,9 @@ class Journal {
   void wake();
   bool write_batches(std::vector<Batch*>& batches, std::string& error);
   void release_durable(std::uint64_t seq);
-  /// Applies a campaign record (a key starting with 0x1E); false when `key` is not one.
-  bool take_campaign_record(const std::string& key);
+  /// Applies a campaign record (a key starting with 0x1E or 0x1D) with its bytes (a member's
+  /// recipe is kept only when `loading`); false when `key` is not one.
+  bool take_campaign_record(const std::string& key, const std::vector<char>* bytes, bool loading);
   void erase_entry(const std::string& key);
 
   std::string path_;
@@ -188,7 +205,8 @@ class Journal {
   int fd_ = -1, lock_fd_ = -1, wake_fd_ = -1;
   // Event-loop thread only.
   std::unordered_map<std::string, Entry> entries_;
-  std::vector<std::pair<std::string, std::string>> campaign_members_;  // (campaign, key)
+  std::vector<CampaignMember> campaign_members_;
+  std::unordered_map<std::string, std::vector<char>> errors_;  // campaign task key -> ErrorInfo
   Batch staged_;
   std::uint64_t appended_ = 0;
   std::uint64_t next_offset_ = 0;  // where the next record goes

@@ -70,15 +70,19 @@ Scheduler::Scheduler(SchedulerOptions options)
                    << (journal_->dropped_bytes() ? ", " + std::to_string(journal_->dropped_bytes()) +
                                                        " bytes of a torn last record dropped"
                                                  : std::string());
-    // Detached campaigns come back: their finished results, for a client that attaches.
+    // Detached campaigns come back, for a client that attaches: finished tasks with their
+    // results or errors, the others to run again from their recipes.
     std::size_t restored = 0;
-    for (const auto& [campaign, key] : journal_->campaign_members()) {
-      const bool done = journal_->contains(key);
-      const std::vector<char>* bytes = done ? journal_->find(key) : nullptr;
-      const TaskId id = state_.restore_campaign_task(campaign, key, bytes, done && bytes == nullptr);
-      if (done && bytes == nullptr) journal_->read(key, id);  // on disk only: read, then placed
+    for (const Journal::CampaignMember& m : journal_->campaign_members()) {
+      const bool done = journal_->contains(m.key);
+      const std::vector<char>* bytes = done ? journal_->find(m.key) : nullptr;
+      const TaskId id = state_.restore_campaign_task(m.campaign, m.key, bytes, done && bytes == nullptr,
+                                                     done ? nullptr : journal_->error_of(m.key), m.recipe);
+      if (done && bytes == nullptr) journal_->read(m.key, id);  // on disk only: read, then placed
       ++restored;
     }
+    journal_->drop_recipes();
+    state_.restore_done();
     if (restored > 0) HERD_LOG(info) << "journal: " << restored << " campaign tasks restored";
   }
   socket_.set(zmq::sockopt::maxmsgsize, options_.config.max_message_bytes);

@@ -583,17 +583,18 @@ bool SchedulerState::submit(ClientId id, const protocol::TaskSpec& spec, const s
     return false;
   }
   const std::uint16_t shape = shape_of(spec.resources, spec.workers, spec.pool, spec.allow_other_workers);
+  const protocol::TaskSpec* added = &spec;
+  protocol::TaskSpec keyed;
   if (!spec.campaign.empty() && spec.key.empty() && graph_.find(spec.id) == nullptr) {
     // A campaign's task gets a key, "<campaign>/<index>": the journal keeps keyed results, so a
     // restarted scheduler can give them back to a client that attaches.
-    protocol::TaskSpec keyed = spec;
+    keyed = spec;
     keyed.key = spec.campaign + "/" + std::to_string(campaign_size(spec.campaign));
-    graph_.add(keyed, id, shape, fx_);
-  } else {
-    graph_.add(spec, id, shape, fx_);
+    added = &keyed;
   }
+  graph_.add(*added, id, shape, fx_);
   if (spec.gang != 0) gang_member_added(spec);
-  if (!spec.campaign.empty()) campaign_task_added(spec.campaign, spec.id, id);
+  if (!spec.campaign.empty()) campaign_task_added(spec.campaign, spec.id, id, added);
   // Finished before a restart: put the journaled result on a worker instead of running the
   // task again (its recipe stays, for lineage).
   if (journaled != nullptr) {
@@ -770,6 +771,7 @@ void SchedulerState::apply(Effects& fx) {
     while (next_inline < inline_results_.size() && inline_results_[next_inline].first < i) ++next_inline;
     const Task* t = graph_.find(id);
     if (t == nullptr) continue;
+    if (t->campaign && t->status == TaskStatus::erred && options_.full_results && !restoring_) journal_campaign_error(*t);
     if (last_out == nullptr || t->client != last_client) {
       if (clients_.count(t->client) == 0) continue;
       last_client = t->client;

@@ -322,13 +322,18 @@ class SchedulerState {
   std::vector<protocol::CampaignInfo> campaigns() const;
   /// The campaign a task belongs to ("" = none).
   const std::string& campaign_of(TaskId id) const;
-  /// A scheduler restarted with its journal: task `key` of `campaign`, with its journaled
-  /// result (`bytes`, put on a worker once one is there), or `on_disk` (the server reads it and
-  /// calls journal_read()), or neither: it had not finished, and its recipe is not journaled, so
-  /// it fails (herd::LostInRestart) rather than leave a future pending forever. Owned by no
-  /// client until one attaches. Returns its id.
+  /// A scheduler restarted with its journal: task `key` of `campaign` comes back, in the order
+  /// the journal recorded them, owned by no client until one attaches. With its journaled
+  /// result (`bytes`, put on a worker once one is there) or `on_disk` (the server reads it and
+  /// calls journal_read()) it is done; with a journaled `error` (msgpack ErrorInfo) it fails
+  /// with that error again; else it had not finished, and runs again from its `recipe` (its
+  /// inputs found by key among the tasks restored before it). Without a recipe (too large to
+  /// journal, or an input that was not a campaign's task) it fails with herd::LostInRestart,
+  /// saying why, rather than leave a future pending forever. Returns its id.
   TaskId restore_campaign_task(const std::string& campaign, const std::string& key, const std::vector<char>* bytes,
-                               bool on_disk);
+                               bool on_disk, const std::vector<char>* error, const std::vector<char>& recipe);
+  /// The restore is over: forgets the keys it resolved inputs by.
+  void restore_done() { restored_by_key_.clear(); }
   /// client.replicate / scatter(broadcast): copies of each result on `n` workers (0 = every
   /// connected worker), copied tree-wise: each holder serves one new copy at a time, so the
   /// holders double with each round instead of one source sending n-1 copies. The copies are
@@ -484,9 +489,15 @@ class SchedulerState {
   void release_gang_reservations(TaskId gang);
 
   // Campaigns (state_campaigns.cpp).
-  void campaign_task_added(const std::string& name, TaskId id, ClientId client, bool journal = true);
+  /// Task `id` joins campaign `name`; `journal`: its membership (with `spec` as its recipe) is
+  /// journaled.
+  void campaign_task_added(const std::string& name, TaskId id, ClientId client, const protocol::TaskSpec* journal);
+  /// A campaign task failed for good: its error is journaled (a restarted scheduler gives it back).
+  void journal_campaign_error(const Task& t);
   std::size_t campaign_size(const std::string& name) const;
   TaskId next_restored_ = 0;                 // ids of restored tasks: client index 0
+  std::unordered_map<std::string, TaskId> restored_by_key_;  // during the restore: key -> task
+  bool restoring_ = false;                   // restore_campaign_task: nothing is journaled again
   protocol::CampaignInfo campaign_info(const std::string& name) const;
   std::string validate_campaigns() const;
 

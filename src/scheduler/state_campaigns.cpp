@@ -6,7 +6,15 @@
 // client 0: its updates go nowhere until a client attaches, takes the tasks over (their updates
 // go to it from then on) and is told at once where each finished one stands. Releasing the
 // campaign cancels what has not finished and lets everything go as dropped futures do.
+//
+// With the journal on, a campaign outlives the scheduler too: each task's membership is
+// journaled with its recipe (the task's spec, its inputs named by key: task ids do not survive
+// a restart, keys do), each final error with the task's key, each result as any keyed result.
+// A scheduler started again on the journal restores every campaign in order: finished tasks
+// with their results or errors, unfinished ones from their recipes, to run again.
 #include <utility>
+
+#include <msgpack.hpp>
 
 #include "common/logging.hpp"
 #include "scheduler/journal.hpp"
@@ -16,6 +24,24 @@ namespace herd::scheduler {
 
 namespace {
 const std::string kNoCampaign;
+
+/// What the journal keeps of a campaign task to run it again after a restart.
+struct Recipe {
+  protocol::TaskSpec spec;
+  std::vector<std::string> inputs;  // the key of refs[i]'s task (key_of)
+  std::string gang;                 // the key of its gang's rank 0 ("" = not in a gang)
+  MSGPACK_DEFINE(spec, inputs, gang);
+};
+
+/// Larger recipes (arguments inlined into the task) are not journaled: the task comes back
+/// as herd::LostInRestart. The journal loads records up to 16 MiB in one read.
+constexpr std::size_t kMaxRecipeBytes = std::size_t{8} << 20;
+
+std::vector<char> pack_bytes(const auto& value) {
+  msgpack::sbuffer buf;
+  msgpack::pack(buf, value);
+  return {buf.data(), buf.data() + buf.size()};
+}
 }  // namespace
 
 std::size_t SchedulerState::campaign_size(const std::string& name) const {
@@ -23,18 +49,44 @@ std::size_t SchedulerState::campaign_size(const std::string& name) const {
   return it == campaigns_.end() ? 0 : it->second.tasks.size();
 }
 
-void SchedulerState::campaign_task_added(const std::string& name, TaskId id, ClientId client, bool journal) {
+void SchedulerState::campaign_task_added(const std::string& name, TaskId id, ClientId client,
+                                         const protocol::TaskSpec* journal) {
   Task* t = graph_.find(id);
   if (t == nullptr || t->campaign || campaign_of_.count(id)) return;  // a resend
   t->campaign = true;
-  // With the journal on, membership is recorded (in order with the results), so a restarted
-  // scheduler knows its campaigns.
-  if (journal && options_.full_results) out_.journal.emplace_back(campaign_record_key(name, graph_.user_key(*t)), std::vector<char>{});
+  // With the journal on, membership is recorded with the recipe (in order with the results),
+  // so a restarted scheduler knows its campaigns and can run again what had not finished.
+  if (journal != nullptr && options_.full_results) {
+    Recipe r;
+    r.spec = *journal;
+    r.inputs.reserve(r.spec.refs.size());
+    for (const protocol::ArgRef& ref : r.spec.refs) {
+      const Task* dep = graph_.find(ref.id);
+      // Its key (a display key for an unnamed task: never restored, but named in the error).
+      r.inputs.push_back(dep != nullptr ? graph_.key_of(*dep) : std::string());
+    }
+    if (r.spec.gang != 0) {
+      if (const Task* g = graph_.find(r.spec.gang); g != nullptr) r.gang = graph_.key_of(*g);
+    }
+    std::vector<char> recipe = pack_bytes(r);
+    if (recipe.size() > kMaxRecipeBytes) {
+      HERD_LOG(warning) << "campaign " << name << ": the recipe of " << graph_.user_key(*t) << " ("
+                        << recipe.size() << " bytes) is too large to journal; if the scheduler restarts before "
+                        << "it finishes, it fails with herd::LostInRestart";
+      recipe.clear();
+    }
+    out_.journal.emplace_back(campaign_record_key(name, graph_.user_key(*t)), std::move(recipe));
+  }
   Campaign& c = campaigns_[name];
   if (c.tasks.empty()) HERD_LOG(info) << "campaign " << name << " started by client #" << client;
   c.tasks.push_back(id);
   c.client = client;
   campaign_of_.emplace(id, name);
+}
+
+void SchedulerState::journal_campaign_error(const Task& t) {
+  if (!t.error) return;
+  out_.journal.emplace_back(campaign_error_key(graph_.user_key(t)), pack_bytes(*t.error));
 }
 
 const std::string& SchedulerState::campaign_of(TaskId id) const {
@@ -123,23 +175,77 @@ bool SchedulerState::attach_campaign(ClientId id, const std::string& name, proto
 }
 
 TaskId SchedulerState::restore_campaign_task(const std::string& campaign, const std::string& key,
-                                             const std::vector<char>* bytes, bool on_disk) {
+                                             const std::vector<char>* bytes, bool on_disk,
+                                             const std::vector<char>* error, const std::vector<char>& recipe) {
   const TaskId id = ++next_restored_;  // client index 0: no client's ids
-  graph_.add_scattered(id, key, 0);
-  campaign_task_added(campaign, id, 0, false);
-  if (bytes != nullptr) {
-    dispatch_scatter(id, zmq::message_t(bytes->data(), bytes->size()));
-  } else if (on_disk) {
-    held_.insert(id);
+  restoring_ = true;
+  auto lost = [&](const std::string& why) {
+    graph_.add_scattered(id, key, 0);
+    campaign_task_added(campaign, id, 0, nullptr);
+    graph_.fail(id, {"herd::LostInRestart", "task " + key + " of campaign " + campaign + " " + why, key, ""}, fx_);
+  };
+  if (bytes != nullptr || on_disk) {
+    graph_.add_scattered(id, key, 0);
+    campaign_task_added(campaign, id, 0, nullptr);
+    if (bytes != nullptr) dispatch_scatter(id, zmq::message_t(bytes->data(), bytes->size()));
+    else held_.insert(id);
+  } else if (error != nullptr) {
+    protocol::ErrorInfo e;
+    try {
+      msgpack::object_handle oh = msgpack::unpack(error->data(), error->size());
+      oh.get().convert(e);
+    } catch (const std::exception& ex) {
+      e = {"herd::LostInRestart", "task " + key + " of campaign " + campaign +
+                                      " failed before the scheduler stopped; its journaled error is unreadable (" +
+                                      ex.what() + ")",
+           key, ""};
+    }
+    graph_.add_scattered(id, key, 0);
+    campaign_task_added(campaign, id, 0, nullptr);
+    graph_.fail(id, e, fx_);
+  } else if (recipe.empty()) {
+    lost("had not finished when the scheduler stopped, and its recipe was too large to journal: submit it again");
   } else {
-    graph_.fail(id, {"herd::LostInRestart",
-                     "task " + key + " of campaign " + campaign +
-                         " had not finished when the scheduler stopped; the journal keeps results, not recipes: "
-                         "submit it again",
-                     key, ""},
-                fx_);
-    apply(fx_);
+    Recipe r;
+    std::string why;
+    try {
+      msgpack::object_handle oh = msgpack::unpack(recipe.data(), recipe.size());
+      oh.get().convert(r);
+      if (r.inputs.size() != r.spec.refs.size()) why = "has a damaged recipe in the journal (inputs do not match)";
+    } catch (const std::exception& ex) {
+      why = std::string("has an unreadable recipe in the journal (") + ex.what() + ")";
+    }
+    protocol::TaskSpec& spec = r.spec;
+    for (std::size_t i = 0; why.empty() && i < spec.refs.size(); ++i) {
+      auto it = restored_by_key_.find(r.inputs[i]);
+      if (it == restored_by_key_.end()) {
+        why = "had not finished when the scheduler stopped, and its input " +
+              (r.inputs[i].empty() ? std::string("(unnamed)") : r.inputs[i]) +
+              " was not part of a campaign (the journal keeps only campaigns' recipes): submit it again";
+      } else {
+        spec.refs[i].id = it->second;
+      }
+    }
+    if (why.empty() && !r.gang.empty()) {
+      if (r.gang == key) spec.gang = id;
+      else if (auto g = restored_by_key_.find(r.gang); g != restored_by_key_.end()) spec.gang = g->second;
+      else why = "had not finished when the scheduler stopped, and its gang's rank 0 (" + r.gang + ") was not restored";
+    }
+    if (!why.empty()) {
+      lost(why);
+    } else {
+      // Runs again, as its client submitted it (retries, resources and all).
+      spec.id = id;
+      spec.key = key;
+      spec.campaign = campaign;
+      graph_.add(spec, 0, shape_of(spec.resources, spec.workers, spec.pool, spec.allow_other_workers), fx_);
+      if (spec.gang != 0) gang_member_added(spec);
+      campaign_task_added(campaign, id, 0, nullptr);
+    }
   }
+  restored_by_key_[key] = id;
+  apply(fx_);
+  restoring_ = false;
   check();
   return id;
 }

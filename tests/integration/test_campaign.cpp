@@ -181,3 +181,106 @@ TEST_CASE("Campaign.Local.ClientKilledThenReattachedByName" * doctest::timeout(1
   CHECK(futures[2].result() == 4);
   std::filesystem::remove_all(dir);
 }
+
+namespace {
+/// The campaign's last task: needs two of its steps.
+int camp_total(int first, int last, std::string dir) {
+  std::ofstream(dir + "/total", std::ios::app) << "ran\n";
+  return first + last;
+}
+}  // namespace
+HERD_TASK(camp_total);
+
+TEST_CASE("Campaign.Local.SchedulerKilledRestartedOnItsJournalThenReattached" * doctest::timeout(120)) {
+  // A campaign runs on a scheduler with a journal; the scheduler is SIGKILLed mid-way (the
+  // login node rebooted). A new scheduler on the same journal restores the campaign: what had
+  // finished is not run again, what had not runs again from its recipe (the last task's inputs
+  // found by key), the failed step keeps its own error; a new client attaches by name and
+  // gathers every value.
+  const std::string dir = "/tmp/herd-campaign-restart-" + std::to_string(::getpid());
+  const std::string journal = dir + ".journal";
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(journal);
+  std::filesystem::create_directories(dir);
+  auto fast = [&] {
+    return std::move(herd::LocalCluster{2}.env("HERD_JOURNAL", journal).env("HERD_TIMEOUT_MS", "1500").env(
+        "HERD_HEARTBEAT_MS", "100"));
+  };
+  std::vector<int> finished_before;  // steps whose result the first client held
+  {
+    herd::LocalCluster cluster = fast();
+    const std::string address = cluster.start();
+    herd::Client client{address};
+    std::vector<int> steps;
+    for (int i = 0; i < kTasks; ++i) steps.push_back(i);
+    auto futures = client.map(herd::TaskOptions{}.campaign("nightly"), camp_step, steps,
+                              std::vector<std::string>(kTasks, dir));
+    auto total = client.submit(herd::TaskOptions{}.campaign("nightly"), camp_total, futures[0], futures[kTasks - 1], dir);
+    for (int i = 0; i < 3; ++i) {
+      CHECK(futures[static_cast<std::size_t>(i)].result(30s) == i * i);
+      finished_before.push_back(i);
+    }
+    ::kill(cluster.scheduler_pid(), SIGKILL);
+    CHECK_THROWS_AS(total.result(30s), herd::ConnectionError);
+  }
+  std::size_t runs_before = 0;
+  for (int i = 0; i < kTasks; ++i) runs_before += lines_in(dir + "/" + std::to_string(i));
+  CHECK(runs_before < kTasks);  // killed mid-way
+
+  herd::LocalCluster cluster = fast();
+  const std::string address = cluster.start();
+  herd::Client client{address};
+  const auto all = client.campaigns();
+  const herd::CampaignInfo* c = find_campaign(all, "nightly");
+  REQUIRE(c != nullptr);
+  CHECK(c->total == kTasks + 1);
+  // The journaled results are put on workers as they connect.
+  CHECK(eventually([&] {
+    const auto now = client.campaigns();
+    const herd::CampaignInfo* n = find_campaign(now, "nightly");
+    return n != nullptr && n->done >= 3;
+  }, 30s));
+  const auto futures = client.campaign_futures<int>("nightly");
+  REQUIRE(futures.size() == kTasks + 1);
+  for (int i = 0; i < kTasks; ++i) {
+    const auto& f = futures[static_cast<std::size_t>(i)];
+    if (i == 5) {
+      try {
+        (void)f.result(60s);
+        FAIL("step 5 should have failed");
+      } catch (const herd::TaskError& e) {
+        CHECK(e.type() == "std::runtime_error");  // its own error, not LostInRestart
+        CHECK(e.message() == "step 5 diverged");
+      }
+      continue;
+    }
+    CHECK_MESSAGE(f.result(60s) == i * i, "step " << i);
+  }
+  CHECK(futures[kTasks].result(60s) == 0 + (kTasks - 1) * (kTasks - 1));
+  // What had finished ran once; every other step ran at least once, and at most twice (those
+  // running or queued on a worker when the scheduler died: the workers go on until they find
+  // the scheduler silent, and those results are lost with it).
+  std::size_t runs = 0, twice = 0;
+  for (int i = 0; i < kTasks; ++i) {
+    const std::size_t n = lines_in(dir + "/" + std::to_string(i));
+    CHECK_MESSAGE(n >= 1, "step " << i);
+    CHECK_MESSAGE(n <= 2, "step " << i);
+    runs += n;
+    twice += n == 2;
+  }
+  for (int i : finished_before) CHECK_MESSAGE(lines_in(dir + "/" + std::to_string(i)) == 1, "step " << i);
+  CHECK(lines_in(dir + "/total") == 1);
+  MESSAGE(runs_before << " step runs before the kill, " << runs << " in all (" << kTasks << " steps, " << twice
+                      << " ran twice)");
+  const auto after = client.campaigns();
+  c = find_campaign(after, "nightly");
+  REQUIRE(c != nullptr);
+  CHECK(c->done == kTasks);
+  CHECK(c->failed == 1);
+  CHECK(c->pending == 0);
+  client.release_campaign("nightly");
+  CHECK(find_campaign(client.campaigns(), "nightly") == nullptr);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(journal);
+  std::filesystem::remove(journal + ".lock");
+}

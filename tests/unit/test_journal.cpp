@@ -405,27 +405,42 @@ TEST_CASE("Journal.Campaigns.MembershipSurvivesAReloadAndAReleaseForgetsIt") {
   Removed guard{path};
   {
     Journal j(path);
-    j.append(campaign_record_key("nightly", "nightly/0"), {});
+    j.append(campaign_record_key("nightly", "nightly/0"), {'r', '0'});
     j.append(campaign_record_key("nightly", "nightly/1"), {});
     j.append(campaign_record_key("old", "old/0"), {});
-    j.append("nightly/0", {'7'});
+    j.append(herd::scheduler::campaign_error_key("nightly/0"), {'e'});
+    j.append("nightly/0", {'7'});  // ran again after its error: the result wins
+    j.append(herd::scheduler::campaign_error_key("nightly/1"), {'e'});
     j.append("old/0", {'1'});
+    j.append(herd::scheduler::campaign_error_key("old/0"), {'e'});
     j.append(campaign_record_key("old", ""), {});  // released
     j.flush();
     CHECK(j.wait_durable(10s));
     CHECK(j.size() == 1);  // nightly/0's result; campaign records are no results
     CHECK(!j.contains("old/0"));
+    CHECK(j.error_of("old/0") == nullptr);
     REQUIRE(j.campaign_members().size() == 2);
   }
   Journal j(path);
   CHECK(j.size() == 1);
   CHECK(!j.contains("old/0"));
+  CHECK(j.error_of("old/0") == nullptr);
   REQUIRE(j.find("nightly/0") != nullptr);
   CHECK(*j.find("nightly/0") == std::vector<char>{'7'});
   const auto& members = j.campaign_members();
   REQUIRE(members.size() == 2);
-  CHECK(members[0] == std::make_pair(std::string("nightly"), std::string("nightly/0")));
-  CHECK(members[1] == std::make_pair(std::string("nightly"), std::string("nightly/1")));
+  CHECK(members[0].campaign == "nightly");
+  CHECK(members[0].key == "nightly/0");
+  CHECK(members[0].recipe == std::vector<char>{'r', '0'});  // recipes come back as loaded
+  CHECK(members[1].campaign == "nightly");
+  CHECK(members[1].key == "nightly/1");
+  CHECK(members[1].recipe.empty());
+  // An error is kept until a result of the same key comes after it.
+  REQUIRE(j.error_of("nightly/1") != nullptr);
+  CHECK(*j.error_of("nightly/1") == std::vector<char>{'e'});
+  CHECK(j.error_of("nightly/0") == nullptr);
+  j.drop_recipes();
+  CHECK(j.campaign_members()[0].recipe.empty());
   j.forget_all();
   CHECK(j.campaign_members().empty());
 }

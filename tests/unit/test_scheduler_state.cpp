@@ -3,8 +3,11 @@
 // followed by validate() (StateOptions::validate), so each test also checks the invariants.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <map>
 #include <queue>
 #include <random>
@@ -1367,66 +1370,115 @@ TEST_CASE("SchedulerState.Campaign.RestartForgetsCampaigns" * doctest::timeout(3
 }
 
 TEST_CASE("SchedulerState.Campaign.JournaledAndRestoredAfterARestart" * doctest::timeout(30)) {
-  // With the journal on, a campaign's tasks get keys "<campaign>/<index>", their membership and
-  // results are recorded; a new state restores them: finished ones as data put on a worker,
-  // the unfinished one failed with the reason, all attached to by a client.
+  // With the journal on, a campaign's tasks get keys "<campaign>/<index>"; their membership
+  // (with recipes), results and errors are recorded in a real journal file. A new state,
+  // restored from that file as the scheduler does, gives back: the finished task's result, the
+  // failed task's own error, the unfinished task run again from its recipe (its input found by
+  // key), and LostInRestart, naming the input, for one whose input was not a campaign's task.
   StateOptions o;
   o.full_results = true;
-  std::vector<std::pair<std::string, std::vector<char>>> journal;
+  const std::string path = "/tmp/herd-state-campaign-" + std::to_string(::getpid()) + ".journal";
+  std::filesystem::remove(path);
+  auto record = [](Harness& h, Journal& j) {
+    for (auto& [key, bytes] : h.state.outbox().journal) j.append(key, bytes);
+  };
   {
+    Journal j(path);
     Harness h(o);
-    const WorkerId w = h.add_worker("w", 1);
+    const WorkerId w = h.add_worker("w", 3);
     const TaskId a = submit_to_campaign(h, h.client, 1, "nightly");
-    submit_to_campaign(h, h.client, 2, "nightly");
+    const TaskId c = submit_to_campaign(h, h.client, 2, "nightly");
+    h.next = 3;
+    const TaskId p = h.submit("plain");
+    TaskSpec b;  // b(a), in the campaign
+    b.id = (static_cast<TaskId>(h.client) << 40) | 4;
+    b.function = "step";
+    b.args = {'\x91', '\xc0'};  // [nil]: filled by a
+    b.refs.push_back(ArgRef{a, 0, -1});
+    b.retries = 2;
+    b.campaign = "nightly";
+    TaskSpec d = b;  // d(p), in the campaign
+    d.id = (static_cast<TaskId>(h.client) << 40) | 5;
+    d.refs[0].id = p;
+    std::string error;
+    REQUIRE(h.state.submit(h.client, b, nullptr, error));
+    REQUIRE(h.state.submit(h.client, d, nullptr, error));
     CHECK(h.state.graph().key_of(*h.task(a)) == "nightly/0");
-    // Read the journal records before the harness clears the outbox: membership first.
-    for (auto& r : h.state.outbox().journal) journal.push_back(r);
+    CHECK(h.state.graph().key_of(*h.task(b.id)) == "nightly/2");
+    record(h, j);
     h.turn();
-    REQUIRE(h.workers.at(w).running == std::vector<TaskId>{a});
-    herd::protocol::TaskResultsEvent ev;
-    herd::protocol::TaskResult r;
-    r.id = a;
-    r.ok = true;
-    r.nbytes = 1;
-    r.inline_data = {'\x07'};
-    ev.results.push_back(r);
+    REQUIRE(h.workers.at(w).running.size() == 3);  // a, c and p
+    herd::protocol::TaskResultsEvent ev = one_ok_result(a, 1);
+    ev.results[0].inline_data = {'\x07'};
+    herd::protocol::TaskResult& failed = ev.results.emplace_back();
+    failed.id = c;
+    failed.error = {"std::runtime_error", "c diverged", "nightly/1", "w"};
+    ev.results.push_back(one_ok_result(p, 1).results[0]);
     h.workers.at(w).running.clear();
     h.state.task_results(w, ev, h.now);
-    for (auto& rec : h.state.outbox().journal) journal.push_back(rec);
+    h.state.schedule(h.now);
+    record(h, j);
     h.deliver();
+    CHECK(h.status(c) == TaskStatus::erred);
+    CHECK(h.status(b.id) == TaskStatus::processing);  // unfinished when the scheduler "stops"
+    CHECK(h.status(d.id) == TaskStatus::processing);
+    j.flush();
+    REQUIRE(j.wait_durable(10s));
   }
-  REQUIRE(journal.size() == 3);
-  CHECK(journal[0].first == herd::scheduler::campaign_record_key("nightly", "nightly/0"));
-  CHECK(journal[1].first == herd::scheduler::campaign_record_key("nightly", "nightly/1"));
-  CHECK(journal[2].first == "nightly/0");
-  CHECK(journal[2].second == std::vector<char>{'\x07'});
 
+  Journal j(path);
+  REQUIRE(j.campaign_members().size() == 4);
+  CHECK(j.error_of("nightly/1") != nullptr);
   Harness h(o);
-  const TaskId a = h.state.restore_campaign_task("nightly", "nightly/0", &journal[2].second, false);
-  const TaskId b = h.state.restore_campaign_task("nightly", "nightly/1", nullptr, false);
-  CHECK(h.status(b) == TaskStatus::erred);
-  CHECK(h.task(b)->error->type == "herd::LostInRestart");
+  std::map<std::string, TaskId> id;
+  for (const Journal::CampaignMember& m : j.campaign_members()) {
+    CHECK_FALSE(m.recipe.empty());
+    const bool done = j.contains(m.key);
+    id[m.key] = h.state.restore_campaign_task(m.campaign, m.key, done ? j.find(m.key) : nullptr, false,
+                                              done ? nullptr : j.error_of(m.key), m.recipe);
+  }
+  h.state.restore_done();
+  CHECK(h.state.outbox().journal.empty());  // the restore journals nothing again
+  CHECK(h.status(id["nightly/1"]) == TaskStatus::erred);
+  CHECK(h.task(id["nightly/1"])->error->type == "std::runtime_error");
+  CHECK(h.task(id["nightly/1"])->error->message == "c diverged");
+  CHECK(h.status(id["nightly/3"]) == TaskStatus::erred);
+  CHECK(h.task(id["nightly/3"])->error->type == "herd::LostInRestart");
+  CHECK(h.task(id["nightly/3"])->error->message.find("plain-") != std::string::npos);  // names its input
+  CHECK(h.status(id["nightly/2"]) == TaskStatus::waiting);  // on nightly/0's result
   const WorkerId w = h.add_worker("w", 1);  // the scattered result goes to the first worker
   h.turn();
   REQUIRE(h.workers.at(w).running.empty());
-  auto ev = one_ok_result(a, 1);
+  auto ev = one_ok_result(id["nightly/0"], 1);
   h.state.task_results(w, ev, h.now);
+  h.state.schedule(h.now);
   h.deliver();
-  CHECK(h.status(a) == TaskStatus::memory);
+  CHECK(h.status(id["nightly/0"]) == TaskStatus::memory);
+  // nightly/2 runs again, as submitted: its function, arguments, retries and input.
+  REQUIRE(h.workers.at(w).running == std::vector<TaskId>{id["nightly/2"]});
+  const Task* rerun = h.task(id["nightly/2"]);
+  CHECK(h.state.graph().function_name(*rerun) == "step");
+  CHECK(rerun->retries_left == 2);
+  REQUIRE(rerun->deps.size() == 1);
+  CHECK(rerun->deps[0] == id["nightly/0"]);
+  h.finish(w);
+  CHECK(h.status(id["nightly/2"]) == TaskStatus::memory);
   const auto camps = h.state.campaigns();
   REQUIRE(camps.size() == 1);
-  CHECK(camps[0].total == 2);
-  CHECK(camps[0].done == 1);
-  CHECK(camps[0].failed == 1);
+  CHECK(camps[0].total == 4);
+  CHECK(camps[0].done == 2);
+  CHECK(camps[0].failed == 2);
   herd::protocol::CampaignReply reply;
   REQUIRE(h.state.attach_campaign(h.client, "nightly", reply));
-  REQUIRE(reply.tasks.size() == 2);
+  REQUIRE(reply.tasks.size() == 4);
   CHECK(reply.tasks[0].key == "nightly/0");
-  CHECK(reply.current.updates.size() == 2);
+  CHECK(reply.current.updates.size() == 4);
   // Released: a record says so, for the next load.
   REQUIRE(h.state.release_campaign("nightly"));
   const auto& recs = h.state.outbox().journal;
   CHECK(std::any_of(recs.begin(), recs.end(), [](const auto& rec) {
     return rec.first == herd::scheduler::campaign_record_key("nightly", "");
   }));
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".lock");
 }
