@@ -11,6 +11,7 @@
 /// f.add_done_callback([](const herd::Future<int>& g) { log(g.key()); });
 /// @endcode
 
+#include <algorithm>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
@@ -19,7 +20,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <typeinfo>
+#include <vector>
 
 #include <msgpack.hpp>
 
@@ -118,8 +121,36 @@ class Future {
     return *state_;
   }
   T fetch(std::int64_t timeout_ms) const {
-    auto payload = detail::future_payload(checked(), timeout_ms);
+    if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::vector<char>> ||
+                  std::is_same_v<T, std::vector<unsigned char>>) {
+      // Bytes: a large result is handed over and copied into the value a slice at a time, each
+      // slice of the received bytes let go once copied, so a 1 GiB result costs the client
+      // about 1 GiB, not its bytes and its value side by side.
+      auto payload = detail::future_take_payload(checked(), timeout_ms);
+      std::size_t offset = 0, size = 0;
+      if (payload->size() >= detail::kHandOverBytes && payload.use_count() == 1 &&
+          detail::raw_extent(*payload, offset, size)) {
+        constexpr std::size_t kSlice = std::size_t{16} << 20;
+        T out;
+        out.reserve(size);  // not touched yet: its pages come as the slices are copied
+        const char* bytes = payload->data() + offset;
+        for (std::size_t done = 0; done < size;) {
+          const std::size_t n = std::min(kSlice, size - done);
+          out.insert(out.end(), bytes + done, bytes + done + n);
+          done += n;
+          payload->release_prefix(offset + done);
+        }
+        return out;
+      }
+      return decode(*payload);
+    } else {
+      auto payload = detail::future_payload(checked(), timeout_ms);
+      return decode(*payload);
+    }
+  }
+  T decode(const detail::Payload& payload) const {
     if constexpr (std::is_void_v<T>) {
+      (void)payload;
       return;
     } else {
       try {
@@ -127,7 +158,7 @@ class Future {
         // copied into msgpack's zone first: a 1 GiB result costs its bytes and its value, not
         // a third copy in between.
         msgpack::object_handle handle = msgpack::unpack(
-            payload->data(), payload->size(), [](msgpack::type::object_type, std::size_t, void*) { return true; });
+            payload.data(), payload.size(), [](msgpack::type::object_type, std::size_t, void*) { return true; });
         return handle.get().as<T>();
       } catch (const std::exception& e) {
         detail::throw_decode_error(*state_, typeid(T).name(), e.what());

@@ -768,6 +768,36 @@ std::shared_ptr<const Payload> future_payload(FutureState& s, std::int64_t timeo
   }
 }
 
+std::shared_ptr<const Payload> future_take_payload(FutureState& s, std::int64_t timeout_ms) {
+  std::shared_ptr<const Payload> p = future_payload(s, timeout_ms);
+  if (p->size() >= kHandOverBytes) {
+    std::lock_guard lock(s.core->mu_);
+    if (s.data == p) s.data.reset();  // fetched again if asked for again
+  }
+  return p;
+}
+
+bool raw_extent(const Payload& p, std::size_t& offset, std::size_t& size) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p.data());
+  const std::size_t n = p.size();
+  if (n == 0) return false;
+  std::size_t head = 0, len = 0;
+  const unsigned char c = b[0];
+  if (c >= 0xa0 && c <= 0xbf) {
+    head = 1;
+    len = c & 0x1f;
+  } else {
+    const int bytes = c == 0xc4 || c == 0xd9 ? 1 : c == 0xc5 || c == 0xda ? 2 : c == 0xc6 || c == 0xdb ? 4 : 0;
+    if (bytes == 0 || n < 1 + static_cast<std::size_t>(bytes)) return false;
+    head = 1 + static_cast<std::size_t>(bytes);
+    for (int i = 1; i <= bytes; ++i) len = (len << 8) | b[i];
+  }
+  if (head + len != n) return false;
+  offset = head;
+  size = len;
+  return true;
+}
+
 bool future_done(const FutureState& s) {
   std::lock_guard lock(s.core->mu_);
   return is_done(s);

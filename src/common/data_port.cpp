@@ -1,5 +1,8 @@
 #include "common/data_port.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -19,6 +22,14 @@ std::unique_ptr<Buffer> Buffer::allocate(std::size_t size) {
   char* p = static_cast<char*>(std::malloc(std::max<std::size_t>(size, 1)));
   if (p == nullptr) throw std::bad_alloc();
   return std::make_unique<Buffer>(p, size);
+}
+
+void Buffer::release_prefix(std::size_t upto) const {
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto start = reinterpret_cast<std::uintptr_t>(data_);
+  const std::uintptr_t begin = (start + page - 1) / page * page;  // whole pages of ours only
+  const std::uintptr_t end = (start + std::min(upto, size_)) / page * page;
+  if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset, std::size_t size) {

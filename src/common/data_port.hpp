@@ -41,6 +41,8 @@ class Buffer : public detail::Payload {
   Buffer& operator=(const Buffer&) = delete;
   const char* data() const override { return data_; }
   std::size_t size() const override { return size_; }
+  /// The whole pages under [data, data + upto) go back to the system (madvise DONTNEED).
+  void release_prefix(std::size_t upto) const override;
   char* mutable_data() { return data_; }
 
  private:

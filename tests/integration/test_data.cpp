@@ -196,6 +196,44 @@ TEST_CASE("Spill.FullDisk.ClearErrorPausedNothingLost" * doctest::timeout(180)) 
   CHECK(eventually([&] { return only_worker(client).paused.empty(); }, 10s));
 }
 
+namespace {
+/// `mib` MiB (+ `extra` bytes) of a pattern, as a string (a str on the wire) and as bytes (bin).
+std::string text_block(int seed, int mib, int extra) {
+  std::string s((static_cast<std::size_t>(mib) << 20) + static_cast<std::size_t>(extra), '\0');
+  for (std::size_t i = 0; i < s.size(); ++i) s[i] = static_cast<char>(byte_at(seed, i));
+  return s;
+}
+HERD_TASK(text_block);
+std::vector<char> char_block(int seed, int mib, int extra) {
+  const std::string s = text_block(seed, mib, extra);
+  return {s.begin(), s.end()};
+}
+HERD_TASK(char_block);
+}  // namespace
+
+TEST_CASE("Gather.LargeResultsHandedOverRightEveryTime" * doctest::timeout(120)) {
+  // Results of 32 MiB and more are handed over to result(), which copies them into the value a
+  // slice at a time and lets the received bytes go: every value is right, whatever its size
+  // against the 16 MiB slice, and asking again fetches it again, right again. Smaller ones stay
+  // with their future as before.
+  herd::Client client{herd::LocalCluster{1}};
+  for (int extra : {0, 1, (16 << 20) - 1}) {
+    auto f = client.submit(text_block, 3, 32, extra);
+    const std::string expected = text_block(3, 32, extra);
+    CHECK_MESSAGE(f.result(60s) == expected, "32 MiB + " << extra);
+    CHECK_MESSAGE(f.result(60s) == expected, "again, 32 MiB + " << extra);
+  }
+  auto small = client.submit(text_block, 4, 31, 0);  // under the hand-over size: kept
+  CHECK(small.result(60s) == text_block(4, 31, 0));
+  CHECK(small.result(60s) == text_block(4, 31, 0));
+  std::vector<herd::Future<std::vector<char>>> blocks;
+  for (int seed = 0; seed < 3; ++seed) blocks.push_back(client.submit(char_block, seed, 33, seed));
+  const auto values = client.gather(blocks);
+  REQUIRE(values.size() == 3);
+  for (int seed = 0; seed < 3; ++seed) CHECK(values[static_cast<std::size_t>(seed)] == char_block(seed, 33, seed));
+  CHECK(blocks[1].result(60s) == char_block(1, 33, 1));  // gathered, then asked again
+}
+
 TEST_CASE("Replicate.LostHolderCostsNoRecompute" * doctest::timeout(120)) {
   // Two workers with different resources, so that we know where the result is made.
   herd::LocalCluster cluster{0};

@@ -25,7 +25,20 @@ struct Payload {
   virtual ~Payload() = default;
   virtual const char* data() const = 0;
   virtual std::size_t size() const = 0;
+  /// The caller holds the only reference and will not read bytes before `upto` again: the
+  /// memory under them may go back to the system now (a large result being copied into its
+  /// value, so that the two are never both whole in memory). Default: nothing.
+  virtual void release_prefix(std::size_t upto) const { (void)upto; }
 };
+
+/// Results at least this large are handed over by the future that fetched them: result()
+/// copies them into the value while the bytes copied are let go, and the future keeps nothing
+/// (a later result() fetches them again from their worker, as Dask's does each time).
+inline constexpr std::size_t kHandOverBytes = std::size_t{32} << 20;
+
+/// Where the bytes of a msgpack bin or str object that is the whole of `p` start, and how
+/// many there are; false when `p` is not one.
+bool raw_extent(const Payload& p, std::size_t& offset, std::size_t& size);
 
 struct ArgRefSpec {
   std::uint64_t id;     // task whose result fills the slot
@@ -42,6 +55,8 @@ struct CompletionQueue {
 
 // --- FutureState accessors (timeouts in ms; negative = forever) ---
 std::shared_ptr<const Payload> future_payload(FutureState& s, std::int64_t timeout_ms);
+/// As future_payload; a payload of kHandOverBytes or more is no longer kept by the future.
+std::shared_ptr<const Payload> future_take_payload(FutureState& s, std::int64_t timeout_ms);
 bool future_done(const FutureState& s);
 bool future_wait(const FutureState& s, std::int64_t timeout_ms);
 void future_cancel(FutureState& s, bool force = false);
