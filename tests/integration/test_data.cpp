@@ -10,6 +10,7 @@
 #include <sys/mount.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -17,6 +18,7 @@
 #include <fstream>
 #include <numeric>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <herd/herd.hpp>
@@ -259,6 +261,67 @@ TEST_CASE("Replicate.LostHolderCostsNoRecompute" * doctest::timeout(120)) {
   CHECK(sum.result(60s) == fnv(block(5, 6)));
   CHECK(right(a.result(), 5, 6));
   CHECK(read_file(marker) == "run\n");  // made once: the copy on wb served
+  ::kill(wb, SIGTERM);
+}
+
+namespace {
+std::uint64_t self_rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+}  // namespace
+
+TEST_CASE("Transfer.HolderKilledMidTransfer.ReceiverFailsOverValueRight" * doctest::timeout(120)) {
+  // A 384 MiB result held by two workers; the client streams it from the worker that made it
+  // (its first holder), which is SIGKILLed once the bytes are arriving. The client fails over
+  // to the copy: the value is right and the task did not run again.
+  herd::LocalCluster cluster{0};
+  cluster.env("HERD_TIMEOUT_MS", "1500").env("HERD_HEARTBEAT_MS", "100");
+  const std::string address = cluster.start();
+  TempDir tmp;
+  const std::string marker = tmp.path + "/runs";
+  const pid_t wa = spawn_worker(address, "wa", "a=1", tmp.path + "/a.log");
+  const pid_t wb = spawn_worker(address, "wb", "b=1", tmp.path + "/b.log");
+  ::setenv("HERD_TIMEOUT_MS", "1500", 1);  // this client gives up on a silent holder in 1.5 s
+  herd::Client client{address};
+  ::unsetenv("HERD_TIMEOUT_MS");
+  client.wait_for_workers(2, 20s);
+  constexpr int kMiB = 384;
+  auto a = client.submit(herd::TaskOptions{}.resource("a", 1), counted_block, marker, 7, kMiB);
+  a.wait();
+  client.replicate(std::vector{a}, 2);
+  REQUIRE(eventually([&] {
+    std::size_t n = 0;
+    for (const auto& w : client.status().workers) n += w.stored;
+    return n == 2;
+  }, 30s));
+  const std::uint64_t rss0 = self_rss_bytes();
+  std::atomic<bool> done{false};
+  std::vector<std::uint8_t> got;
+  std::string error;
+  std::thread gather([&] {
+    try {
+      got = a.result(60s);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    done = true;
+  });
+  const auto deadline = std::chrono::steady_clock::now() + 60s;
+  while (!done && self_rss_bytes() < rss0 + (std::uint64_t{32} << 20) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(1ms);
+  }
+  const bool mid = !done.load();
+  REQUIRE(::kill(wa, SIGKILL) == 0);
+  gather.join();
+  CHECK(mid);  // killed while the bytes were on their way
+  CHECK(error.empty());
+  CHECK(right(got, 7, kMiB));
+  CHECK(read_file(marker) == "run\n");  // the copy served: made once
   ::kill(wb, SIGTERM);
 }
 
