@@ -142,6 +142,23 @@ TEST_CASE("DataPort.Chunks.EveryEdgeArrivesWhole" * doctest::timeout(60)) {
   CHECK(f.client.connections() == 1);
 }
 
+TEST_CASE("DataPort.Chunks.OneGiBArrivesWholeInRealChunks" * doctest::timeout(120)) {
+  // The largest edge: 1 GiB in the chunk size workers really use, exactly a whole number of
+  // chunks, and a second result one byte over, in one request.
+  Port port;
+  port.chunk = std::size_t{4} << 20;
+  port.store[1] = pattern(std::size_t{1} << 30, 3);
+  port.store[2] = pattern(port.chunk * 3 + 1, 4);
+  port.start();
+  Fetcher f(10000ms);
+  f.client.request(port.address, {1, 2}, std::chrono::steady_clock::now());
+  f.run(100s);
+  CHECK(f.failed.empty());
+  REQUIRE(f.got.size() == 2);
+  CHECK(same(f.got.at(1), port.store.at(1)));
+  CHECK(same(f.got.at(2), port.store.at(2)));
+}
+
 TEST_CASE("DataPort.Progress.SlowTransferLongerThanTheTimeoutArrives" * doctest::timeout(60)) {
   // 20 chunks, 150 ms apart: 3 s in all, six times the 500 ms timeout, never silent for long.
   Port port;
