@@ -14,6 +14,8 @@
 //   Nodes      a pool of 2-node jobs (nodes = 2): one job brings two workers, one per host, both
 //              with the job's id; tasks run on both; scancel of that job takes both away, and
 //              the pool submits one job in its place, which brings two new workers.
+//              With gpus = 2 and processes = 2 on each of 2 nodes (the bed's fake GPUs), each of
+//              the 4 workers holds its own GPU of its node.
 //   Crash      a node hangs (link down, every process frozen) in the middle of a map: its
 //              workers are declared lost within the timeout, every value is right, what ran
 //              there runs once more and nothing else does, the pool is back to size on the
@@ -261,12 +263,27 @@ std::string where_am_i(std::int32_t ms) {
 }
 HERD_TASK(where_am_i);
 
-std::vector<std::string> split_bars(const std::string& s) {
+std::vector<std::string> split_on(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::istringstream in(s);
-  for (std::string part; std::getline(in, part, '|');) out.push_back(part);
+  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
   return out;
 }
+
+std::vector<std::string> split_bars(const std::string& s) { return split_on(s, '|'); }
+
+/// The GPUs a task holds: "<host>|<SLURM_LOCALID>|<SLURM_STEP_GPUS>|<CUDA_VISIBLE_DEVICES>|<ordinals>".
+std::string gpu_view() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "unset");
+  };
+  std::string ordinals;
+  for (int g : herd::this_task().gpus) ordinals += (ordinals.empty() ? "" : ",") + std::to_string(g);
+  return this_host() + "|" + env("SLURM_LOCALID") + "|" + env("SLURM_STEP_GPUS") + "|" + env("CUDA_VISIBLE_DEVICES") +
+         "|" + ordinals;
+}
+HERD_TASK(gpu_view);
 
 // ---- the cluster ---------------------------------------------------------------------------
 
@@ -624,6 +641,56 @@ TEST_CASE("MultinodeHerd.Nodes.TwoNodeJobTwoHostsOneJobScancelReplacesBoth" * do
   }
   CHECK(seen == hosts2);
 
+  client.close();
+  CHECK(jobs_where(name).empty());
+}
+
+TEST_CASE("MultinodeHerd.Nodes.GpusSplitAmongTheProcessesOfEachNode" * doctest::timeout(180)) {
+  bed::require_whole_bed(2);
+  const auto nodes = bed::nodes();
+  const std::set<std::string> bed_nodes(nodes.begin(), nodes.end());
+  const std::string name = unique("mn-gpus");
+  Scratch s(name);
+  // Per node: 2 cores, 2 GPUs, 2 workers (srun tasks 2 per node) of one GPU each.
+  herd::Client client{with_timeout(herd::SlurmCluster{pool(name, s, "600M")
+                                                          .partition("gpu")
+                                                          .walltime("00:10:00")
+                                                          .cores(2)
+                                                          .gpus(2)
+                                                          .processes(2)
+                                                          .nodes(2)},
+                                   kTimeout)};
+  client.scale(herd::ScaleTo{}.jobs(1));
+  client.wait_for_workers(4, 120s);
+  const auto jobs = jobs_where(name);
+  REQUIRE_MESSAGE(jobs.size() == 1, "jobs: " << describe(jobs));
+  const std::string job = jobs.begin()->first;
+  const auto workers = client.status().workers;
+  REQUIRE(workers.size() == 4);
+  std::map<std::string, std::set<std::string>> gpus_by_host;  // host -> the GPU ids its workers hold
+  for (const auto& w : workers) {
+    CAPTURE(w.name);
+    CHECK(w.job_id == job);
+    CHECK(bed_nodes.count(w.host) == 1);
+    CHECK(w.nthreads == 1);
+    CHECK(w.resources.at("gpu") == 1);
+    REQUIRE(w.gpus.size() == 1);
+    gpus_by_host[w.host].insert(w.gpus[0].id);
+    // The worker's task sees one GPU, ordinal 0, which is entry SLURM_LOCALID of what Slurm
+    // gave the step on that node.
+    const auto f = split_bars(client.submit(herd::TaskOptions{}.workers({w.name}).gpus(1), gpu_view).result());
+    REQUIRE(f.size() == 5);
+    CHECK(f[0] == w.host);
+    const auto step = split_on(f[2], ',');
+    CHECK(step.size() == 2);
+    const std::size_t local = static_cast<std::size_t>(std::stoi(f[1]));
+    REQUIRE(local < step.size());
+    CHECK(f[3] == step[local]);
+    CHECK(f[3] == w.gpus[0].id);
+    CHECK(f[4] == "0");
+  }
+  CHECK(gpus_by_host.size() == 2);  // two hosts ...
+  for (const auto& [host, ids] : gpus_by_host) CHECK_MESSAGE(ids.size() == 2, host);  // ... two GPUs on each
   client.close();
   CHECK(jobs_where(name).empty());
 }
