@@ -420,3 +420,31 @@ TEST_CASE("Slurm.Processes.GpusSharedOutOneSliceEachWorker" * doctest::timeout(1
   CHECK(queued(name).empty());
   std::filesystem::remove(job_gpus);
 }
+
+TEST_CASE("Slurm.Processes.GpuSliceMissingIsNamedInTheJobsErrorFile" * doctest::timeout(120)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("gpu-short");
+  const std::string logs = "/tmp/" + name + "-logs";
+  std::filesystem::remove_all(logs);
+  // The job is given 2 GPUs but its environment names only one: worker 0 takes it, worker 1
+  // has none left and says so in the job's error file instead of sharing worker 0's.
+  herd::Client client{herd::SlurmCluster{options(name).partition("gpu").cores(2).memory("600M").gpus(2).processes(2)
+      .log_directory(logs).env({{"CUDA_VISIBLE_DEVICES", "0"}})}};
+  client.scale(2);
+  client.wait_for_workers(1, 120s);
+  const auto jobs = queued(name);
+  REQUIRE(jobs.size() == 1);
+  const std::string job = jobs.begin()->first;
+  const std::string err = logs + "/" + name + "-" + job + ".err";
+  const std::string want = "herd worker: GPUs: worker 1 of its node takes GPUs 1..1 (1 per worker, HERD_WORKER_INDEX=1) "
+                           "of the node's list, but CUDA_VISIBLE_DEVICES names 1 (0)";
+  CHECK_MESSAGE(eventually([&] { return read_file(err).find(want) != std::string::npos; }, 30s), read_file(err));
+  const auto workers = client.status().workers;
+  REQUIRE(workers.size() == 1);
+  CHECK(workers[0].name == job + ".0");
+  REQUIRE(workers[0].gpus.size() == 1);
+  CHECK(workers[0].gpus[0].id == "0");
+  client.close();
+  CHECK(queued(name).empty());
+  std::filesystem::remove_all(logs);
+}
