@@ -416,6 +416,15 @@ TEST_CASE("Slurm.Processes.GpusSharedOutOneSliceEachWorker" * doctest::timeout(1
   std::set<std::string> held_at_once;
   for (const auto& held : client.gather(both)) held_at_once.insert(held);
   CHECK(held_at_once == slices);
+  // No worker of the pool has 2 GPUs: a gpus(2) task waits, and explain says what they offer.
+  auto too_big = client.submit(herd::TaskOptions{}.gpus(2), gpus_held);
+  std::vector<std::string> why;
+  INFO("explain: " << (why.empty() ? std::string("nothing") : why[0]));
+  CHECK(eventually([&] {
+    why = client.explain(too_big).pools;
+    return why.size() == 1 && why[0] == "pool default: cannot run it: the task needs gpu 2 (its workers offer 1)";
+  }, 20s));
+  too_big.cancel();
   client.close();
   CHECK(queued(name).empty());
   std::filesystem::remove(job_gpus);
