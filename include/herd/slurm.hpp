@@ -42,7 +42,9 @@ class SlurmOptions {
   HERD_SLURM_SETTER(int, nthreads)
   /// Memory per job (`--mem`), e.g. "4G" ("" = the partition's default).
   HERD_SLURM_SETTER(std::string, memory)
-  /// GPUs per job (`--gres=gpu:N`); the worker then offers the resource gpu=N.
+  /// GPUs per node of each job (`--gres=gpu:N`); the worker then offers the resource gpu=N.
+  /// With processes() = P, N must be a multiple of P: each worker of the node gets N/P GPUs of
+  /// its own (its CUDA_VISIBLE_DEVICES) and offers gpu=N/P.
   HERD_SLURM_SETTER(int, gpus)
   /// Partition (`--partition`); dask-jobqueue calls it queue.
   HERD_SLURM_SETTER(std::string, partition)

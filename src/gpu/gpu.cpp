@@ -88,6 +88,39 @@ int runtime_device_count(std::string* why) {
 }
 #endif
 
+// A worker's slice of its node's GPUs when several workers share the node (HERD_GPUS_PER_WORKER,
+// set by the job script of a pool with processes > 1 and gpus): k GPUs each, worker i of the
+// node taking ids[i*k, i*k+k). Throws, naming the numbers, when the slice is not there.
+std::vector<std::string> worker_slice(const std::vector<std::string>& ids, const std::string& source,
+                                      const Getenv& env) {
+  const char* per = env("HERD_GPUS_PER_WORKER");
+  const std::string per_s(util::trim(per));
+  if (!all_digits(per_s) || per_s.size() > 4 || std::stoi(per_s) < 1) {
+    throw std::invalid_argument("HERD_GPUS_PER_WORKER '" + std::string(per) + "' is not a positive number of GPUs");
+  }
+  const int k = std::stoi(per_s);
+  // The job script numbers the workers of one node (HERD_WORKER_INDEX); srun numbers the tasks
+  // of each node (SLURM_LOCALID).
+  const char* index_name = "HERD_WORKER_INDEX";
+  const char* index = env(index_name);
+  if (index == nullptr || util::trim(index).empty()) index = env(index_name = "SLURM_LOCALID");
+  const std::string index_s(index != nullptr ? util::trim(index) : std::string_view());
+  if (!all_digits(index_s) || index_s.size() > 4) {
+    throw std::invalid_argument("HERD_GPUS_PER_WORKER is set but neither HERD_WORKER_INDEX nor SLURM_LOCALID says "
+                                "which worker of the node this is (" + std::string(index_name) + "='" +
+                                std::string(index != nullptr ? index : "") + "')");
+  }
+  const std::size_t i = static_cast<std::size_t>(std::stoi(index_s));
+  const std::size_t from = i * static_cast<std::size_t>(k), to = from + static_cast<std::size_t>(k);
+  if (to > ids.size()) {
+    throw std::runtime_error("GPUs: worker " + index_s + " of its node takes GPUs " + std::to_string(from) + ".." +
+                             std::to_string(to - 1) + " (" + std::to_string(k) + " per worker, " + index_name + "=" +
+                             index_s + ") of the node's list, but " + source + " names " +
+                             std::to_string(ids.size()) + (ids.empty() ? "" : " (" + util::join(ids, ",") + ")"));
+  }
+  return {ids.begin() + static_cast<std::ptrdiff_t>(from), ids.begin() + static_cast<std::ptrdiff_t>(to)};
+}
+
 }  // namespace
 
 std::vector<Device> discover(const Getenv& getenv_fn) {
@@ -96,8 +129,11 @@ std::vector<Device> discover(const Getenv& getenv_fn) {
 
   std::vector<std::string> ids;
   bool from_env = true;  // false: nothing in the environment, ask CUDA for every device
+  bool set_visible = false;  // CUDA_VISIBLE_DEVICES must become `ids`
+  std::string source = "the environment";  // where `ids` came from, for an error
   if (const char* visible = env("CUDA_VISIBLE_DEVICES")) {
     ids = parse_visible_devices(visible);
+    source = "CUDA_VISIBLE_DEVICES";
   } else if (env("SLURM_JOB_ID") || env("SLURM_JOBID")) {
     // Inside a Slurm job that did not set CUDA_VISIBLE_DEVICES itself: what Slurm allocated,
     // never the whole node (another job may own the other GPUs).
@@ -105,15 +141,24 @@ std::vector<Device> discover(const Getenv& getenv_fn) {
       const char* value = env(name);
       if (value && !util::trim(value).empty()) {
         ids = parse_slurm_gpus(value);
+        source = name;
         break;
       }
     }
-    // Before CUDA starts in this process, so its ordinals are exactly these devices (and the
-    // tasks and their child processes see the same).
-    if (real_env && !ids.empty()) ::setenv("CUDA_VISIBLE_DEVICES", util::join(ids, ",").c_str(), 1);
+    set_visible = !ids.empty();
   } else {
     from_env = false;
   }
+  if (const char* per = env("HERD_GPUS_PER_WORKER"); per != nullptr && *per != '\0') {
+    ids = worker_slice(ids, source, env);
+    set_visible = true;
+    // Taken: a process this worker starts (a task's own Client, a child program) sees its
+    // slice in CUDA_VISIBLE_DEVICES and must not slice it again.
+    if (real_env) ::unsetenv("HERD_GPUS_PER_WORKER");
+  }
+  // Before CUDA starts in this process, so its ordinals are exactly these devices (and the
+  // tasks and their child processes see the same).
+  if (real_env && set_visible) ::setenv("CUDA_VISIBLE_DEVICES", util::join(ids, ",").c_str(), 1);
 
   std::vector<Device> devices;
 #ifdef HERD_HAVE_CUDA

@@ -8,6 +8,11 @@
 //      CUDA_VISIBLE_DEVICES is then set to that list before CUDA starts, so ordinals agree;
 //      a Slurm job with none of them has no GPUs;
 //   3. else (a workstation, outside Slurm): every device the CUDA runtime sees (none without CUDA).
+// A worker of a job with several workers per node (a pool's processes > 1 with gpus) takes only
+// its slice of that list: the job script exports HERD_GPUS_PER_WORKER=k, and the worker with
+// index i on its node (HERD_WORKER_INDEX, else srun's SLURM_LOCALID) takes entries i*k..i*k+k-1
+// and sets CUDA_VISIBLE_DEVICES to them (then unsets HERD_GPUS_PER_WORKER, so that what it
+// starts does not slice again). A slice that is not there is an error naming the numbers.
 #pragma once
 
 #include <cstdint>
@@ -27,7 +32,8 @@ struct Device {
 using Getenv = std::function<const char*(const char*)>;
 
 /// The GPUs this process may use (see above). May set CUDA_VISIBLE_DEVICES (only through the
-/// real environment, i.e. when `getenv` is the default).
+/// real environment, i.e. when `getenv` is the default). Throws std::invalid_argument or
+/// std::runtime_error when HERD_GPUS_PER_WORKER asks for a slice that cannot be taken.
 std::vector<Device> discover(const Getenv& getenv = nullptr);
 
 /// True when herd was built with the CUDA runtime.

@@ -156,9 +156,10 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
                                 std::to_string(o.processes()) + ") when a job spans nodes: srun gives each worker "
                                 "cores/processes CPUs");
   }
-  if (o.gpus() > 0 && o.processes() > 1) {
-    throw std::invalid_argument("gpus with processes > 1 is not supported: every worker of the node would see "
-                                "all of its GPUs; use processes = 1 (one worker per node) for GPU pools");
+  if (o.gpus() > 0 && o.gpus() % o.processes() != 0) {
+    throw std::invalid_argument("gpus (" + std::to_string(o.gpus()) + ") must be a multiple of processes (" +
+                                std::to_string(o.processes()) + "): each worker of a node gets gpus/processes "
+                                "GPUs of its own");
   }
   if (o.shebang().rfind("#!", 0) != 0) {
     throw std::invalid_argument("shebang '" + o.shebang() + "' must start with #! (e.g. #!/usr/bin/env bash)");
@@ -172,6 +173,7 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
   const int processes = o.processes();
   const int workers = o.workers_per_job();
   const int nthreads = o.nthreads() > 0 ? o.nthreads() : std::max(1, o.cores() / processes);
+  const int gpus_per_worker = o.gpus() / processes;
 
   std::ostringstream s;
   s << o.shebang() << "\n";
@@ -224,7 +226,7 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
   }
   std::vector<std::string> args = {"--scheduler", scheduler_address, "--nthreads", std::to_string(nthreads)};
   std::string resources;
-  if (o.gpus() > 0) resources = "gpu=" + std::to_string(o.gpus());
+  if (o.gpus() > 0) resources = "gpu=" + std::to_string(gpus_per_worker);
   for (const auto& [r, amount] : o.resources()) {
     resources += (resources.empty() ? "" : ",") + r + "=" + util::format_double(amount);
   }
@@ -250,6 +252,12 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
   // worker that gets the same signal twice within 300 ms counts it once.
   s << "export HERD_WORKERS_PER_JOB=" << workers << "\n";
   s << "export HERD_PROCESSES_PER_NODE=" << processes << "\n";
+  if (o.gpus() > 0 && processes > 1) {
+    // Each worker of a node takes its own slice of the node's GPUs: the worker with index i
+    // on its node (HERD_WORKER_INDEX below, srun's SLURM_LOCALID) sets CUDA_VISIBLE_DEVICES to
+    // GPUs i*k .. i*k+k-1 of what Slurm gave the job there, before CUDA starts (gpu::discover).
+    s << "export HERD_GPUS_PER_WORKER=" << gpus_per_worker << "\n";
+  }
   s << "herd_pids=()\n";
   std::vector<std::string> signals = {"TERM", "INT", "USR2"};
   std::string warning = o.warning_signal();
@@ -266,7 +274,9 @@ std::string job_script(const SlurmOptions& o, const std::string& scheduler_addre
     s << "  herd_pids+=($!)\n";
     s << "done\n";
   } else {
-    // Each srun task is one worker; SLURM_PROCID tells them apart.
+    // Each srun task is one worker; SLURM_PROCID tells them apart, SLURM_LOCALID those of a
+    // node (a HERD_WORKER_INDEX inherited from where sbatch ran would hide both).
+    s << "unset HERD_WORKER_INDEX\n";
     s << "srun --nodes=" << o.nodes() << " --ntasks=" << workers << " --ntasks-per-node=" << processes
       << " --cpus-per-task=" << o.cores() / processes << " --kill-on-bad-exit=0 " << quoted_exe << " &\n";
     s << "herd_pids+=($!)\n";

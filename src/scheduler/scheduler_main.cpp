@@ -49,7 +49,9 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     }
   }
   policy.resources = o.resources();
-  if (o.gpus() > 0) policy.resources["gpu"] = o.gpus();
+  // gpus() is per node, shared out among its processes() workers (the job script checks that
+  // it divides).
+  if (o.gpus() > 0) policy.resources["gpu"] = o.gpus() / std::max(1, o.processes());
   policy.retire_before_s = static_cast<std::uint32_t>(std::max(0, o.retire_before()));
   if (pc.kind == "slurm") policy.walltime_s = static_cast<std::uint32_t>(walltime_seconds(o.walltime()));
   if (pc.adapt_minimum >= 0) {

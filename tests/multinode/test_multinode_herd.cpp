@@ -11,6 +11,11 @@
 //   Spread     scale(6) puts two workers on every node; a tree reduction moves parts between
 //              nodes; gather fetches from every node; a CPU-ring gang with one rank per node;
 //              a sweep whose trials ran on every node.
+//   Nodes      a pool of 2-node jobs (nodes = 2): one job brings two workers, one per host, both
+//              with the job's id; tasks run on both; scancel of that job takes both away, and
+//              the pool submits one job in its place, which brings two new workers.
+//              With gpus = 2 and processes = 2 on each of 2 nodes (the bed's fake GPUs), each of
+//              the 4 workers holds its own GPU of its node.
 //   Crash      a node hangs (link down, every process frozen) in the middle of a map: its
 //              workers are declared lost within the timeout, every value is right, what ran
 //              there runs once more and nothing else does, the pool is back to size on the
@@ -43,6 +48,7 @@
 #include <herd/herd.hpp>
 
 #include "common/process.hpp"
+#include "common/util.hpp"
 #include "support/multinode_util.hpp"
 
 using namespace std::chrono_literals;
@@ -244,6 +250,40 @@ Digest digest(std::string dir, std::int64_t id, std::vector<char> b) {
   return {this_host(), b.size(), wrong};
 }
 HERD_TASK(digest);
+
+/// Where a task ran: "<host>|<HERD_JOB_ID>|<SLURM_NODEID>|<SLURM_PROCID>" (HERD_JOB_ID: the
+/// pool's job as squeue names it, array id and index, "1234_0").
+std::string where_am_i(std::int32_t ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "unset");
+  };
+  return this_host() + "|" + env("HERD_JOB_ID") + "|" + env("SLURM_NODEID") + "|" + env("SLURM_PROCID");
+}
+HERD_TASK(where_am_i);
+
+std::vector<std::string> split_on(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::istringstream in(s);
+  for (std::string part; std::getline(in, part, sep);) out.push_back(part);
+  return out;
+}
+
+std::vector<std::string> split_bars(const std::string& s) { return split_on(s, '|'); }
+
+/// The GPUs a task holds: "<host>|<SLURM_LOCALID>|<SLURM_STEP_GPUS>|<CUDA_VISIBLE_DEVICES>|<ordinals>".
+std::string gpu_view() {
+  auto env = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr ? v : "unset");
+  };
+  std::string ordinals;
+  for (int g : herd::this_task().gpus) ordinals += (ordinals.empty() ? "" : ",") + std::to_string(g);
+  return this_host() + "|" + env("SLURM_LOCALID") + "|" + env("SLURM_STEP_GPUS") + "|" + env("CUDA_VISIBLE_DEVICES") +
+         "|" + ordinals;
+}
+HERD_TASK(gpu_view);
 
 // ---- the cluster ---------------------------------------------------------------------------
 
@@ -488,6 +528,171 @@ TEST_CASE("MultinodeHerd.Spread.ScaleTreeGatherGangSweepOverEveryNode" * doctest
   MESSAGE("close(): " << seconds_since(t0) << " s");
   CHECK(queued(name).empty());
   CHECK(queued(name + "-ring").empty());
+}
+
+TEST_CASE("MultinodeHerd.Nodes.TwoNodeJobTwoHostsOneJobScancelReplacesBoth" * doctest::timeout(240)) {
+  bed::require_whole_bed(2);
+  const auto nodes = bed::nodes();
+  const std::set<std::string> bed_nodes(nodes.begin(), nodes.end());
+  const std::string name = unique("mn-nodes");
+  Scratch s(name);
+  herd::Client client{with_timeout(herd::SlurmCluster{pool(name, s).nodes(2).processes(1)}, kTimeout)};
+
+  // One job of two nodes: two workers (srun, one task per node), one on each host.
+  auto t0 = Clock::now();
+  client.scale(herd::ScaleTo{}.jobs(1));
+  client.wait_for_workers(2, 120s);
+  MESSAGE("one 2-node job to 2 connected workers: " << seconds_since(t0) << " s");
+  const auto jobs = jobs_where(name);
+  REQUIRE_MESSAGE(jobs.size() == 1, "jobs: " << describe(jobs));
+  const std::string job = jobs.begin()->first;
+  CHECK(jobs.begin()->second.rfind("RUNNING ", 0) == 0);
+  auto status = client.status();
+  REQUIRE(status.workers.size() == 2);
+  REQUIRE(status.pools.size() == 1);
+  CHECK(status.pools[0].workers_per_job == 2);
+  CHECK(status.pools[0].target == 2);
+  std::map<std::string, std::string> host_of;  // worker name -> host
+  std::set<std::string> hosts;
+  for (const auto& w : status.workers) {
+    CAPTURE(w.name);
+    CHECK(w.job_id == job);  // both registered with the one job's id
+    CHECK(w.name.rfind(job + ".", 0) == 0);
+    CHECK(bed_nodes.count(w.host) == 1);
+    CHECK(w.nthreads == 1);
+    host_of[w.name] = w.host;
+    hosts.insert(w.host);
+  }
+  CHECK(hosts.size() == 2);  // two different hosts
+  CHECK(host_of.size() == 2);
+  // Slurm's word: the job holds two nodes, the hosts the workers run on.
+  {
+    auto r = run({"squeue", "--noheader", "--jobs=" + job, "--format=%D"});
+    CHECK(std::string(herd::util::trim(r.stdout_tail)) == "2");
+  }
+
+  // Tasks run on both: pinned to each worker, they report its host and the one job (srun task
+  // 0 and 1, node 0 and 1 of the job); unpinned, they spread over both hosts.
+  std::set<std::string> procids, nodeids;
+  for (const auto& [worker, host] : host_of) {
+    std::vector<herd::Future<std::string>> fs;
+    for (int i = 0; i < 4; ++i) fs.push_back(client.submit(herd::TaskOptions{}.workers({worker}), where_am_i, 0));
+    for (const auto& where : client.gather(fs)) {
+      const auto f = split_bars(where);
+      REQUIRE(f.size() == 4);
+      CHECK(f[0] == host);
+      CHECK(f[1] == job);
+      nodeids.insert(f[2]);
+      procids.insert(f[3]);
+    }
+  }
+  CHECK(nodeids == std::set<std::string>{"0", "1"});
+  CHECK(procids == std::set<std::string>{"0", "1"});
+  {
+    std::set<std::string> seen;
+    const auto all = client.gather(client.map(where_am_i, std::vector<std::int32_t>(16, 200)));
+    CHECK(all.size() == 16);
+    for (const auto& where : all) seen.insert(split_bars(where).front());
+    CHECK(seen == hosts);
+  }
+
+  // scancel of the one job: both workers go (one scancel, two hosts), and the pool replaces
+  // the job with one job, not two, which brings two new workers on two hosts.
+  t0 = Clock::now();
+  REQUIRE(run({"scancel", job}).exit_code == 0);
+  const bool both_gone = eventually([&] {
+    for (const auto& w : client.status().workers) {
+      if (host_of.count(w.name) != 0) return false;
+    }
+    return true;
+  }, kTimeout + 20s);
+  CHECK(both_gone);
+  MESSAGE("both workers of the cancelled job gone " << seconds_since(t0) << " s after scancel");
+  std::map<std::string, std::string> after;
+  std::vector<herd::WorkerInfo> fresh;
+  const bool replaced = eventually([&] {
+    after = jobs_where(name);
+    fresh = client.status().workers;
+    return after.size() == 1 && after.count(job) == 0 && after.begin()->second.rfind("RUNNING ", 0) == 0 &&
+           fresh.size() == 2;
+  }, 120s);
+  MESSAGE("replaced " << seconds_since(t0) << " s after scancel; jobs now: " << describe(after));
+  REQUIRE(replaced);
+  const std::string job2 = after.begin()->first;
+  std::set<std::string> hosts2;
+  for (const auto& w : fresh) {
+    CAPTURE(w.name);
+    CHECK(w.job_id == job2);
+    CHECK(host_of.count(w.name) == 0);
+    CHECK(bed_nodes.count(w.host) == 1);
+    hosts2.insert(w.host);
+  }
+  CHECK(hosts2.size() == 2);
+  // Still one job's worth: no second replacement comes along.
+  std::this_thread::sleep_for(5s);
+  CHECK(jobs_where(name).size() == 1);
+  CHECK(client.n_workers() == 2);
+  std::set<std::string> seen;
+  for (const auto& where : client.gather(client.map(where_am_i, std::vector<std::int32_t>(16, 200)))) {
+    const auto f = split_bars(where);
+    REQUIRE(f.size() == 4);
+    CHECK(f[1] == job2);
+    seen.insert(f[0]);
+  }
+  CHECK(seen == hosts2);
+
+  client.close();
+  CHECK(jobs_where(name).empty());
+}
+
+TEST_CASE("MultinodeHerd.Nodes.GpusSplitAmongTheProcessesOfEachNode" * doctest::timeout(180)) {
+  bed::require_whole_bed(2);
+  const auto nodes = bed::nodes();
+  const std::set<std::string> bed_nodes(nodes.begin(), nodes.end());
+  const std::string name = unique("mn-gpus");
+  Scratch s(name);
+  // Per node: 2 cores, 2 GPUs, 2 workers (srun tasks 2 per node) of one GPU each.
+  herd::Client client{with_timeout(herd::SlurmCluster{pool(name, s, "600M")
+                                                          .partition("gpu")
+                                                          .walltime("00:10:00")
+                                                          .cores(2)
+                                                          .gpus(2)
+                                                          .processes(2)
+                                                          .nodes(2)},
+                                   kTimeout)};
+  client.scale(herd::ScaleTo{}.jobs(1));
+  client.wait_for_workers(4, 120s);
+  const auto jobs = jobs_where(name);
+  REQUIRE_MESSAGE(jobs.size() == 1, "jobs: " << describe(jobs));
+  const std::string job = jobs.begin()->first;
+  const auto workers = client.status().workers;
+  REQUIRE(workers.size() == 4);
+  std::map<std::string, std::set<std::string>> gpus_by_host;  // host -> the GPU ids its workers hold
+  for (const auto& w : workers) {
+    CAPTURE(w.name);
+    CHECK(w.job_id == job);
+    CHECK(bed_nodes.count(w.host) == 1);
+    CHECK(w.nthreads == 1);
+    CHECK(w.resources.at("gpu") == 1);
+    REQUIRE(w.gpus.size() == 1);
+    gpus_by_host[w.host].insert(w.gpus[0].id);
+    // The worker's task sees one GPU, ordinal 0, which is entry SLURM_LOCALID of what Slurm
+    // gave the step on that node.
+    const auto f = split_bars(client.submit(herd::TaskOptions{}.workers({w.name}).gpus(1), gpu_view).result());
+    REQUIRE(f.size() == 5);
+    CHECK(f[0] == w.host);
+    const auto step = split_on(f[2], ',');
+    CHECK(step.size() == 2);
+    const std::size_t local = static_cast<std::size_t>(std::stoi(f[1]));
+    REQUIRE(local < step.size());
+    CHECK(f[3] == step[local]);
+    CHECK(f[3] == w.gpus[0].id);
+    CHECK(f[4] == "0");
+  }
+  CHECK(gpus_by_host.size() == 2);  // two hosts ...
+  for (const auto& [host, ids] : gpus_by_host) CHECK_MESSAGE(ids.size() == 2, host);  // ... two GPUs on each
+  client.close();
+  CHECK(jobs_where(name).empty());
 }
 
 TEST_CASE("MultinodeHerd.Crash.HungNodeLostRecomputedOnceNothingStale" * doctest::timeout(280)) {

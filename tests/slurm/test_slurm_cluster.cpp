@@ -52,6 +52,12 @@ std::string gpus_held() {
 }
 HERD_TASK(gpus_held);
 
+std::string gpus_held_after(int ms) {
+  std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return gpus_held();
+}
+HERD_TASK(gpus_held_after);
+
 }  // namespace
 
 TEST_CASE("Slurm.JobScript.AcceptedBySbatchTestOnly" * doctest::timeout(60)) {
@@ -281,6 +287,7 @@ TEST_CASE("Slurm.JobScript.ProcessesNodesAndExtrasAcceptedBySbatchTestOnly" * do
   const std::string name = unique("testonly-shape");
   for (const auto& o : {options(name).cores(2).processes(2).job_script_epilogue({"echo bye"}),
                         options(name).cores(2).nodes(1).processes(2).shebang("#!/bin/bash -l"),
+                        options(name).partition("gpu").cores(2).gpus(4).processes(2),
                         options(name).job_directives_skip({"--mem"}).job_extra_directives({"--mem=200M"})}) {
     const std::string script = herd::job_script(o, "tcp://127.0.0.1:1");
     const std::string path = "/tmp/" + name + ".sbatch";
@@ -357,4 +364,96 @@ TEST_CASE("Slurm.Explain.PendingJobsGiveSlurmsReason" * doctest::timeout(120)) {
   f.cancel();
   client.close();
   CHECK(queued(name).empty());
+}
+
+TEST_CASE("Slurm.Processes.GpusSharedOutOneSliceEachWorker" * doctest::timeout(180)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("gpu-procs");
+  // What Slurm gave the job, seen by the batch script before any worker starts.
+  const std::string job_gpus = "/tmp/" + name + ".job-gpus";
+  std::filesystem::remove(job_gpus);
+  herd::Client client{herd::SlurmCluster{options(name).partition("gpu").cores(2).memory("600M").gpus(2).processes(2)
+      .job_script_prologue({"echo \"${CUDA_VISIBLE_DEVICES-unset}\" > " + job_gpus})}};
+  client.scale(2);  // two workers: one job of two processes sharing its 2 GPUs
+  client.wait_for_workers(2, 120s);
+  const auto jobs = queued(name);
+  REQUIRE(jobs.size() == 1);
+  const std::string job = jobs.begin()->first;
+  std::string visible = read_file(job_gpus);
+  if (!visible.empty() && visible.back() == '\n') visible.pop_back();
+  std::vector<std::string> given;  // the job's CUDA_VISIBLE_DEVICES, e.g. 0,1
+  {
+    std::istringstream in(visible);
+    for (std::string id; std::getline(in, id, ',');) given.push_back(id);
+  }
+  INFO("the job's CUDA_VISIBLE_DEVICES: " << visible);
+  REQUIRE(given.size() == 2);
+
+  auto status = client.status();
+  REQUIRE(status.workers.size() == 2);
+  REQUIRE(status.pools.size() == 1);
+  CHECK(status.pools[0].workers_per_job == 2);
+  std::set<std::string> slices;
+  for (const auto& w : status.workers) {
+    CAPTURE(w.name);
+    CHECK(w.job_id == job);
+    // "<job>.<index on the node>": worker i holds GPU i of the job, one each, and offers gpu=1.
+    REQUIRE(w.name.size() == job.size() + 2);
+    const int index = w.name.back() - '0';
+    REQUIRE((index == 0 || index == 1));
+    CHECK(w.resources.at("gpu") == 1);
+    REQUIRE(w.gpus.size() == 1);
+    CHECK(w.gpus[0].id == given[static_cast<std::size_t>(index)]);
+    // A task that holds the worker's GPU sees ordinal 0 and CUDA_VISIBLE_DEVICES = that one GPU.
+    const std::string held = client.submit(herd::TaskOptions{}.workers({w.name}).gpus(1), gpus_held).result();
+    CHECK(held == "0|" + given[static_cast<std::size_t>(index)]);
+    slices.insert(held);
+  }
+  CHECK(slices.size() == 2);  // two workers, two different GPUs
+  // One GPU each: two gpus(1) tasks at once take one worker each, i.e. both GPUs.
+  std::vector<herd::Future<std::string>> both;
+  for (int i = 0; i < 2; ++i) both.push_back(client.submit(herd::TaskOptions{}.gpus(1), gpus_held_after, 1500));
+  std::set<std::string> held_at_once;
+  for (const auto& held : client.gather(both)) held_at_once.insert(held);
+  CHECK(held_at_once == slices);
+  // No worker of the pool has 2 GPUs: a gpus(2) task waits, and explain says what they offer.
+  auto too_big = client.submit(herd::TaskOptions{}.gpus(2), gpus_held);
+  std::vector<std::string> why;
+  INFO("explain: " << (why.empty() ? std::string("nothing") : why[0]));
+  CHECK(eventually([&] {
+    why = client.explain(too_big).pools;
+    return why.size() == 1 && why[0] == "pool default: cannot run it: the task needs gpu 2 (its workers offer 1)";
+  }, 20s));
+  too_big.cancel();
+  client.close();
+  CHECK(queued(name).empty());
+  std::filesystem::remove(job_gpus);
+}
+
+TEST_CASE("Slurm.Processes.GpuSliceMissingIsNamedInTheJobsErrorFile" * doctest::timeout(120)) {
+  if (!slurm_up()) return;
+  const std::string name = unique("gpu-short");
+  const std::string logs = "/tmp/" + name + "-logs";
+  std::filesystem::remove_all(logs);
+  // The job is given 2 GPUs but its environment names only one: worker 0 takes it, worker 1
+  // has none left and says so in the job's error file instead of sharing worker 0's.
+  herd::Client client{herd::SlurmCluster{options(name).partition("gpu").cores(2).memory("600M").gpus(2).processes(2)
+      .log_directory(logs).env({{"CUDA_VISIBLE_DEVICES", "0"}})}};
+  client.scale(2);
+  client.wait_for_workers(1, 120s);
+  const auto jobs = queued(name);
+  REQUIRE(jobs.size() == 1);
+  const std::string job = jobs.begin()->first;
+  const std::string err = logs + "/" + name + "-" + job + ".err";
+  const std::string want = "herd worker: GPUs: worker 1 of its node takes GPUs 1..1 (1 per worker, HERD_WORKER_INDEX=1) "
+                           "of the node's list, but CUDA_VISIBLE_DEVICES names 1 (0)";
+  CHECK_MESSAGE(eventually([&] { return read_file(err).find(want) != std::string::npos; }, 30s), read_file(err));
+  const auto workers = client.status().workers;
+  REQUIRE(workers.size() == 1);
+  CHECK(workers[0].name == job + ".0");
+  REQUIRE(workers[0].gpus.size() == 1);
+  CHECK(workers[0].gpus[0].id == "0");
+  client.close();
+  CHECK(queued(name).empty());
+  std::filesystem::remove_all(logs);
 }

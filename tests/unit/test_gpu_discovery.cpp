@@ -2,6 +2,7 @@
 // say a process may use, never every GPU on the node. Pure logic: no GPU, no CUDA needed.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -71,6 +72,87 @@ TEST_CASE("Gpu.Discovery.SlurmWithoutGpusHasNone" * doctest::timeout(10)) {
   CHECK(ids_of({{"SLURM_JOB_ID", "42"}}).empty());
   CHECK(ids_of({{"SLURM_JOB_ID", "42"}, {"SLURM_CPUS_ON_NODE", "4"}}).empty());
   CHECK(ids_of({{"SLURM_JOB_ID", "42"}, {"GPU_DEVICE_ORDINAL", "NoDevFiles"}}).empty());
+}
+
+TEST_CASE("Gpu.Discovery.WorkerSliceOfTheNode" * doctest::timeout(10)) {
+  // Several workers per node (a pool's processes with gpus): worker i takes entries i*k..i*k+k-1
+  // of what the job was given, wherever the list came from.
+  const Env four{{"SLURM_JOB_ID", "42"}, {"CUDA_VISIBLE_DEVICES", "0,1,2,3"}, {"HERD_GPUS_PER_WORKER", "2"}};
+  auto with = [](Env env, const std::string& name, const std::string& value) {
+    env[name] = value;
+    return env;
+  };
+  CHECK(ids_of(with(four, "HERD_WORKER_INDEX", "0")) == Ids{"0", "1"});
+  CHECK(ids_of(with(four, "HERD_WORKER_INDEX", "1")) == Ids{"2", "3"});
+  // srun's index on the node when the job script did not number the worker.
+  CHECK(ids_of(with(four, "SLURM_LOCALID", "1")) == Ids{"2", "3"});
+  CHECK(ids_of(with(with(four, "SLURM_LOCALID", "0"), "HERD_WORKER_INDEX", "1")) == Ids{"2", "3"});
+  CHECK(ids_of(with(with(four, "SLURM_LOCALID", "1"), "HERD_WORKER_INDEX", "")) == Ids{"2", "3"});
+  // Slurm's own lists (node-global indices, ranges) and UUIDs are sliced the same way.
+  CHECK(ids_of({{"SLURM_JOB_ID", "42"}, {"SLURM_JOB_GPUS", "4-7"}, {"HERD_GPUS_PER_WORKER", "1"},
+                {"SLURM_LOCALID", "2"}}) == Ids{"6"});
+  CHECK(ids_of({{"SLURM_JOB_ID", "42"}, {"SLURM_STEP_GPUS", "1,3"}, {"SLURM_JOB_GPUS", "0-3"},
+                {"HERD_GPUS_PER_WORKER", "1"}, {"HERD_WORKER_INDEX", "1"}}) == Ids{"3"});
+  CHECK(ids_of({{"CUDA_VISIBLE_DEVICES", "GPU-a,GPU-b,GPU-c"}, {"HERD_GPUS_PER_WORKER", "1"},
+                {"HERD_WORKER_INDEX", "2"}}) == Ids{"GPU-c"});
+}
+
+TEST_CASE("Gpu.Discovery.WorkerSliceErrorsNameTheNumbers" * doctest::timeout(10)) {
+  auto error_of = [](const Env& env) -> std::string {
+    try {
+      ids_of(env);
+    } catch (const std::exception& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  const Env two{{"SLURM_JOB_ID", "42"}, {"CUDA_VISIBLE_DEVICES", "0,1"}, {"HERD_GPUS_PER_WORKER", "2"}};
+  Env second = two;
+  second["HERD_WORKER_INDEX"] = "1";
+  CHECK(error_of(second) == "GPUs: worker 1 of its node takes GPUs 2..3 (2 per worker, HERD_WORKER_INDEX=1) of the "
+                            "node's list, but CUDA_VISIBLE_DEVICES names 2 (0,1)");
+  Env none{{"SLURM_JOB_ID", "42"}, {"HERD_GPUS_PER_WORKER", "1"}, {"SLURM_LOCALID", "0"}};
+  CHECK(error_of(none) == "GPUs: worker 0 of its node takes GPUs 0..0 (1 per worker, SLURM_LOCALID=0) of the node's "
+                          "list, but the environment names 0");
+  CHECK(error_of(two).find("neither HERD_WORKER_INDEX nor SLURM_LOCALID") != std::string::npos);
+  for (const char* bad : {"0", "-1", "two", "99999"}) {
+    Env e = two;
+    e["HERD_WORKER_INDEX"] = "0";
+    e["HERD_GPUS_PER_WORKER"] = bad;
+    CHECK(error_of(e) == "HERD_GPUS_PER_WORKER '" + std::string(bad) + "' is not a positive number of GPUs");
+  }
+}
+
+TEST_CASE("Gpu.Discovery.WorkerSliceSetsCudaVisibleDevicesOnce" * doctest::timeout(10)) {
+  // The real environment: the slice becomes CUDA_VISIBLE_DEVICES (before CUDA starts) and the
+  // request is taken away, so that a process the worker starts keeps the slice as it is.
+  auto keep = [](const char* name) {
+    const char* v = std::getenv(name);
+    return std::pair<std::string, bool>(v ? v : "", v != nullptr);
+  };
+  const auto old_visible = keep("CUDA_VISIBLE_DEVICES"), old_index = keep("HERD_WORKER_INDEX");
+  ::setenv("CUDA_VISIBLE_DEVICES", "5,6,7,8,9,10", 1);
+  ::setenv("HERD_GPUS_PER_WORKER", "3", 1);
+  ::setenv("HERD_WORKER_INDEX", "1", 1);
+  const auto first = herd::gpu::discover();
+  const std::string visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  const bool request_left = std::getenv("HERD_GPUS_PER_WORKER") != nullptr;
+  const auto again = herd::gpu::discover();  // no second slice
+  const std::string visible_again = std::getenv("CUDA_VISIBLE_DEVICES");
+  for (const auto& [name, value] : {std::pair{"CUDA_VISIBLE_DEVICES", old_visible}, {"HERD_WORKER_INDEX", old_index}}) {
+    if (value.second) ::setenv(name, value.first.c_str(), 1);
+    else ::unsetenv(name);
+  }
+  ::unsetenv("HERD_GPUS_PER_WORKER");
+  CHECK(visible == "8,9,10");
+  CHECK_FALSE(request_left);
+  CHECK(visible_again == "8,9,10");
+  if (!herd::gpu::cuda_built()) {  // with CUDA, the runtime may see fewer devices than named
+    REQUIRE(first.size() == 3);
+    CHECK(first[0].id == "8");
+    CHECK(first[2].id == "10");
+    CHECK(again.size() == 3);
+  }
 }
 
 TEST_CASE("Gpu.Discovery.WorkstationAsksCuda" * doctest::timeout(10)) {

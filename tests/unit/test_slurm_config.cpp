@@ -415,6 +415,47 @@ TEST_CASE("Slurm.JobScript.NodesStartOneWorkerPerNodeWithSrun") {
   CHECK(herd::SlurmOptions{o}.nodes(2).processes(2).workers_per_job() == 4);
 }
 
+TEST_CASE("Slurm.JobScript.GpusSharedOutAmongTheProcessesOfANode") {
+  // gpus(4) with processes(2): the job asks for the node's 4 GPUs, each worker offers 2 and takes
+  // its own 2 (HERD_GPUS_PER_WORKER: gpu::discover slices by the worker's index on the node).
+  const auto o = herd::SlurmOptions{}.cores(4).gpus(4).processes(2).worker_executable("/bin/w");
+  const std::string s = herd::job_script(o, "tcp://h:1");
+  INFO(s);
+  CHECK(has_line(s, "#SBATCH --gres=gpu:4"));
+  CHECK(has_line(s, "#SBATCH --nodes=1"));
+  CHECK(has_line(s, "export HERD_ROLE_ARGS='--scheduler tcp://h:1 --nthreads 2 --resources gpu=2'"));
+  CHECK(has_line(s, "export HERD_GPUS_PER_WORKER=2"));
+  CHECK(has_line(s, "export HERD_PROCESSES_PER_NODE=2"));
+  CHECK(has_line(s, "  HERD_WORKER_INDEX=$herd_i '/bin/w' &"));
+  // The slice is set before the workers start: the export comes ahead of the loop.
+  CHECK(s.find("export HERD_GPUS_PER_WORKER=2") < s.find("for herd_i in $(seq 0 1); do"));
+
+  // Four workers with one GPU each on each of two nodes: --gres is per node, srun numbers the
+  // tasks of a node (SLURM_LOCALID), and no inherited HERD_WORKER_INDEX may shadow it.
+  const std::string s2 = herd::job_script(herd::SlurmOptions{o}.cores(8).processes(4).nodes(2), "tcp://h:1");
+  INFO(s2);
+  CHECK(has_line(s2, "#SBATCH --nodes=2"));
+  CHECK(has_line(s2, "#SBATCH --ntasks-per-node=4"));
+  CHECK(has_line(s2, "#SBATCH --gres=gpu:4"));
+  CHECK(has_line(s2, "export HERD_GPUS_PER_WORKER=1"));
+  CHECK(s2.find("--resources gpu=1'") != std::string::npos);
+  CHECK(has_line(s2, "unset HERD_WORKER_INDEX"));
+  CHECK(s2.find("unset HERD_WORKER_INDEX") < s2.find("srun --nodes=2 --ntasks=8 --ntasks-per-node=4"));
+
+  // One worker per node keeps all of the node's GPUs: nothing to slice.
+  for (const auto& one : {herd::SlurmOptions{}.gpus(2).worker_executable("/bin/w"),
+                          herd::SlurmOptions{}.gpus(2).nodes(3).worker_executable("/bin/w")}) {
+    const std::string s1 = herd::job_script(one, "tcp://h:1");
+    INFO(s1);
+    CHECK(has_line(s1, "#SBATCH --gres=gpu:2"));
+    CHECK(s1.find("--resources gpu=2'") != std::string::npos);
+    CHECK(s1.find("HERD_GPUS_PER_WORKER") == std::string::npos);
+  }
+  // Processes without GPUs: no slice either.
+  CHECK(herd::job_script(herd::SlurmOptions{}.cores(2).processes(2), "tcp://h:1").find("HERD_GPUS_PER_WORKER") ==
+        std::string::npos);
+}
+
 TEST_CASE("Slurm.JobScript.SkipEpilogueShebang") {
   const auto o = herd::SlurmOptions{}
                      .qos("high")
@@ -449,7 +490,8 @@ TEST_CASE("Slurm.JobScript.RejectsBadJobShapes") {
   refuses(herd::SlurmOptions{}.processes(0), "processes must be >= 1");
   refuses(herd::SlurmOptions{}.nodes(0), "nodes must be >= 1");
   refuses(herd::SlurmOptions{}.cores(5).processes(2).nodes(2), "cores (5) must be a multiple of processes (2)");
-  refuses(herd::SlurmOptions{}.cores(4).processes(2).gpus(2), "gpus with processes > 1");
+  refuses(herd::SlurmOptions{}.cores(4).processes(2).gpus(3), "gpus (3) must be a multiple of processes (2)");
+  refuses(herd::SlurmOptions{}.cores(4).processes(4).gpus(2).nodes(2), "gpus (2) must be a multiple of processes (4)");
   refuses(herd::SlurmOptions{}.shebang("/bin/bash"), "must start with #!");
   refuses(herd::SlurmOptions{}.job_script_epilogue({"ok", "two\nlines"}), "job_script_epilogue");
   refuses(herd::SlurmOptions{}.submit_command_extra({"--x\n"}), "submit_command_extra");
