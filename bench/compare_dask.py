@@ -4,6 +4,7 @@
     python3 bench/compare_dask.py --small              smoke test, well under a minute
     python3 bench/compare_dask.py --repeat 3           full size (takes several minutes)
     python3 bench/compare_dask.py --skip-dask          herd only (Dask not needed)
+    python3 bench/compare_dask.py --workloads data,spread --repeat 3    data transfers only
 
 Workloads (see bench/README.md):
   1. throughput  map_gather: map(noop, range(N)) + gather; submit_loop: submit(noop, i) in a
@@ -681,7 +682,7 @@ def build_rows(cfg, herd, dask):
 
             def rise(src, peak, key):
                 before = mib_of(src.get((key, m)))
-                return "-" if peak is None or before is None else f"+{peak - before:,.0f}"
+                return "-" if peak is None or before is None else f"{round(peak - before):+,}"
 
             note = (f"rise during the gather: herd {rise(herd, hp, 'rss_before')}, Dask {rise(d, dp, 'rss_before')} "
                     f"/ {rise(d, xp, 'rss_before_direct')} MiB")
