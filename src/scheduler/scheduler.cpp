@@ -557,6 +557,7 @@ void Scheduler::flush_worker(WorkerId id) {
     if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(socket_, *identity, {std::move(w.acquire)});
     if (!w.execute.empty()) protocol::send<MessageType::execute_tasks>(socket_, *identity, {std::move(w.execute)});
     if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(socket_, *identity, {std::move(w.cancel)});
+    if (w.retiring) protocol::send<MessageType::retiring>(socket_, *identity, *w.retiring);
     if (!w.abandon.empty()) {
       protocol::send<MessageType::abandon_tasks>(socket_, *identity,
                                                  {std::move(w.abandon), "cancelled while running (cancel(force))"});

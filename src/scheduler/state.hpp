@@ -83,6 +83,7 @@ struct WorkerOut {
   std::vector<protocol::ExecuteTask> execute;             // execute_tasks
   std::vector<TaskId> cancel;                             // cancel_tasks: hand back if not started
   std::vector<TaskId> abandon;                            // abandon_tasks: stop running ones too
+  std::optional<protocol::RetiringEvent> retiring;        // retiring: the scheduler retires it
   std::vector<protocol::GangReadyEvent> gang_ready;
   std::vector<protocol::GangAbortEvent> gang_abort;
   bool heartbeat = false;
@@ -366,7 +367,8 @@ class SchedulerState {
   std::vector<PoolWorkerView> pool_workers(const std::string& pool, std::uint32_t replace_lead_s, const Now& now) const;
   /// Stop giving `id` work; it leaves once its running tasks are done (or the grace is over)
   /// and the results only it holds are copied elsewhere. `by_pool`: the pool shrinks (its job
-  /// is to be cancelled), rather than the worker asked.
+  /// is to be cancelled), rather than the worker asked: then the worker is told (`retiring`),
+  /// with the seconds its running tasks have left, so they can checkpoint.
   void retire(WorkerId id, const std::string& why, bool by_pool, const Now& now);
   /// A pool saw job `job_id` end: its worker is gone, whatever its last heartbeat said.
   void job_ended(const std::string& pool, const std::string& job_id, const std::string& how);
