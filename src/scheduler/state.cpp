@@ -338,7 +338,7 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   // next incarnation must not be cancelled for its predecessor.
   out_.departed.push_back(
       {id, w.name, w.pool, w.job_id, why, w.retired_by_pool || !w.retiring, !w.processing.empty() || !w.has.empty(),
-       w.address});
+       w.address, w.retired_by_pool});
   std::vector<TaskId> processing;
   processing.reserve(w.processing.size());
   for (const auto& [tid, shape] : w.processing) processing.push_back(tid);

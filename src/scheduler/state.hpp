@@ -104,6 +104,7 @@ struct Departure {
   bool release_job = false;  // its pool should make sure its job is gone too
   bool worked = false;       // it ran tasks or held results (a job that crashed early did not)
   std::string address;       // its data port, closed now: peers forget their connections to it
+  bool retired_by_pool = false;  // its pool let it go (shrinking): the job is on its way out
 };
 
 struct Outbox {

@@ -49,6 +49,8 @@ TEST_CASE("Checkpoint.PoolShrinks.RetiredWorkersTaskSavesAndResumesOnTheOther" *
   // Exactly one task was preempted: the one on the retired worker, which now is gone.
   const auto runs_a = marks(dir + "/ckpt-a.runs");
   const auto runs_b = marks(dir + "/ckpt-b.runs");
+  INFO("runs of ckpt-a:\n" << read_file(dir + "/ckpt-a.runs") << "runs of ckpt-b:\n" << read_file(dir + "/ckpt-b.runs")
+       << "drained:\n" << read_file(dir + "/ckpt-a.drained") << read_file(dir + "/ckpt-b.drained"));
   REQUIRE(runs_a.size() + runs_b.size() == 3);
   const bool a_moved = runs_a.size() == 2;
   const std::string key = a_moved ? "ckpt-a" : "ckpt-b";

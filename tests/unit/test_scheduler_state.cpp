@@ -515,6 +515,11 @@ TEST_CASE("SchedulerState.Retire.APoolRetirementTellsTheWorkerTheSecondsItsTasks
   CHECK(h.status(t) == TaskStatus::processing);
   CHECK(h.where(t) == a);
   h.now.mono += 2s;  // 31 s in: handed back, placed on the worker that stays
+  h.state.tick(h.now);
+  REQUIRE(out.departed.size() == 1);
+  CHECK(out.departed[0].id == a);
+  CHECK(out.departed[0].release_job);
+  CHECK(out.departed[0].retired_by_pool);  // its job is no capacity from this turn on
   h.turn();
   CHECK(h.state.worker(a) == nullptr);
   CHECK(h.status(t) == TaskStatus::processing);
