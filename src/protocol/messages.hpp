@@ -78,6 +78,7 @@ using TaskId = std::uint64_t;
   X(task_seceded, 39, SecedeEvent)          /* worker -> scheduler: running tasks left / took back their slots */ \
   X(campaign_request, 43, CampaignRequest)  /* client -> scheduler: list, attach to or release campaigns */ \
   X(campaign_reply, 44, CampaignReply)      /* scheduler -> client */                              \
+  X(retiring, 45, RetiringEvent)            /* scheduler -> worker: the pool retires you; checkpoint */ \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
@@ -592,6 +593,18 @@ struct ExecuteTasksEvent {
 struct PutDataEvent {
   TaskId id = 0;  // key under which the worker stores the payload frame that follows
   MSGPACK_DEFINE(id);
+};
+
+/// The scheduler retires this worker (its pool shrinks: scale() down, adapt(), idle): it gets
+/// no new task, and its running tasks are handed back to other workers once `seconds` have
+/// passed. The worker turns this_task().draining() true and seconds_left() to `seconds`, so a
+/// checkpointable task saves its state and gives up before then. Not sent to a worker that
+/// asked to retire itself (retire_request: a drain signal or its walltime): it knows.
+struct RetiringEvent {
+  std::string reason;         // e.g. "pool local shrinks"
+  std::uint32_t seconds = 0;  // time its running tasks have left: the scheduler's grace
+                              //   (retire_grace_s), bounded by the job's end
+  MSGPACK_DEFINE_MAP(reason, seconds);
 };
 
 struct GoodbyeEvent {

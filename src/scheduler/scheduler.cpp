@@ -561,6 +561,7 @@ void Scheduler::flush_worker(WorkerId id) {
     if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(socket_, *identity, {std::move(w.acquire)});
     if (!w.execute.empty()) protocol::send<MessageType::execute_tasks>(socket_, *identity, {std::move(w.execute)});
     if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(socket_, *identity, {std::move(w.cancel)});
+    if (w.retiring) protocol::send<MessageType::retiring>(socket_, *identity, *w.retiring);
     if (!w.abandon.empty()) {
       protocol::send<MessageType::abandon_tasks>(socket_, *identity,
                                                  {std::move(w.abandon), "cancelled while running (cancel(force))"});
@@ -703,10 +704,16 @@ void Scheduler::step_pools(const Now& now) {
     // Backlog this pool could serve: ready and processing tasks whose resources it offers.
     const std::size_t backlog = pool->policy().adaptive ? state_.backlog(pool->policy().resources) : 0;
     // Workers that left this turn, before the pool counts its jobs (flush() comes after).
-    for (const Departure& d : state_.outbox().departed) {
-      if (!d.release_job) note_done(d);
-    }
     std::vector<PoolWorker> view;
+    for (const Departure& d : state_.outbox().departed) {
+      if (!d.release_job) {
+        note_done(d);
+      } else if (d.retired_by_pool && d.pool == pool->name() && !d.job_id.empty()) {
+        // Its job is released in flush(), after this step: until then it is on its way out,
+        // not capacity, or a shrink whose first worker left this turn retires a second one.
+        view.push_back({d.id, d.job_id, /*idle=*/true, now.mono, /*leaving=*/true, /*ending=*/false});
+      }
+    }
     for (const auto& w : state_.pool_workers(pool->name(), pool->policy().replace_lead_s(), now)) {
       view.push_back({w.id, w.job_id, w.idle, w.idle_since, w.leaving, w.ending});
     }

@@ -338,7 +338,7 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   // next incarnation must not be cancelled for its predecessor.
   out_.departed.push_back(
       {id, w.name, w.pool, w.job_id, why, w.retired_by_pool || !w.retiring, !w.processing.empty() || !w.has.empty(),
-       w.address});
+       w.address, w.retired_by_pool});
   std::vector<TaskId> processing;
   processing.reserve(w.processing.size());
   for (const auto& [tid, shape] : w.processing) processing.push_back(tid);
@@ -532,6 +532,15 @@ void SchedulerState::retire(WorkerId id, const std::string& why, bool by_pool, c
     }
     refresh(*w);
     out_.cluster_changed = true;
+    if (by_pool) {
+      // The worker did not ask, so it does not know: its running tasks learn it
+      // (this_task().draining()) with the time progress_retirements() leaves them, so that a
+      // checkpointable one saves and gives up before it is handed back. A worker that asked
+      // (a drain signal, its walltime) set its own deadline and is not told again.
+      std::int64_t seconds = options_.retire_grace_s;
+      if (w->end_time > 0) seconds = std::min(seconds, std::max<std::int64_t>(0, w->end_time - 5 - now.unix_s()));
+      out(id).retiring = protocol::RetiringEvent{why, static_cast<std::uint32_t>(seconds)};
+    }
   }
   if (by_pool) w->retired_by_pool = true;
   check();

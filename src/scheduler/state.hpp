@@ -83,6 +83,7 @@ struct WorkerOut {
   std::vector<protocol::ExecuteTask> execute;             // execute_tasks
   std::vector<TaskId> cancel;                             // cancel_tasks: hand back if not started
   std::vector<TaskId> abandon;                            // abandon_tasks: stop running ones too
+  std::optional<protocol::RetiringEvent> retiring;        // retiring: the scheduler retires it
   std::vector<protocol::GangReadyEvent> gang_ready;
   std::vector<protocol::GangAbortEvent> gang_abort;
   bool heartbeat = false;
@@ -103,6 +104,7 @@ struct Departure {
   bool release_job = false;  // its pool should make sure its job is gone too
   bool worked = false;       // it ran tasks or held results (a job that crashed early did not)
   std::string address;       // its data port, closed now: peers forget their connections to it
+  bool retired_by_pool = false;  // its pool let it go (shrinking): the job is on its way out
 };
 
 struct Outbox {
@@ -371,7 +373,8 @@ class SchedulerState {
   std::vector<PoolWorkerView> pool_workers(const std::string& pool, std::uint32_t replace_lead_s, const Now& now) const;
   /// Stop giving `id` work; it leaves once its running tasks are done (or the grace is over)
   /// and the results only it holds are copied elsewhere. `by_pool`: the pool shrinks (its job
-  /// is to be cancelled), rather than the worker asked.
+  /// is to be cancelled), rather than the worker asked: then the worker is told (`retiring`),
+  /// with the seconds its running tasks have left, so they can checkpoint.
   void retire(WorkerId id, const std::string& why, bool by_pool, const Now& now);
   /// A pool saw job `job_id` end: its worker is gone, whatever its last heartbeat said.
   void job_ended(const std::string& pool, const std::string& job_id, const std::string& how);

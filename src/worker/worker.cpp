@@ -496,6 +496,11 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
       }
       break;
     }
+    case MessageType::retiring: {
+      protocol::RetiringEvent ev;
+      if (protocol::decode<MessageType::retiring>(msg, ev, error)) on_retiring(ev);
+      break;
+    }
     case MessageType::shutdown: {
       protocol::GoodbyeEvent bye;
       (void)protocol::decode<MessageType::shutdown>(msg, bye, error);
@@ -519,6 +524,23 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
       HERD_LOG(warning) << "unexpected " << protocol::to_string(*type) << " from the scheduler";
   }
   if (!error.empty()) HERD_LOG(error) << "bad message from the scheduler: " << error;
+}
+
+void Worker::on_retiring(const protocol::RetiringEvent& ev) {
+  // The scheduler retires us (the pool shrinks): it hands our running tasks to other workers
+  // after ev.seconds and then says shutdown. Nothing to do here but let the tasks know, so that
+  // a checkpointable one saves and gives up in time. A worker draining on its own (a signal)
+  // keeps the deadline it set, and the scheduler, which it asked, does not send this.
+  if (draining_) return;
+  retire_asked_ = true;  // the walltime check need not ask again
+  const std::int64_t unix_now =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  std::int64_t end = unix_now + ev.seconds;
+  if (end_time_ > 0) end = std::min(end, end_time_);
+  detail::set_worker_end_time(end);
+  detail::set_worker_draining();
+  HERD_LOG(info) << "retired by the scheduler (" << ev.reason << "): running tasks have " << (end - unix_now)
+                 << " s";
 }
 
 void Worker::on_execute(protocol::ExecuteTasksEvent& ev) {

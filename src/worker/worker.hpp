@@ -87,6 +87,7 @@ class Worker {
   /// Carries out what the state decided: fetches, tasks to start, results to free and report.
   void carry_out();
   void drain_completions();
+  void on_retiring(const protocol::RetiringEvent& ev);  // the scheduler retires this worker
   void wake_io();  // any thread: the I/O thread leaves its poll and drains completions
   void memory_monitor();
   /// Pauses (or resumes) by resident memory against the pause share of the limit; any thread.

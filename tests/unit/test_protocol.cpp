@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "protocol/codec.hpp"
 
@@ -433,4 +434,18 @@ TEST_CASE("Protocol.Campaign.RoundTrip") {
   StatusReply s;
   s.campaigns.push_back({"nightly", 4, 2, 1, 1, ""});
   CHECK(round_trip(s).campaigns.at(0).total == 4);
+}
+
+TEST_CASE("Protocol.Retiring.RoundTrip") {
+  CHECK(static_cast<int>(MessageType::retiring) == 45);  // numbers are never reused or changed
+  CHECK(to_string(MessageType::retiring) == "retiring");
+  std::string error;
+  CHECK(parse_header(make_header(MessageType::retiring), error) == MessageType::retiring);
+  static_assert(std::is_same_v<Body<MessageType::retiring>::type, RetiringEvent>);
+  RetiringEvent ev;
+  ev.reason = "pool local shrinks";
+  ev.seconds = 27;
+  const RetiringEvent back = round_trip(ev);
+  CHECK(back.reason == "pool local shrinks");
+  CHECK(back.seconds == 27);
 }

@@ -471,6 +471,64 @@ TEST_CASE("SchedulerState.Retire.UniqueResultsCopiedBeforeLeaving") {
   CHECK(h.task(t)->who_has == std::vector<std::uint32_t>{other});
 }
 
+TEST_CASE("SchedulerState.Retire.APoolRetirementTellsTheWorkerTheSecondsItsTasksHave") {
+  StateOptions o;
+  o.retire_grace_s = 30;
+  o.timeout_ms = 600'000;  // nobody is lost for silence while the clock moves on
+  Harness h(o);
+  const std::int64_t now_s = h.now.unix_s();
+  const WorkerId a = h.add_worker("a", 1);  // no job end
+  const TaskId t = h.submit("train");
+  h.turn();
+  REQUIRE(h.where(t) == a);
+  const WorkerId ends = h.add_worker("ends", 1, {}, now_s + 20);  // its job ends in 20 s
+  const WorkerId gone = h.add_worker("gone", 1, {}, now_s + 3);   // ... in 3 s
+  const WorkerId asked = h.add_worker("asked", 1);                // retires on its own (a signal)
+  h.turn();
+  Outbox& out = h.state.outbox();
+  out.clear();
+
+  // The pool shrinks: the worker hears it, with the whole grace when its job has no end...
+  h.state.retire(a, "pool local shrinks", /*by_pool=*/true, h.now);
+  REQUIRE(out.workers.count(a) == 1);
+  REQUIRE(out.workers.at(a).retiring.has_value());
+  CHECK(out.workers.at(a).retiring->seconds == 30);
+  CHECK(out.workers.at(a).retiring->reason == "pool local shrinks");
+  // ... and with what is left before the grace is cut short (5 s before its job ends) otherwise.
+  h.state.retire(ends, "pool local shrinks", true, h.now);
+  REQUIRE(out.workers.at(ends).retiring.has_value());
+  CHECK(out.workers.at(ends).retiring->seconds == 15);
+  h.state.retire(gone, "pool local shrinks", true, h.now);
+  REQUIRE(out.workers.at(gone).retiring.has_value());
+  CHECK(out.workers.at(gone).retiring->seconds == 0);
+  // A worker that asked to retire is not told (it set its own deadline), not even when the pool
+  // then picks it too; nor is a worker told twice.
+  h.state.retire_request(asked, "drain on signal", h.now);
+  h.state.retire(asked, "pool local shrinks", true, h.now);
+  CHECK(!(out.workers.count(asked) && out.workers.at(asked).retiring.has_value()));
+  out.clear();
+  h.state.retire(a, "pool local shrinks again", true, h.now);
+  CHECK(!(out.workers.count(a) && out.workers.at(a).retiring.has_value()));
+  out.clear();
+
+  // The grace itself is unchanged: the running task stays where it is until it has passed.
+  const WorkerId staying = h.add_worker("staying", 1);
+  h.now.mono += 29s;
+  h.turn();
+  CHECK(h.status(t) == TaskStatus::processing);
+  CHECK(h.where(t) == a);
+  h.now.mono += 2s;  // 31 s in: handed back, placed on the worker that stays
+  h.state.tick(h.now);
+  REQUIRE(out.departed.size() == 1);
+  CHECK(out.departed[0].id == a);
+  CHECK(out.departed[0].release_job);
+  CHECK(out.departed[0].retired_by_pool);  // its job is no capacity from this turn on
+  h.turn();
+  CHECK(h.state.worker(a) == nullptr);
+  CHECK(h.status(t) == TaskStatus::processing);
+  CHECK(h.where(t) == staying);
+}
+
 TEST_CASE("SchedulerState.Backlog.CountsWhatAPoolCouldRun") {
   Harness h;
   h.submit("cpu1");
