@@ -16,6 +16,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <string>
 #include <thread>
@@ -236,35 +237,39 @@ TEST_CASE("Gather.LargeResultsHandedOverRightEveryTime" * doctest::timeout(120))
   CHECK(blocks[1].result(60s) == char_block(1, 33, 1));  // gathered, then asked again
 }
 
-TEST_CASE("Replicate.LostHolderCostsNoRecompute" * doctest::timeout(120)) {
-  // Two workers with different resources, so that we know where the result is made.
-  herd::LocalCluster cluster{0};
-  cluster.env("HERD_TIMEOUT_MS", "1500").env("HERD_HEARTBEAT_MS", "100");
-  const std::string address = cluster.start();
-  TempDir tmp;
-  const std::string marker = tmp.path + "/runs";
-  const pid_t wa = spawn_worker(address, "wa", "a=1", tmp.path + "/a.log");
-  const pid_t wb = spawn_worker(address, "wb", "b=1", tmp.path + "/b.log");
-  herd::Client client{address};
-  client.wait_for_workers(2, 20s);
-  auto a = client.submit(herd::TaskOptions{}.resource("a", 1), counted_block, marker, 5, 6);  // 6 MiB: streamed
-  a.wait();
-  client.replicate(std::vector{a}, 2);
-  auto holders = [&] {
-    std::size_t n = 0;
-    for (const auto& w : client.status().workers) n += w.stored;
-    return n;
-  };
-  REQUIRE(eventually([&] { return holders() == 2; }, 20s));
-  REQUIRE(::kill(wa, SIGKILL) == 0);  // the worker that made it goes
-  auto sum = client.submit(herd::TaskOptions{}.resource("b", 1), checksum, a);
-  CHECK(sum.result(60s) == fnv(block(5, 6)));
-  CHECK(right(a.result(), 5, 6));
-  CHECK(read_file(marker) == "run\n");  // made once: the copy on wb served
-  ::kill(wb, SIGTERM);
-}
-
 namespace {
+/// Two workers with different resources (so that we know where a result is made), and
+/// counted_block(seed, mib) made on the first, "wa", then copied to the second, "wb": two holders.
+struct TwoHolders {
+  herd::LocalCluster cluster{0};
+  std::string address;
+  TempDir tmp;
+  std::string marker = tmp.path + "/runs";
+  pid_t wa = 0, wb = 0;
+  std::unique_ptr<herd::Client> client;
+  herd::Future<std::vector<std::uint8_t>> block;
+
+  TwoHolders(int seed, int mib) {
+    cluster.env("HERD_TIMEOUT_MS", "1500").env("HERD_HEARTBEAT_MS", "100");
+    address = cluster.start();
+    wa = spawn_worker(address, "wa", "a=1", tmp.path + "/a.log");
+    wb = spawn_worker(address, "wb", "b=1", tmp.path + "/b.log");
+    ::setenv("HERD_TIMEOUT_MS", "1500", 1);  // the client gives up on a silent holder in 1.5 s
+    client = std::make_unique<herd::Client>(address);
+    ::unsetenv("HERD_TIMEOUT_MS");
+    client->wait_for_workers(2, 20s);
+    block = client->submit(herd::TaskOptions{}.resource("a", 1), counted_block, marker, seed, mib);
+    block.wait();
+    client->replicate(std::vector{block}, 2);
+    REQUIRE(eventually([&] {
+      std::size_t n = 0;
+      for (const auto& w : client->status().workers) n += w.stored;
+      return n == 2;
+    }, 30s));
+  }
+  ~TwoHolders() { ::kill(wb, SIGTERM); }
+};
+
 std::uint64_t self_rss_bytes() {
   std::ifstream in("/proc/self/status");
   std::string line;
@@ -275,37 +280,28 @@ std::uint64_t self_rss_bytes() {
 }
 }  // namespace
 
+TEST_CASE("Replicate.LostHolderCostsNoRecompute" * doctest::timeout(120)) {
+  TwoHolders h(5, 6);  // 6 MiB: streamed
+  REQUIRE(::kill(h.wa, SIGKILL) == 0);  // the worker that made it goes
+  auto sum = h.client->submit(herd::TaskOptions{}.resource("b", 1), checksum, h.block);
+  CHECK(sum.result(60s) == fnv(block(5, 6)));
+  CHECK(right(h.block.result(), 5, 6));
+  CHECK(read_file(h.marker) == "run\n");  // made once: the copy on wb served
+}
+
 TEST_CASE("Transfer.HolderKilledMidTransfer.ReceiverFailsOverValueRight" * doctest::timeout(120)) {
   // A 384 MiB result held by two workers; the client streams it from the worker that made it
   // (its first holder), which is SIGKILLed once the bytes are arriving. The client fails over
   // to the copy: the value is right and the task did not run again.
-  herd::LocalCluster cluster{0};
-  cluster.env("HERD_TIMEOUT_MS", "1500").env("HERD_HEARTBEAT_MS", "100");
-  const std::string address = cluster.start();
-  TempDir tmp;
-  const std::string marker = tmp.path + "/runs";
-  const pid_t wa = spawn_worker(address, "wa", "a=1", tmp.path + "/a.log");
-  const pid_t wb = spawn_worker(address, "wb", "b=1", tmp.path + "/b.log");
-  ::setenv("HERD_TIMEOUT_MS", "1500", 1);  // this client gives up on a silent holder in 1.5 s
-  herd::Client client{address};
-  ::unsetenv("HERD_TIMEOUT_MS");
-  client.wait_for_workers(2, 20s);
   constexpr int kMiB = 384;
-  auto a = client.submit(herd::TaskOptions{}.resource("a", 1), counted_block, marker, 7, kMiB);
-  a.wait();
-  client.replicate(std::vector{a}, 2);
-  REQUIRE(eventually([&] {
-    std::size_t n = 0;
-    for (const auto& w : client.status().workers) n += w.stored;
-    return n == 2;
-  }, 30s));
+  TwoHolders h(7, kMiB);
   const std::uint64_t rss0 = self_rss_bytes();
   std::atomic<bool> done{false};
   std::vector<std::uint8_t> got;
   std::string error;
   std::thread gather([&] {
     try {
-      got = a.result(60s);
+      got = h.block.result(60s);
     } catch (const std::exception& e) {
       error = e.what();
     }
@@ -316,13 +312,12 @@ TEST_CASE("Transfer.HolderKilledMidTransfer.ReceiverFailsOverValueRight" * docte
     std::this_thread::sleep_for(1ms);
   }
   const bool mid = !done.load();
-  REQUIRE(::kill(wa, SIGKILL) == 0);
+  REQUIRE(::kill(h.wa, SIGKILL) == 0);
   gather.join();
   CHECK(mid);  // killed while the bytes were on their way
   CHECK(error.empty());
   CHECK(right(got, 7, kMiB));
-  CHECK(read_file(marker) == "run\n");  // the copy served: made once
-  ::kill(wb, SIGTERM);
+  CHECK(read_file(h.marker) == "run\n");  // the copy served: made once
 }
 
 TEST_CASE("Replicate.ScatterBroadcastReachesEveryWorker" * doctest::timeout(120)) {

@@ -233,17 +233,22 @@ TEST_CASE("LocalCluster.Resources.PlacedOnlyWhereTheyFit" * doctest::timeout(60)
 }
 
 TEST_CASE("LocalCluster.LoadBalance.SlowWorkerDoesNotHoard" * doctest::timeout(60)) {
-  // 2 workers, 40 tasks of 50 ms: both workers must take part.
+  // 2 workers, 40 tasks of 50 ms, each followed by one that says where it ran: both workers
+  // must take part. The sleeps are held (a dropped future's task may never run), and both
+  // workers are there first (a client does not wait for them: under load the first could
+  // otherwise take every task before the second connects).
   herd::Client client{herd::LocalCluster{2}};
+  client.wait_for_workers(2, 20s);
   std::vector<herd::Future<std::string>> fs;
+  std::vector<herd::Future<int>> sleeps;
   for (int i = 0; i < 40; ++i) {
-    auto s = client.submit(sleep_ms, 50);
+    sleeps.push_back(client.submit(sleep_ms, 50));
     fs.push_back(client.submit(whoami));
-    (void)s;
   }
   std::set<std::string> seen;
   for (auto& w : client.gather(fs)) seen.insert(w);
   CHECK(seen.size() == 2);
+  client.wait(sleeps);
 }
 
 TEST_CASE("Client.UnregisteredFunction.NamedInError") {
