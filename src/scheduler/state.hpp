@@ -329,9 +329,9 @@ class SchedulerState {
   /// result (`bytes`, put on a worker once one is there) or `on_disk` (the server reads it and
   /// calls journal_read()) it is done; with a journaled `error` (msgpack ErrorInfo) it fails
   /// with that error again; else it had not finished, and runs again from its `recipe` (its
-  /// inputs found by key among the tasks restored before it). Without a recipe (too large to
-  /// journal, or an input that was not a campaign's task) it fails with herd::LostInRestart,
-  /// saying why, rather than leave a future pending forever. Returns its id.
+  /// inputs found by key among the tasks restored before it). Otherwise (a recipe too large to
+  /// journal, an input that was not a campaign's task, a gang's rank) it fails with
+  /// herd::LostInRestart, saying why, rather than leave a future pending forever. Returns its id.
   TaskId restore_campaign_task(const std::string& campaign, const std::string& key, const std::vector<char>* bytes,
                                bool on_disk, const std::vector<char>* error, const std::vector<char>& recipe);
   /// The restore is over: forgets the keys it resolved inputs by.

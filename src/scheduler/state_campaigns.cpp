@@ -29,8 +29,7 @@ const std::string kNoCampaign;
 struct Recipe {
   protocol::TaskSpec spec;
   std::vector<std::string> inputs;  // the key of refs[i]'s task (key_of)
-  std::string gang;                 // the key of its gang's rank 0 ("" = not in a gang)
-  MSGPACK_DEFINE(spec, inputs, gang);
+  MSGPACK_DEFINE(spec, inputs);
 };
 
 /// Larger recipes (arguments inlined into the task) are not journaled: the task comes back
@@ -64,9 +63,6 @@ void SchedulerState::campaign_task_added(const std::string& name, TaskId id, Cli
       const Task* dep = graph_.find(ref.id);
       // Its key (a display key for an unnamed task: never restored, but named in the error).
       r.inputs.push_back(dep != nullptr ? graph_.key_of(*dep) : std::string());
-    }
-    if (r.spec.gang != 0) {
-      if (const Task* g = graph_.find(r.spec.gang); g != nullptr) r.gang = graph_.key_of(*g);
     }
     std::vector<char> recipe = pack_bytes(r);
     if (recipe.size() > kMaxRecipeBytes) {
@@ -226,10 +222,11 @@ TaskId SchedulerState::restore_campaign_task(const std::string& campaign, const 
         spec.refs[i].id = it->second;
       }
     }
-    if (why.empty() && !r.gang.empty()) {
-      if (r.gang == key) spec.gang = id;
-      else if (auto g = restored_by_key_.find(r.gang); g != restored_by_key_.end()) spec.gang = g->second;
-      else why = "had not finished when the scheduler stopped, and its gang's rank 0 (" + r.gang + ") was not restored";
+    // A gang runs whole, and some of its ranks may have finished before the stop: it is not
+    // put together again from what is left.
+    if (why.empty() && spec.gang != 0) {
+      why = "had not finished when the scheduler stopped, and it is a gang's rank (a gang is not run again after "
+            "a restart: some of its ranks may have finished): submit the gang again";
     }
     if (!why.empty()) {
       lost(why);
@@ -239,7 +236,6 @@ TaskId SchedulerState::restore_campaign_task(const std::string& campaign, const 
       spec.key = key;
       spec.campaign = campaign;
       graph_.add(spec, 0, shape_of(spec.resources, spec.workers, spec.pool, spec.allow_other_workers), fx_);
-      if (spec.gang != 0) gang_member_added(spec);
       campaign_task_added(campaign, id, 0, nullptr);
     }
   }

@@ -4,9 +4,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -68,6 +70,11 @@ struct TaskRec {
 // For the crash handler, which may only touch plain ints: original fds and pipe read ends.
 int g_saved[3] = {-1, -1, -1};
 int g_read[3] = {-1, -1, -1};
+// Set by the reader thread from the read() of a pipe until those bytes are in the original
+// stream: the crash handler waits for it (bounded), or the last lines before a crash (read,
+// not yet written) would be lost with the process.
+std::atomic<int> g_copying{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the crash handler reads it");
 struct sigaction g_old[32];
 constexpr int kFatal[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 
@@ -88,6 +95,9 @@ void on_fatal(int sig) {
   for (int s = 1; s <= 2; ++s) {
     if (g_saved[s] >= 0) ::dup2(g_saved[s], s);
   }
+  // The reader may hold bytes it read and has not written yet: let it finish (at most 200 ms).
+  const timespec ms{0, 1000000};
+  for (int i = 0; i < 200 && g_copying.load() != 0; ++i) ::nanosleep(&ms, nullptr);
   char buf[4096];
   for (int s = 1; s <= 2; ++s) {
     if (g_read[s] < 0 || g_saved[s] < 0) continue;
@@ -162,9 +172,11 @@ struct LogBook::Impl {
           std::lock_guard lock(mu);
           reader_busy = true;
         }
+        g_copying.store(1);
         const ssize_t got = ::read(g_read[s], buf.data(), buf.size());
+        if (got > 0) write_all(g_saved[s], buf.data(), static_cast<std::size_t>(got));
+        g_copying.store(0);
         if (got > 0) {
-          write_all(g_saved[s], buf.data(), static_cast<std::size_t>(got));
           LogBook::instance().on_captured(s, buf.data(), static_cast<std::size_t>(got));
         } else if (got == 0 || (errno != EAGAIN && errno != EINTR)) {
           open[s] = false;  // every writer closed it: stop_capture()

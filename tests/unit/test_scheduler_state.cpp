@@ -1427,6 +1427,45 @@ TEST_CASE("SchedulerState.Campaign.RestartForgetsCampaigns" * doctest::timeout(3
   CHECK(h.state.validate().empty());
 }
 
+TEST_CASE("SchedulerState.Campaign.UnfinishedGangIsLostInRestartWithTheReason" * doctest::timeout(30)) {
+  // A gang runs whole: a campaign's gang that had not finished is not put together again from
+  // its recipes (some ranks may have finished); each rank fails with LostInRestart saying so.
+  StateOptions o;
+  o.full_results = true;
+  std::vector<std::pair<std::string, std::vector<char>>> records;
+  {
+    Harness h(o);
+    const TaskId gang = (static_cast<TaskId>(h.client) << 40) | 10;
+    for (std::uint32_t r = 0; r < 2; ++r) {
+      TaskSpec s;
+      s.id = gang + r;
+      s.function = "ring";
+      s.gang = gang;
+      s.gang_rank = r;
+      s.gang_size = 2;
+      s.campaign = "nightly";
+      std::string error;
+      REQUIRE(h.state.submit(h.client, s, nullptr, error));
+    }
+    records = h.state.outbox().journal;
+  }
+  REQUIRE(records.size() == 2);
+  CHECK(records[1].first == herd::scheduler::campaign_record_key("nightly", "nightly/1"));
+  Harness h(o);
+  std::vector<TaskId> ids;
+  for (int r = 0; r < 2; ++r) {
+    ids.push_back(h.state.restore_campaign_task("nightly", "nightly/" + std::to_string(r), nullptr, false, nullptr,
+                                                records[static_cast<std::size_t>(r)].second));
+  }
+  h.state.restore_done();
+  for (TaskId id : ids) {
+    REQUIRE(h.status(id) == TaskStatus::erred);
+    CHECK(h.task(id)->error->type == "herd::LostInRestart");
+    CHECK(h.task(id)->error->message.find("gang") != std::string::npos);
+  }
+  CHECK(h.state.campaigns().at(0).failed == 2);
+}
+
 TEST_CASE("SchedulerState.Campaign.JournaledAndRestoredAfterARestart" * doctest::timeout(30)) {
   // With the journal on, a campaign's tasks get keys "<campaign>/<index>"; their membership
   // (with recipes), results and errors are recorded in a real journal file. A new state,
