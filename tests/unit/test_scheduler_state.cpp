@@ -90,6 +90,25 @@ struct Harness {
     return s.id;
   }
 
+  /// A gang of `size` ranks of `fn` (ids gang, gang + 1, ...), in `campaign` if named.
+  /// Returns the gang id (rank 0's task id).
+  TaskId submit_gang(const std::string& fn, std::uint32_t size, const std::string& campaign = "") {
+    const TaskId gang = (static_cast<TaskId>(client) << 40) | next;
+    next += size;
+    for (std::uint32_t r = 0; r < size; ++r) {
+      TaskSpec s;
+      s.id = gang + r;
+      s.function = fn;
+      s.gang = gang;
+      s.gang_rank = r;
+      s.gang_size = size;
+      s.campaign = campaign;
+      std::string error;
+      REQUIRE(state.submit(client, s, nullptr, error));
+    }
+    return gang;
+  }
+
   /// schedule(), then deliver the outbox to the virtual workers and the client.
   void turn() {
     state.heard_from_client(client, now);  // the client stays connected
@@ -360,18 +379,7 @@ TEST_CASE("SchedulerState.Gang.DistinctWorkersReservationAndNever") {
   const WorkerId busy_on = h.where(busy);
   // A gang of 2: one worker is busy, so it waits and reserves both; a later task does not
   // overtake it.
-  std::vector<TaskSpec> members(2);
-  const TaskId gang = (static_cast<TaskId>(h.client) << 40) | h.next;
-  h.next += 2;
-  std::string error;
-  for (std::uint32_t r = 0; r < 2; ++r) {
-    members[r].id = gang + r;
-    members[r].function = "step";
-    members[r].gang = gang;
-    members[r].gang_rank = r;
-    members[r].gang_size = 2;
-    REQUIRE(h.state.submit(h.client, members[r], nullptr, error));
-  }
+  const TaskId gang = h.submit_gang("step", 2);
   const TaskId later = h.submit("later");
   h.turn();
   CHECK(h.status(gang) == TaskStatus::ready);
@@ -382,17 +390,7 @@ TEST_CASE("SchedulerState.Gang.DistinctWorkersReservationAndNever") {
   CHECK(h.where(gang) != h.where(gang + 1));
   CHECK(h.status(later) != TaskStatus::memory);
   // A gang of 3 on 2 workers can never start: said so, and nothing else is held back.
-  const TaskId g3 = (static_cast<TaskId>(h.client) << 40) | h.next;
-  h.next += 3;
-  for (std::uint32_t r = 0; r < 3; ++r) {
-    TaskSpec s;
-    s.id = g3 + r;
-    s.function = "step";
-    s.gang = g3;
-    s.gang_rank = r;
-    s.gang_size = 3;
-    REQUIRE(h.state.submit(h.client, s, nullptr, error));
-  }
+  const TaskId g3 = h.submit_gang("step", 3);
   h.finish(a);
   h.finish(b);
   h.turn();
@@ -1177,18 +1175,7 @@ TEST_CASE("SchedulerState.Restart.ForgetsGangsAndSuspectsAndARestartWithNothingI
   const WorkerId w1 = h.add_worker("w1", 1);
   const WorkerId w2 = h.add_worker("w2", 1);
   const WorkerId w3 = h.add_worker("w3", 1);
-  const TaskId gang = (static_cast<TaskId>(h.client) << 40) | h.next;
-  h.next += 2;
-  std::string error;
-  for (std::uint32_t r = 0; r < 2; ++r) {
-    TaskSpec m;
-    m.id = gang + r;
-    m.function = "member";
-    m.gang = gang;
-    m.gang_rank = r;
-    m.gang_size = 2;
-    REQUIRE(h.state.submit(h.client, m, nullptr, error));
-  }
+  h.submit_gang("member", 2);
   h.turn();
   REQUIRE(h.state.gangs().size() == 1);
   const TaskId lone = h.submit("lone");
@@ -1207,17 +1194,7 @@ TEST_CASE("SchedulerState.Restart.ForgetsGangsAndSuspectsAndARestartWithNothingI
   // A gang again, on new workers: placed as on a fresh scheduler.
   h.add_worker("n1", 1);
   h.add_worker("n2", 1);
-  const TaskId gang2 = (static_cast<TaskId>(h.client) << 40) | h.next;
-  h.next += 2;
-  for (std::uint32_t r = 0; r < 2; ++r) {
-    TaskSpec m;
-    m.id = gang2 + r;
-    m.function = "member";
-    m.gang = gang2;
-    m.gang_rank = r;
-    m.gang_size = 2;
-    REQUIRE(h.state.submit(h.client, m, nullptr, error));
-  }
+  const TaskId gang2 = h.submit_gang("member", 2);
   h.turn();
   CHECK(h.status(gang2) == TaskStatus::processing);
   CHECK(h.status(gang2 + 1) == TaskStatus::processing);
@@ -1435,18 +1412,7 @@ TEST_CASE("SchedulerState.Campaign.UnfinishedGangIsLostInRestartWithTheReason" *
   std::vector<std::pair<std::string, std::vector<char>>> records;
   {
     Harness h(o);
-    const TaskId gang = (static_cast<TaskId>(h.client) << 40) | 10;
-    for (std::uint32_t r = 0; r < 2; ++r) {
-      TaskSpec s;
-      s.id = gang + r;
-      s.function = "ring";
-      s.gang = gang;
-      s.gang_rank = r;
-      s.gang_size = 2;
-      s.campaign = "nightly";
-      std::string error;
-      REQUIRE(h.state.submit(h.client, s, nullptr, error));
-    }
+    h.submit_gang("ring", 2, "nightly");
     records = h.state.outbox().journal;
   }
   REQUIRE(records.size() == 2);
