@@ -245,6 +245,7 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw Error("eventfd failed");
   fetcher_ = std::make_unique<data::DataClient>(context_, auth_, std::chrono::milliseconds(config_.timeout_ms));
+  fetcher_->take_lanes(config_.data_lanes != 0);
   io_ = std::thread([this] { io_loop(); });
 }
 

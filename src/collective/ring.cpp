@@ -67,6 +67,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "common/aead.hpp"
+#include "common/tcp.hpp"
 #include "common/util.hpp"
 #include "herd/error.hpp"
 
@@ -92,10 +94,8 @@ constexpr std::size_t kChallenge = 4 + kNonce;                // 36
 constexpr std::size_t kHello = 4 + 16 + kNonce + kMac;        // 84
 constexpr std::size_t kAck = 4 + 8 + kMac;                    // 44
 constexpr std::uint32_t kWantsEncryption = 1, kHasAes = 2;
-constexpr std::uint32_t kCipherNone = 0, kCipherChacha = 1, kCipherAes = 2;
 constexpr std::size_t kRecord = 256 << 10;                    // plaintext bytes per record at most
 constexpr std::size_t kMinRecord = 64 << 10;                  // a partial step waits for this much
-constexpr std::size_t kTag = 16;
 constexpr std::size_t kMaxPending = 512;                      // accepted, not yet verified
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);  // for one accepted connection
 
@@ -105,40 +105,11 @@ std::string errno_text(int err) { return std::strerror(err); }
   throw std::runtime_error("herd ring: " + what + ": " + errno_text(err));
 }
 
-void close_fd(int& fd) {
-  if (fd >= 0) ::close(fd);
-  fd = -1;
-}
-
 void set_nonblocking(int fd) {
-  const int flags = ::fcntl(fd, F_GETFL, 0);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) throw_sys("fcntl(O_NONBLOCK)");
+  if (!tcp::set_nonblocking(fd)) throw_sys("fcntl(O_NONBLOCK)");
 }
 
-void set_buffers(int fd) {
-  // Before listen()/connect(), so that the window scale is negotiated for them. Best effort.
-  const int size = kSocketBuffer;
-  (void)::setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof size);
-  (void)::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof size);
-}
-
-void set_nodelay(int fd) {
-  const int one = 1;
-  (void)::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-/// A peer whose machine dies says nothing (no FIN, no RST): keepalive probes (receiving side)
-/// and a limit on unacknowledged data (sending side) turn that into an error after ~1.5 minutes.
-/// A live peer that is merely slow still acknowledges, so this never fires on slowness.
-void set_liveness(int fd) {
-  const int one = 1, idle = 30, interval = 10, count = 6;
-  const unsigned user_timeout_ms = 90000;
-  (void)::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof one);
-  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
-  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof interval);
-  (void)::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof count);
-  (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
-}
+void set_buffers(int fd) { tcp::set_buffers(fd, kSocketBuffer); }
 
 void put_u32(std::string& out, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
@@ -157,112 +128,32 @@ std::uint32_t get_u32(const char* p) {
 // ------------------------------------------------------------------------------------------
 // Keys and records (see the top of the file).
 
-using Key = std::array<unsigned char, 32>;
+using aead::Key;
+using aead::kCipherAes;
+using aead::kCipherChacha;
+using aead::kCipherNone;
+using aead::kTag;
+using LinkCipher = aead::RecordCipher;  // one direction of a link
 
-const unsigned char* bytes(const std::string& s) { return reinterpret_cast<const unsigned char*>(s.data()); }
-
-/// BLAKE2b-256 of `message`, keyed with `key` (nullptr: unkeyed).
-Key blake2b(const std::string& message, const Key* key) {
-  Key out{};
-  crypto_generichash(out.data(), out.size(), bytes(message), message.size(), key ? key->data() : nullptr,
-                     key ? key->size() : 0);
-  return out;
-}
+using aead::aes_available;
+using aead::blake2b;
+using aead::random_bytes;
 
 Key link_key(const std::string& token) { return blake2b("herd-ring-2" + token, nullptr); }
 
-std::string random_bytes(std::size_t n) {
-  std::string out(n, '\0');
-  randombytes_buf(out.data(), n);
-  return out;
-}
-
-bool aes_available() { return crypto_aead_aes256gcm_is_available() != 0; }
-
-/// One direction of a link's AEAD: the sender seals records, the receiver opens them, each
-/// with the record counter as nonce.
-class LinkCipher {
- public:
-  LinkCipher(std::uint32_t cipher, const Key& key) : cipher_(cipher), key_(key) {
-    if (cipher_ == kCipherAes) {
-      aes_ = static_cast<crypto_aead_aes256gcm_state*>(sodium_malloc(sizeof(crypto_aead_aes256gcm_state)));
-      if (aes_ == nullptr) throw std::bad_alloc();
-      crypto_aead_aes256gcm_beforenm(aes_, key_.data());
-    }
-  }
-  ~LinkCipher() {
-    sodium_memzero(key_.data(), key_.size());
-    if (aes_) sodium_free(aes_);  // zeroes it
-  }
-  LinkCipher(const LinkCipher&) = delete;
-  LinkCipher& operator=(const LinkCipher&) = delete;
-
-  /// Writes length header | ciphertext of [m, m+len) | tag to `out` (4 + len + kTag bytes).
-  void seal(const char* m, std::size_t len, unsigned char* out) {
-    for (int i = 0; i < 4; ++i) out[i] = static_cast<unsigned char>((len >> (8 * i)) & 0xffu);
-    const auto nonce = next_nonce();
-    const auto* plain = reinterpret_cast<const unsigned char*>(m);
-    if (cipher_ == kCipherAes) {
-      crypto_aead_aes256gcm_encrypt_detached_afternm(out + 4, out + 4 + len, nullptr, plain, len, out, 4, nullptr,
-                                                     nonce.data(), aes_);
-    } else {
-      crypto_aead_chacha20poly1305_ietf_encrypt_detached(out + 4, out + 4 + len, nullptr, plain, len, out, 4, nullptr,
-                                                         nonce.data(), key_.data());
-    }
-  }
-  /// `record` = what seal() made; the plaintext goes to `m`. False: not authentic.
-  bool open(const unsigned char* record, std::size_t len, char* m) {
-    const auto nonce = next_nonce();
-    auto* plain = reinterpret_cast<unsigned char*>(m);
-    if (cipher_ == kCipherAes) {
-      return crypto_aead_aes256gcm_decrypt_detached_afternm(plain, nullptr, record + 4, len, record + 4 + len, record, 4,
-                                                            nonce.data(), aes_) == 0;
-    }
-    return crypto_aead_chacha20poly1305_ietf_decrypt_detached(plain, nullptr, record + 4, len, record + 4 + len, record,
-                                                              4, nonce.data(), key_.data()) == 0;
-  }
-
- private:
-  std::array<unsigned char, 12> next_nonce() {
-    std::array<unsigned char, 12> n{};
-    for (int i = 0; i < 8; ++i) n[static_cast<std::size_t>(i)] = static_cast<unsigned char>((counter_ >> (8 * i)) & 0xffu);
-    ++counter_;
-    return n;
-  }
-  std::uint32_t cipher_;
-  Key key_;
-  crypto_aead_aes256gcm_state* aes_ = nullptr;
-  std::uint64_t counter_ = 0;
-};
-
-/// "host:port" or "[v6]:port" -> (host, port).
 std::pair<std::string, std::string> split_address(const std::string& address) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos || colon + 1 == address.size()) {
-    throw std::invalid_argument("herd ring: address without a port: '" + address + "'");
+  try {
+    return tcp::split_address(address);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(std::string("herd ring: ") + e.what());
   }
-  std::string host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return {host, address.substr(colon + 1)};
 }
 
-struct AddrInfo {
-  addrinfo* list = nullptr;
-  AddrInfo() = default;
-  AddrInfo(const AddrInfo&) = delete;
-  AddrInfo& operator=(const AddrInfo&) = delete;
-  ~AddrInfo() {
-    if (list) ::freeaddrinfo(list);
-  }
-};
-
-int resolve(const std::string& host, const std::string& port, int flags, AddrInfo& out) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = flags;
-  return ::getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &out.list);
-}
+using tcp::AddrInfo;
+using tcp::close_fd;
+using tcp::resolve;
+using tcp::set_liveness;
+using tcp::set_nodelay;
 
 // ------------------------------------------------------------------------------------------
 // Reductions: dst[i] = dst[i] op src[i]. Integers wrap (summed as unsigned: no UB on overflow).
@@ -795,44 +686,19 @@ bool same_bytes(const std::string& a, const char* b, std::size_t n) {
 
 RingListener::RingListener(const std::string& host) {
   const bool any = host.empty() || host == "*";
-  AddrInfo ai;
-  if (const int rc = resolve(any ? "0.0.0.0" : host, "0", AI_PASSIVE, ai); rc != 0) {
-    throw std::runtime_error("herd ring: cannot resolve '" + host + "': " + ::gai_strerror(rc));
-  }
-  int last_err = 0;
-  for (addrinfo* a = ai.list; a; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-    if (fd < 0) {
-      last_err = errno;
-      continue;
+  int fd = tcp::listen_on(host, kSocketBuffer, "herd ring");  // accepted sockets inherit the buffers
+  std::string shown = host;
+  if (any) {
+    shown = util::hostname();
+    if (shown.empty()) {
+      close_fd(fd);
+      throw_sys("gethostname");
     }
-    const int one = 1;
-    (void)::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    set_buffers(fd);  // accepted sockets inherit them
-    // A large backlog: a flood of strays must not fill it before the real peer's connection.
-    if (::bind(fd, a->ai_addr, a->ai_addrlen) == 0 && ::listen(fd, 4096) == 0) {
-      sockaddr_storage addr{};
-      socklen_t len = sizeof addr;
-      if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-        int port = 0;
-        if (addr.ss_family == AF_INET) port = ntohs(reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
-        if (addr.ss_family == AF_INET6) port = ntohs(reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port);
-        std::string shown = host;
-        if (any) {
-          shown = util::hostname();
-          if (shown.empty()) throw_sys("gethostname");
-        }
-        if (shown.find(':') != std::string::npos) shown = "[" + shown + "]";  // an IPv6 literal
-        set_nonblocking(fd);
-        fd_ = fd;
-        address_ = shown + ":" + std::to_string(port);
-        return;
-      }
-    }
-    last_err = errno;
-    ::close(fd);
   }
-  throw_sys("cannot listen on '" + host + "'", last_err);
+  if (shown.find(':') != std::string::npos) shown = "[" + shown + "]";  // an IPv6 literal
+  set_nonblocking(fd);
+  fd_ = fd;
+  address_ = shown + ":" + std::to_string(tcp::local_port(fd));
 }
 
 RingListener::~RingListener() { close_fd(fd_); }

@@ -30,6 +30,10 @@ HERD_CONFIG(task_output_tasks, std::uint32_t, 256, "HERD_TASK_OUTPUT_TASKS",
 HERD_CONFIG(chunk_bytes, std::uint32_t, 4194304, "HERD_CHUNK_BYTES",
             "results bigger than this travel as a stream of chunks of this size, so a transfer that "
             "keeps moving is never cut by a deadline and is written straight into its buffer (bytes)")
+HERD_CONFIG(data_lanes, std::uint32_t, 1, "HERD_DATA_LANES",
+            "1: results bigger than chunk_bytes travel on a bulk lane, a plain TCP connection to a port "
+            "beside the holder's data port (sealed with a fresh key when the cluster encrypts); 0: as "
+            "chunks on the data port itself (slower; for firewalls that open only the data port)")
 HERD_CONFIG(journal_memory_bytes, std::uint64_t, 1048576, "HERD_JOURNAL_MEMORY_BYTES",
             "journaled results up to this size stay in the scheduler's memory; larger ones are read "
             "back from the journal file when a restarted scheduler needs them (bytes)")

@@ -1,12 +1,16 @@
 #include "common/data_port.hpp"
 
+#include <poll.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "common/aead.hpp"
+#include "common/data_lane.hpp"
 #include "common/logging.hpp"
+#include "common/net.hpp"
 
 namespace herd::data {
 
@@ -16,6 +20,8 @@ namespace {
 // A connection nobody used for this long is closed: workers come and go for days, and each
 // connection holds a descriptor and ZeroMQ's buffers.
 constexpr auto kIdleConnection = std::chrono::minutes(2);
+// What one receive() reads from one lane at most before the caller's other sockets get a turn.
+constexpr std::size_t kLaneBudget = 16 << 20;
 }  // namespace
 
 std::unique_ptr<Buffer> Buffer::allocate(std::size_t size) {
@@ -40,7 +46,7 @@ zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset, std::siz
 }
 
 void serve_data(zmq::socket_t& router, const std::string& identity, const protocol::GetDataRequest& request,
-                const std::function<PayloadPtr(TaskId)>& lookup, std::size_t chunk_bytes) {
+                const std::function<PayloadPtr(TaskId)>& lookup, std::size_t chunk_bytes, LaneServer* lanes) {
   chunk_bytes = std::max<std::size_t>(chunk_bytes, 4096);
   protocol::GetDataReply reply;
   reply.request_id = request.request_id;
@@ -58,6 +64,13 @@ void serve_data(zmq::socket_t& router, const std::string& identity, const protoc
       streams.emplace_back(id, std::move(bytes));
     }
   }
+  if (lanes != nullptr && (request.lanes & protocol::kTakesLane) != 0 && !streams.empty()) {
+    std::vector<PayloadPtr> payloads;
+    for (auto& [id, bytes] : streams) payloads.push_back(std::move(bytes));
+    reply.lane = lanes->offer(std::move(payloads), (request.lanes & protocol::kHasAes) != 0);
+    protocol::send<MessageType::get_data_reply>(router, identity, reply, std::move(inline_frames));
+    return;
+  }
   protocol::send<MessageType::get_data_reply>(router, identity, reply, std::move(inline_frames));
   // The chunks reference the stored bytes: queueing them all costs no copy, and ZeroMQ
   // encrypts and sends one after the other while the receiver decrypts the previous ones.
@@ -72,6 +85,8 @@ void serve_data(zmq::socket_t& router, const std::string& identity, const protoc
 
 DataClient::DataClient(zmq::context_t& context, const security::Auth& auth, std::chrono::milliseconds progress_timeout)
     : context_(context), auth_(auth), timeout_(progress_timeout) {}
+
+DataClient::~DataClient() = default;
 
 zmq::socket_t& DataClient::connect(const std::string& address, Clock::time_point now) {
   auto it = peers_.find(address);
@@ -93,7 +108,11 @@ void DataClient::request(const std::string& address, std::vector<TaskId> ids, Cl
   if (ids.empty()) return;
   const std::uint64_t rid = next_request_++;
   zmq::socket_t& s = connect(address, now);
-  protocol::send<MessageType::get_data_request>(s, "", {rid, ids});
+  std::uint32_t lanes = 0;
+  if (lanes_ && no_lane_.count(address) == 0) {
+    lanes = protocol::kTakesLane | (aead::aes_available() ? protocol::kHasAes : 0u);
+  }
+  protocol::send<MessageType::get_data_request>(s, "", {rid, ids, lanes});
   Request r;
   r.address = address;
   r.waiting = std::move(ids);
@@ -107,6 +126,14 @@ std::size_t DataClient::add_poll_items(std::vector<zmq::pollitem_t>& items) {
   for (auto& [address, peer] : peers_) {
     items.push_back({static_cast<void*>(peer.socket), 0, ZMQ_POLLIN, 0});
     polled_.push_back(address);
+  }
+  polled_lanes_.clear();
+  for (auto& [rid, r] : requests_) {
+    if (!r.lane) continue;
+    // zmq_poll's flags are its own (ZMQ_POLLOUT is 2, POLLOUT 4).
+    const short want = (r.lane->events() & POLLOUT) != 0 ? ZMQ_POLLOUT : ZMQ_POLLIN;
+    items.push_back({nullptr, r.lane->fd(), want, 0});
+    polled_lanes_.push_back(rid);
   }
   return first;
 }
@@ -128,6 +155,63 @@ void DataClient::receive(const std::vector<zmq::pollitem_t>& items, std::size_t 
       on_message(address, *msg, events, now);
     }
   }
+  const std::size_t lanes_first = first + polled_.size();
+  for (std::size_t i = 0; i < polled_lanes_.size() && lanes_first + i < items.size(); ++i) {
+    const short z = items[lanes_first + i].revents;
+    if (z == 0) continue;
+    const short revents = static_cast<short>(((z & ZMQ_POLLIN) ? POLLIN : 0) | ((z & ZMQ_POLLOUT) ? POLLOUT : 0) |
+                                             ((z & ZMQ_POLLERR) ? POLLERR : 0));
+    on_lane(polled_lanes_[i], revents, events, now);
+  }
+}
+
+void DataClient::heard_from(const std::string& address, Clock::time_point now) {
+  auto peer = peers_.find(address);
+  if (peer != peers_.end()) {
+    peer->second.last_used = now;
+    peer->second.last_heard = now;
+  }
+  if (!silent_.empty()) silent_.erase(address);
+}
+
+void DataClient::on_lane(std::uint64_t request_id, short revents, const DataEvents& events, Clock::time_point now) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end() || !it->second.lane) return;  // answered or dropped meanwhile
+  const std::string address = it->second.address;
+  LaneReceiver& lane = *it->second.lane;
+  std::vector<LaneReceiver::Item> done;
+  bool unreachable = false;
+  const std::string why = lane.step(revents, kLaneBudget, done, unreachable);
+  if (lane.take_progress() > 0) heard_from(address, now);
+  for (auto& item : done) events.found(address, item.id, PayloadPtr(std::move(item.buffer)));
+  if (unreachable) {
+    lane_unreachable(request_id, why, now);
+    return;
+  }
+  if (!why.empty()) {
+    fail_address(address, why, events);
+    return;
+  }
+  // found() may have dropped or answered the request (a caller reacting inside it): look again.
+  it = requests_.find(request_id);
+  if (it != requests_.end() && it->second.lane && it->second.lane->finished()) requests_.erase(it);
+}
+
+void DataClient::lane_unreachable(std::uint64_t request_id, const std::string& why, Clock::time_point now) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  const std::string address = it->second.address;
+  std::vector<TaskId> ids;
+  if (it->second.lane) {
+    for (const auto* item : it->second.lane->unfinished()) ids.push_back(item->id);
+  }
+  requests_.erase(it);
+  if (no_lane_.insert(address).second) {
+    HERD_LOG(warning) << "data port " << address << ": " << why
+                      << "; fetching from it over the data port instead (slower; a firewall between "
+                         "the hosts may allow only the data port)";
+  }
+  request(address, std::move(ids), now);
 }
 
 void DataClient::on_message(const std::string& address, protocol::Received& msg, const DataEvents& events,
@@ -136,35 +220,7 @@ void DataClient::on_message(const std::string& address, protocol::Received& msg,
   const MessageType type = msg.frames.empty() ? MessageType::error
                           : protocol::parse_header(msg.frames[0], error).value_or(MessageType::error);
   if (type == MessageType::get_data_reply) {
-    protocol::GetDataReply reply;
-    if (!protocol::decode<MessageType::get_data_reply>(msg, reply, error)) {
-      HERD_LOG(warning) << "bad data reply from " << address << ": " << error;
-      return;
-    }
-    auto it = requests_.find(reply.request_id);
-    if (it == requests_.end() || it->second.address != address) return;  // answered after we gave up on it
-    Request& r = it->second;
-    if (msg.frames.size() != 2 + reply.found.size()) {
-      fail(reply.request_id, "a data reply with " + std::to_string(msg.frames.size() - 2) + " payloads for " +
-                                 std::to_string(reply.found.size()) + " results",
-           events);
-      return;
-    }
-    r.replied = true;
-    r.waiting.clear();
-    for (std::size_t i = 0; i < reply.found.size(); ++i) {
-      events.found(address, reply.found[i], std::make_shared<MessagePayload>(std::move(msg.frames[2 + i])));
-    }
-    for (TaskId id : reply.missing) events.missing(address, id);
-    for (const auto& s : reply.streamed) {
-      try {
-        r.streams[s.id].buffer = Buffer::allocate(s.nbytes);
-      } catch (const std::bad_alloc&) {
-        r.streams.erase(s.id);
-        events.failed(address, {s.id}, "cannot allocate " + std::to_string(s.nbytes) + " bytes for it");
-      }
-    }
-    if (r.streams.empty()) requests_.erase(it);
+    on_reply(address, msg, events, now);
     return;
   }
   if (type == MessageType::data_chunk) {
@@ -197,6 +253,60 @@ void DataClient::on_message(const std::string& address, protocol::Received& msg,
                     << (error.empty() ? "unexpected " + protocol::to_string(type) : error);
 }
 
+void DataClient::on_reply(const std::string& address, protocol::Received& msg, const DataEvents& events,
+                          Clock::time_point now) {
+  std::string error;
+  protocol::GetDataReply reply;
+  if (!protocol::decode<MessageType::get_data_reply>(msg, reply, error)) {
+    HERD_LOG(warning) << "bad data reply from " << address << ": " << error;
+    return;
+  }
+  auto it = requests_.find(reply.request_id);
+  if (it == requests_.end() || it->second.address != address) return;  // answered after we gave up on it
+  Request& r = it->second;
+  if (msg.frames.size() != 2 + reply.found.size()) {
+    fail(reply.request_id, "a data reply with " + std::to_string(msg.frames.size() - 2) + " payloads for " +
+                               std::to_string(reply.found.size()) + " results",
+         events);
+    return;
+  }
+  const bool on_lane = reply.lane.port != 0 && !reply.streamed.empty();
+  if (on_lane && auth_.keys && reply.lane.key.empty()) {
+    // This cluster encrypts: a holder offering plain bytes is not one of ours, or is broken.
+    fail(reply.request_id, "the holder offered an unencrypted lane in an encrypted cluster", events);
+    return;
+  }
+  r.replied = true;
+  r.waiting.clear();
+  for (std::size_t i = 0; i < reply.found.size(); ++i) {
+    events.found(address, reply.found[i], std::make_shared<MessagePayload>(std::move(msg.frames[2 + i])));
+  }
+  for (TaskId id : reply.missing) events.missing(address, id);
+  std::vector<LaneReceiver::Item> items;
+  for (const auto& s : reply.streamed) {
+    try {
+      auto buffer = Buffer::allocate(s.nbytes);
+      if (on_lane) items.push_back({s.id, std::move(buffer), 0});
+      else r.streams[s.id].buffer = std::move(buffer);
+    } catch (const std::bad_alloc&) {
+      r.streams.erase(s.id);
+      events.failed(address, {s.id}, "cannot allocate " + std::to_string(s.nbytes) + " bytes for it");
+    }
+  }
+  if (on_lane && !items.empty()) {
+    try {
+      r.lane = std::make_unique<LaneReceiver>(net::endpoint_host(address), reply.lane, std::move(items));
+      HERD_LOG(debug) << "data port " << address << ": " << reply.streamed.size() << " result(s) on its lane "
+                      << r.lane->where() << (reply.lane.key.empty() ? " (plain)" : " (sealed)");
+    } catch (const std::exception& e) {
+      // Unresolvable or no socket: as good as unreachable.
+      lane_unreachable(reply.request_id, e.what(), now);
+      return;
+    }
+  }
+  if (r.streams.empty() && !r.lane) requests_.erase(it);
+}
+
 void DataClient::fail(std::uint64_t request_id, const std::string& why, const DataEvents& events) {
   auto it = requests_.find(request_id);
   if (it != requests_.end()) fail_address(it->second.address, why, events);
@@ -217,6 +327,13 @@ void DataClient::fail_address(const std::string& address, const std::string& why
       ids.push_back(id);
       detail += " (" + std::to_string(s.received) + " of " + std::to_string(s.buffer->size()) + " bytes of a result received)";
     }
+    if (r.lane) {
+      for (const auto* item : r.lane->unfinished()) {
+        ids.push_back(item->id);
+        detail += " (" + std::to_string(item->received) + " of " + std::to_string(item->buffer->size()) +
+                  " bytes of a result received)";
+      }
+    }
     failed.emplace_back(std::move(ids), std::move(detail));
     it = requests_.erase(it);
   }
@@ -225,13 +342,26 @@ void DataClient::fail_address(const std::string& address, const std::string& why
 }
 
 void DataClient::expire(Clock::time_point now, const DataEvents& events) {
+  auto last_heard = [&](const Request& r) {
+    auto peer = peers_.find(r.address);
+    return peer == peers_.end() ? r.sent : std::max(r.sent, peer->second.last_heard);
+  };
+  // A lane still connecting after a whole timeout: its SYNs are dropped (a firewall). The
+  // holder answered on its data port, so its results are asked for again without a lane.
+  std::vector<std::uint64_t> stuck;
+  for (const auto& [rid, r] : requests_) {
+    if (r.lane && r.lane->connecting() && now - last_heard(r) > timeout_) stuck.push_back(rid);
+  }
+  for (std::uint64_t rid : stuck) {
+    const std::string why = "its lane " + requests_.at(rid).lane->where() + " did not answer for " +
+                            std::to_string(timeout_.count()) + " ms";
+    lane_unreachable(rid, why, now);
+  }
   // A request fails when its connection has been silent for the whole timeout since it was
   // sent: a transfer that keeps moving (or a queue of replies ahead of it) is progress.
   std::vector<std::string> silent;
   for (const auto& [rid, r] : requests_) {
-    auto peer = peers_.find(r.address);
-    const Clock::time_point last = peer == peers_.end() ? r.sent : std::max(r.sent, peer->second.last_heard);
-    if (now - last > timeout_ && std::find(silent.begin(), silent.end(), r.address) == silent.end()) {
+    if (now - last_heard(r) > timeout_ && std::find(silent.begin(), silent.end(), r.address) == silent.end()) {
       silent.push_back(r.address);
     }
   }
@@ -275,6 +405,9 @@ std::uint64_t DataClient::streaming_bytes() const {
   std::uint64_t n = 0;
   for (const auto& [rid, r] : requests_) {
     for (const auto& [id, s] : r.streams) n += s.received;
+    if (r.lane) {
+      for (const auto* item : r.lane->unfinished()) n += item->received;
+    }
   }
   return n;
 }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -65,10 +66,15 @@ class MessagePayload : public detail::Payload {
 /// lives until ZeroMQ has sent the frame.
 zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset = 0, std::size_t size = SIZE_MAX);
 
+class LaneServer;
+class LaneReceiver;
+
 /// Answers one GetDataRequest on a ROUTER socket: found results up to `chunk_bytes` inline,
-/// bigger ones as data_chunk streams.
+/// bigger ones on a lane of `lanes` when there is one and the fetcher takes lanes, else as
+/// data_chunk streams.
 void serve_data(zmq::socket_t& router, const std::string& identity, const protocol::GetDataRequest& request,
-                const std::function<PayloadPtr(TaskId)>& lookup, std::size_t chunk_bytes);
+                const std::function<PayloadPtr(TaskId)>& lookup, std::size_t chunk_bytes,
+                LaneServer* lanes = nullptr);
 
 /// What a DataClient reports. Every id asked for ends in exactly one of these.
 struct DataEvents {
@@ -82,12 +88,15 @@ class DataClient {
  public:
   using Clock = std::chrono::steady_clock;
   DataClient(zmq::context_t& context, const security::Auth& auth, std::chrono::milliseconds progress_timeout);
+  ~DataClient();
   DataClient(const DataClient&) = delete;
   DataClient& operator=(const DataClient&) = delete;
 
+  /// Whether to ask holders for bulk lanes (on unless HERD_DATA_LANES=0).
+  void take_lanes(bool on) { lanes_ = on; }
   /// Asks the data port at `address` for `ids` (one request, answered by events).
   void request(const std::string& address, std::vector<TaskId> ids, Clock::time_point now);
-  /// Appends one poll item per open connection; returns the index of the first.
+  /// Appends one poll item per open connection and lane; returns the index of the first.
   std::size_t add_poll_items(std::vector<zmq::pollitem_t>& items);
   /// After zmq::poll: reads whatever arrived on the connections polled from index `first`.
   void receive(const std::vector<zmq::pollitem_t>& items, std::size_t first, const DataEvents& events,
@@ -109,6 +118,8 @@ class DataClient {
   std::size_t connections() const { return peers_.size(); }
   /// Bytes received into streams in progress (progress for tests and status).
   std::uint64_t streaming_bytes() const;
+  /// Holders whose lanes could not be reached: asked without a lane since (tests, status).
+  const std::set<std::string>& lanes_unreachable() const { return no_lane_; }
 
  private:
   struct Stream {
@@ -119,6 +130,7 @@ class DataClient {
     std::string address;
     std::vector<TaskId> waiting;               // not answered yet (the reply names them)
     std::map<TaskId, Stream> streams;          // announced in the reply, chunks coming
+    std::unique_ptr<LaneReceiver> lane;       // the streams, when they come on a lane
     bool replied = false;
     Clock::time_point sent;
   };
@@ -137,12 +149,20 @@ class DataClient {
   void fail(std::uint64_t request_id, const std::string& why, const DataEvents& events);
   void fail_address(const std::string& address, const std::string& why, const DataEvents& events);
   void drop_peer(const std::string& address);
+  void on_reply(const std::string& address, protocol::Received& msg, const DataEvents& events, Clock::time_point now);
+  void on_lane(std::uint64_t request_id, short revents, const DataEvents& events, Clock::time_point now);
+  /// The lane of `request_id` cannot be reached: its results are asked for again without one.
+  void lane_unreachable(std::uint64_t request_id, const std::string& why, Clock::time_point now);
+  void heard_from(const std::string& address, Clock::time_point now);
 
   zmq::context_t& context_;
   const security::Auth& auth_;
   std::chrono::milliseconds timeout_;
   std::map<std::string, Peer> peers_;
-  std::vector<std::string> polled_;  // address of each poll item from add_poll_items
+  std::vector<std::string> polled_;          // address of each connection's poll item from add_poll_items
+  std::vector<std::uint64_t> polled_lanes_;  // request of each lane's poll item, after them
+  bool lanes_ = true;
+  std::set<std::string> no_lane_;            // holders whose lanes cannot be reached
   std::unordered_map<std::uint64_t, Request> requests_;
   std::uint64_t next_request_ = 1;
 };

@@ -25,7 +25,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 3;
+inline constexpr std::uint8_t kProtocolVersion = 4;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
@@ -612,10 +612,25 @@ struct GoodbyeEvent {
   MSGPACK_DEFINE_MAP(reason);
 };
 
+/// GetDataRequest::lanes: what the fetcher can take besides data_chunk messages.
+inline constexpr std::uint32_t kTakesLane = 1;  // a bulk lane (common/data_lane.hpp)
+inline constexpr std::uint32_t kHasAes = 2;     // AES-256-GCM in hardware, for an encrypted lane
+
 struct GetDataRequest {
   std::uint64_t request_id = 0;  // echoed in the reply
   std::vector<TaskId> ids;       // results wanted
-  MSGPACK_DEFINE(request_id, ids);
+  std::uint32_t lanes = 0;       // kTakesLane | kHasAes
+  MSGPACK_DEFINE(request_id, ids, lanes);
+};
+
+/// Where the streamed results of one reply come instead of data_chunk messages: a plain TCP
+/// connection to the holder's lane port, which the fetcher opens and proves with the token.
+struct DataLane {
+  std::uint16_t port = 0;   // 0: no lane, data_chunk messages follow
+  std::string token;        // 32 random bytes, for this reply only
+  std::string key;          // 32 bytes: records sealed with it (common/aead.hpp); "": plain bytes
+  std::uint32_t cipher = 0; // 1 ChaCha20-Poly1305, 2 AES-256-GCM (with a key)
+  MSGPACK_DEFINE(port, token, key, cipher);
 };
 
 /// A result too big to travel as one frame: it follows as data_chunk messages.
@@ -629,8 +644,10 @@ struct GetDataReply {
   std::uint64_t request_id = 0;  // from the request
   std::vector<TaskId> found;     // one payload frame follows per entry, in this order
   std::vector<TaskId> missing;   // not held by this worker
-  std::vector<StreamedData> streamed;  // held, and sent as data_chunk messages after this reply
-  MSGPACK_DEFINE(request_id, found, missing, streamed);
+  std::vector<StreamedData> streamed;  // held, and sent after this reply: on the lane, in this
+                                       // order, or else as data_chunk messages
+  DataLane lane;
+  MSGPACK_DEFINE(request_id, found, missing, streamed, lane);
 };
 
 /// One piece of a streamed result; its payload frame holds bytes [offset, offset + size).

@@ -20,6 +20,7 @@
 #include <malloc.h>
 
 #include "task/this_task.hpp"
+#include "common/data_lane.hpp"
 #include "common/logging.hpp"
 #include "common/net.hpp"
 #include "common/process.hpp"
@@ -164,6 +165,10 @@ Worker::Worker(WorkerOptions options)
   if (const auto pos = data_address_.find("0.0.0.0"); pos != std::string::npos) {
     data_address_.replace(pos, 7, net::reachable_host());
   }
+  // Big results leave on bulk lanes beside the data port (common/data_lane.hpp), on the same
+  // interface.
+  lanes_ = std::make_unique<data::LaneServer>(host, auth_.keys.has_value(),
+                                              std::chrono::milliseconds(options_.config.timeout_ms));
   // Executors (and the memory monitor) wake the I/O thread through an eventfd: one write(2),
   // cheaper than an inproc ZeroMQ message (bench/README.md, "Profile: the round trip").
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -179,6 +184,7 @@ Worker::Worker(WorkerOptions options)
   so.gpus = gpus_.size();
   state_ = std::make_unique<WorkerState>(so);
   fetcher_ = std::make_unique<data::DataClient>(context_, auth_, std::chrono::milliseconds(options_.config.timeout_ms));
+  fetcher_->take_lanes(options_.config.data_lanes != 0);
   // Fetched results go into the store first, then the state hears of them.
   fetch_events_.found = [this](const std::string& address, TaskId id, data::PayloadPtr bytes) {
     const std::uint64_t n = bytes->size();
@@ -563,7 +569,8 @@ void Worker::on_data_request(protocol::Received& msg) {
     HERD_LOG(warning) << "ignoring a bad request on the data port: " << (error.empty() ? "not a get_data_request" : error);
     return;
   }
-  data::serve_data(data_, msg.identity, req, [this](TaskId id) { return store_.get(id); }, options_.config.chunk_bytes);
+  data::serve_data(data_, msg.identity, req, [this](TaskId id) { return store_.get(id); }, options_.config.chunk_bytes,
+                   lanes_.get());
 }
 
 void Worker::carry_out() {

@@ -111,6 +111,7 @@ class Worker {
   DataStore store_;
   std::unique_ptr<WorkerState> state_;  // I/O thread only
   std::unique_ptr<data::DataClient> fetcher_;
+  std::unique_ptr<data::LaneServer> lanes_;  // big results out (common/data_lane.hpp)
   data::DataEvents fetch_events_;
 
   // Executors take Runs from here (the state only starts what a free thread can run).

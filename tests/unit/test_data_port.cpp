@@ -1,14 +1,26 @@
-// Results moving between processes (common/data_port): a data port serving on a real TCP
-// socket, a DataClient fetching. Chunk-size edges, many results at once, and the progress
-// rule: a slow transfer that keeps moving arrives, a silent holder is given up on in bounded
-// time.
+// Results moving between processes (common/data_port, common/data_lane): a data port serving
+// on a real TCP socket, a DataClient fetching. Chunk-size edges, many results at once, and the
+// progress rule: a slow transfer that keeps moving arrives, a silent holder is given up on in
+// bounded time. Bulk lanes, plain and sealed: record edges, a record altered on the way, a lane
+// nobody can reach, a holder gone mid-transfer, strays at the lane port.
 #include <doctest/doctest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <cstring>
+#include <functional>
 #include <map>
+#include <optional>
+#include <set>
 #include <thread>
 
+#include "common/aead.hpp"
+#include "common/data_lane.hpp"
 #include "common/data_port.hpp"
 
 using namespace herd;
@@ -21,6 +33,19 @@ PayloadPtr pattern(std::size_t size, unsigned seed) {
   auto b = data::Buffer::allocate(size);
   for (std::size_t i = 0; i < size; ++i) b->mutable_data()[i] = static_cast<char>((i * 131 + seed) & 0xff);
   return PayloadPtr(std::move(b));
+}
+
+/// A cluster's keys, made for the test (CURVE needs no files for them).
+security::Keys test_keys() {
+  security::Keys k;
+  char pub[41], sec[41];
+  REQUIRE(zmq_curve_keypair(pub, sec) == 0);
+  k.server_public = pub;
+  k.server_secret = sec;
+  REQUIRE(zmq_curve_keypair(pub, sec) == 0);
+  k.client_public = pub;
+  k.client_secret = sec;
+  return k;
 }
 
 bool same(const PayloadPtr& a, const PayloadPtr& b) {
@@ -39,8 +64,11 @@ struct Port {
   std::atomic<bool> silent{false};
   std::atomic<bool> stop{false};
   std::thread thread;
+  std::unique_ptr<data::LaneServer> lanes;  // big results on lanes when set
+  std::uint16_t lane_port = 0;              // not 0: the reply names this port for the lane instead
 
-  Port() {
+  explicit Port(const std::optional<security::Keys>& keys = std::nullopt) {
+    if (keys) security::Auth{*keys, nullptr}.server(router);  // CURVE, as a cluster that encrypts
     router.set(zmq::sockopt::linger, 0);
     router.bind("tcp://127.0.0.1:*");
     address = router.get(zmq::sockopt::last_endpoint);
@@ -55,11 +83,24 @@ struct Port {
           std::string error;
           REQUIRE(protocol::decode<protocol::MessageType::get_data_request>(*msg, req, error));
           if (silent) continue;
+          if (lane_port != 0 && (req.lanes & protocol::kTakesLane) != 0) {  // names another port
+            protocol::GetDataReply reply;
+            reply.request_id = req.request_id;
+            std::vector<PayloadPtr> payloads;
+            for (auto t : req.ids) {
+              reply.streamed.push_back({t, store.at(t)->size()});
+              payloads.push_back(store.at(t));
+            }
+            reply.lane = lanes->offer(std::move(payloads), (req.lanes & protocol::kHasAes) != 0);
+            reply.lane.port = lane_port;
+            protocol::send<protocol::MessageType::get_data_reply>(router, msg->identity, reply);
+            continue;
+          }
           if (pause.count() == 0) {
             data::serve_data(router, msg->identity, req, [&](protocol::TaskId id) {
               auto it = store.find(id);
               return it == store.end() ? nullptr : it->second;
-            }, chunk);
+            }, chunk, lanes.get());
             continue;
           }
           // Slow: the reply, then each chunk after a pause (what a slow link looks like from here).
@@ -82,6 +123,10 @@ struct Port {
       }
     });
   }
+  /// Lanes beside the data port, sealed or plain.
+  void with_lanes(bool encrypt, std::chrono::milliseconds timeout = 10000ms) {
+    lanes = std::make_unique<data::LaneServer>("127.0.0.1", encrypt, timeout);
+  }
   ~Port() {
     stop = true;
     if (thread.joinable()) thread.join();
@@ -96,17 +141,19 @@ struct Fetcher {
   std::vector<protocol::TaskId> missing;
   std::vector<std::pair<std::vector<protocol::TaskId>, std::string>> failed;
   data::DataEvents events;
-  explicit Fetcher(std::chrono::milliseconds timeout) : client(ctx, auth, timeout) {
+  explicit Fetcher(std::chrono::milliseconds timeout, const std::optional<security::Keys>& keys = std::nullopt)
+      : client(ctx, auth, timeout) {
+    auth.keys = keys;  // with keys: CURVE to the port, and sealed lanes insisted on
     events.found = [this](const std::string&, protocol::TaskId id, PayloadPtr p) { got[id] = std::move(p); };
     events.missing = [this](const std::string&, protocol::TaskId id) { missing.push_back(id); };
     events.failed = [this](const std::string&, const std::vector<protocol::TaskId>& ids, const std::string& why) {
       failed.emplace_back(ids, why);
     };
   }
-  /// Polls until nothing is in flight or `limit` passes; returns how long it took.
-  std::chrono::milliseconds run(std::chrono::milliseconds limit) {
+  /// Polls until nothing is in flight (or `until` holds) or `limit` passes; returns how long it took.
+  std::chrono::milliseconds run(std::chrono::milliseconds limit, const std::function<bool()>& until = nullptr) {
     const auto t0 = std::chrono::steady_clock::now();
-    while (client.in_flight() > 0 && std::chrono::steady_clock::now() - t0 < limit) {
+    while (client.in_flight() > 0 && std::chrono::steady_clock::now() - t0 < limit && !(until && until())) {
       std::vector<zmq::pollitem_t> items;
       const std::size_t first = client.add_poll_items(items);
       zmq::poll(items.data(), items.size(), 20ms);
@@ -228,4 +275,261 @@ TEST_CASE("DataPort.Unreachable.NobodyListensFailsInBoundedTime" * doctest::time
   f.run(30s);
   REQUIRE(f.failed.size() == 1);
   CHECK(f.got.empty());
+}
+
+// ------------------------------------------------------------------------------------------
+// Bulk lanes (common/data_lane.hpp).
+
+namespace {
+
+/// Sizes around the chunk (what goes on a lane) and the record (how a sealed lane cuts it).
+std::vector<std::size_t> lane_sizes(std::size_t chunk) {
+  const std::size_t r = data::kLaneRecord;
+  return {1, chunk, chunk + 1, r - 1, r, r + 1, 2 * r, 3 * r + 7};
+}
+
+void fetch_every_edge(bool sealed) {
+  const std::optional<security::Keys> keys = sealed ? std::optional(test_keys()) : std::nullopt;
+  Port port(keys);
+  port.with_lanes(sealed);
+  const auto sizes = lane_sizes(port.chunk);
+  std::vector<protocol::TaskId> ids;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    port.store[i + 1] = pattern(sizes[i], static_cast<unsigned>(i));
+    ids.push_back(i + 1);
+  }
+  ids.push_back(99);  // not held
+  port.start();
+  Fetcher f(5000ms, keys);
+  f.client.request(port.address, ids, std::chrono::steady_clock::now());
+  f.run(30s);
+  CHECK(f.failed.empty());
+  CHECK(f.missing == std::vector<protocol::TaskId>{99});
+  REQUIRE(f.got.size() == sizes.size());
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    INFO("size " << sizes[i]);
+    CHECK(same(f.got.at(i + 1), port.store.at(i + 1)));
+  }
+  CHECK(f.client.lanes_unreachable().empty());
+  CHECK(port.lanes->offers() == 0);  // the one offer was claimed
+  // Asked again: a new lane, a new token.
+  f.got.clear();
+  f.client.request(port.address, {8}, std::chrono::steady_clock::now());
+  f.run(30s);
+  REQUIRE(f.got.count(8) == 1);
+  CHECK(same(f.got.at(8), port.store.at(8)));
+}
+
+/// Between a fetcher and a lane: forwards the hello, and the bytes back with the one at
+/// `flip` (counted from the first byte back) changed.
+struct Tamper {
+  int listen_fd = -1;
+  std::uint16_t port = 0;
+  std::uint16_t target = 0;
+  std::size_t flip = 0;
+  std::thread thread;
+  explicit Tamper(std::uint16_t to, std::size_t at) : target(to), flip(at) {
+    listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    REQUIRE(::listen(listen_fd, 4) == 0);
+    socklen_t len = sizeof a;
+    ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
+    port = ntohs(a.sin_port);
+    thread = std::thread([this] { run(); });
+  }
+  void run() {
+    const int in = ::accept(listen_fd, nullptr, nullptr);
+    if (in < 0) return;
+    const int out = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(target);
+    if (::connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+    std::vector<char> buf(1 << 16);
+    std::size_t back = 0;
+    pollfd fds[2] = {{in, POLLIN, 0}, {out, POLLIN, 0}};
+    for (;;) {
+      if (::poll(fds, 2, 5000) <= 0) break;
+      if (fds[0].revents) {
+        const ssize_t k = ::recv(in, buf.data(), buf.size(), 0);
+        if (k <= 0) break;
+        (void)!::send(out, buf.data(), static_cast<std::size_t>(k), MSG_NOSIGNAL);
+      }
+      if (fds[1].revents) {
+        const ssize_t k = ::recv(out, buf.data(), buf.size(), 0);
+        if (k <= 0) break;
+        if (flip >= back && flip < back + static_cast<std::size_t>(k)) buf[flip - back] ^= 0x01;
+        back += static_cast<std::size_t>(k);
+        if (::send(in, buf.data(), static_cast<std::size_t>(k), MSG_NOSIGNAL) <= 0) break;
+      }
+    }
+    ::close(in);
+    ::close(out);
+  }
+  ~Tamper() {
+    ::shutdown(listen_fd, SHUT_RDWR);
+    if (thread.joinable()) thread.join();
+    ::close(listen_fd);
+  }
+};
+
+}  // namespace
+
+TEST_CASE("DataPort.Lane.EveryEdgeArrivesWholePlain" * doctest::timeout(60)) { fetch_every_edge(false); }
+
+TEST_CASE("DataPort.Lane.EveryEdgeArrivesWholeSealed" * doctest::timeout(60)) { fetch_every_edge(true); }
+
+TEST_CASE("DataPort.Lane.OneGiBSealedArrivesWhole" * doctest::timeout(120)) {
+  const auto keys = test_keys();
+  Port port(keys);
+  port.chunk = std::size_t{4} << 20;
+  port.with_lanes(true);
+  port.store[1] = pattern(std::size_t{1} << 30, 5);
+  port.start();
+  Fetcher f(10000ms, keys);
+  f.client.request(port.address, {1}, std::chrono::steady_clock::now());
+  f.run(100s);
+  CHECK(f.failed.empty());
+  REQUIRE(f.got.size() == 1);
+  CHECK(same(f.got.at(1), port.store.at(1)));
+}
+
+TEST_CASE("DataPort.Lane.RecordAlteredOnTheWayIsRefusedNamingIt" * doctest::timeout(60)) {
+  // One bit flipped in the second record's ciphertext: that record fails authentication, the
+  // request fails saying so and how far it got, and nothing wrong is handed over.
+  const auto keys = test_keys();
+  Port port(keys);
+  port.with_lanes(true);
+  port.store[1] = pattern(3 * data::kLaneRecord, 9);
+  const std::size_t second_record = aead::kHeader + data::kLaneRecord + aead::kTag;
+  Tamper tamper(port.lanes->port(), second_record + aead::kHeader + 1000);
+  port.lane_port = tamper.port;
+  port.start();
+  Fetcher f(5000ms, keys);
+  f.client.request(port.address, {1}, std::chrono::steady_clock::now());
+  f.run(30s);
+  CHECK(f.got.empty());
+  REQUIRE(f.failed.size() == 1);
+  CHECK(f.failed[0].first == std::vector<protocol::TaskId>{1});
+  const std::string& why = f.failed[0].second;
+  INFO(why);
+  CHECK(why.find("is not authentic (byte " + std::to_string(data::kLaneRecord) + " of a result)") != std::string::npos);
+  CHECK(why.find("(" + std::to_string(data::kLaneRecord) + " of " + std::to_string(3 * data::kLaneRecord) +
+                 " bytes of a result received)") != std::string::npos);
+}
+
+TEST_CASE("DataPort.Lane.NobodyAtTheLaneFetchesOverTheDataPortInstead" * doctest::timeout(60)) {
+  // The reply names a port nobody listens on (a firewall that lets only the data port through
+  // refuses the same way): the fetcher asks again without a lane, gets every value, and does not
+  // try that holder's lane again.
+  int dead_port = 0;
+  {
+    auto gone = std::make_unique<data::LaneServer>("127.0.0.1", false, 1000ms);
+    dead_port = gone->port();
+  }
+  Port port;
+  port.with_lanes(false);
+  port.lane_port = static_cast<std::uint16_t>(dead_port);
+  port.store[1] = pattern(5 * port.chunk + 3, 1);
+  port.store[2] = pattern(2 * port.chunk, 2);
+  port.start();
+  Fetcher f(5000ms);
+  f.client.request(port.address, {1, 2}, std::chrono::steady_clock::now());
+  f.run(30s);
+  CHECK(f.failed.empty());
+  REQUIRE(f.got.size() == 2);
+  CHECK(same(f.got.at(1), port.store.at(1)));
+  CHECK(same(f.got.at(2), port.store.at(2)));
+  CHECK(f.client.lanes_unreachable() == std::set<std::string>{port.address});
+}
+
+TEST_CASE("DataPort.Lane.HolderGoneMidTransferFailsSayingHowFar" * doctest::timeout(60)) {
+  Port port;
+  port.with_lanes(false);
+  const std::size_t size = std::size_t{512} << 20;
+  port.store[1] = pattern(size, 3);
+  port.start();
+  Fetcher f(5000ms);
+  f.client.request(port.address, {1}, std::chrono::steady_clock::now());
+  f.run(30s, [&] { return f.client.streaming_bytes() >= (8u << 20); });
+  REQUIRE(f.client.streaming_bytes() >= (8u << 20));
+  port.lanes.reset();  // the holder goes: its transfer is cut
+  f.run(30s);
+  CHECK(f.got.empty());
+  REQUIRE(f.failed.size() == 1);
+  CHECK(f.failed[0].first == std::vector<protocol::TaskId>{1});
+  INFO(f.failed[0].second);
+  CHECK(f.failed[0].second.find("its lane 127.0.0.1:") != std::string::npos);
+  CHECK(f.failed[0].second.find(" of " + std::to_string(size) + " bytes of a result received)") != std::string::npos);
+}
+
+TEST_CASE("DataPort.Lane.StraysAreDroppedAndATokenWorksOnce" * doctest::timeout(60)) {
+  data::LaneServer lanes("127.0.0.1", false, 5000ms);
+  auto connect = [&] {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(lanes.port());
+    REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
+    return fd;
+  };
+  // Reads until the server closes (returns the bytes) or 5 s pass (returns -1).
+  auto drain = [](int fd) -> long {
+    pollfd p{fd, POLLIN, 0};
+    long n = 0;
+    char buf[1 << 16];
+    for (;;) {
+      if (::poll(&p, 1, 5000) <= 0) return -1;
+      const ssize_t k = ::recv(fd, buf, sizeof buf, 0);
+      if (k <= 0) return n;
+      n += k;
+    }
+  };
+  const auto payload = pattern(3 << 20, 1);
+  const protocol::DataLane lane = lanes.offer({payload}, false);
+  CHECK(lane.key.empty());
+  REQUIRE(lane.token.size() == data::kLaneToken);
+  CHECK(lanes.offers() == 1);
+
+  const int junk = connect();  // wrong magic: dropped at once, nothing sent
+  (void)!::send(junk, "GET / HTTP/1.0\r\n\r\n", 18, MSG_NOSIGNAL);
+  CHECK(drain(junk) == 0);
+  ::close(junk);
+  const int guess = connect();  // the right magic, a guessed token
+  const std::string wrong = std::string("HDL1") + std::string(data::kLaneToken, '\0');
+  (void)!::send(guess, wrong.data(), wrong.size(), MSG_NOSIGNAL);
+  CHECK(drain(guess) == 0);
+  ::close(guess);
+  CHECK(lanes.offers() == 1);  // the offer still stands
+
+  const std::string hello = "HDL1" + lane.token;
+  const int real = connect();
+  (void)!::send(real, hello.data(), hello.size(), MSG_NOSIGNAL);
+  CHECK(drain(real) == static_cast<long>(payload->size()));
+  ::close(real);
+  CHECK(lanes.offers() == 0);
+  const int again = connect();  // the same token again: used up
+  (void)!::send(again, hello.data(), hello.size(), MSG_NOSIGNAL);
+  CHECK(drain(again) == 0);
+  ::close(again);
+}
+
+TEST_CASE("DataPort.Lane.UnclaimedOfferIsWithdrawnAfterTheTimeout" * doctest::timeout(60)) {
+  data::LaneServer lanes("127.0.0.1", true, 300ms);
+  const auto payload = pattern(1 << 20, 1);
+  const auto lane = lanes.offer({payload}, true);
+  CHECK(lane.key.size() == 32);
+  CHECK((lane.cipher == aead::kCipherAes || lane.cipher == aead::kCipherChacha));
+  CHECK(lanes.offers() == 1);
+  CHECK(payload.use_count() == 2);  // the offer holds the bytes
+  const auto t0 = std::chrono::steady_clock::now();
+  while (lanes.offers() > 0 && std::chrono::steady_clock::now() - t0 < 10s) std::this_thread::sleep_for(20ms);
+  CHECK(lanes.offers() == 0);
+  CHECK(payload.use_count() == 1);  // and lets go of them
+  CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);
 }

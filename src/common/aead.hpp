@@ -1,0 +1,72 @@
+// Sealed records over a byte stream (libsodium AEAD), for the links herd opens itself beside
+// ZeroMQ: the gang ring (collective/ring.cpp) and the bulk lanes of data ports
+// (common/data_lane.hpp).
+//
+// A record, byte-exact: u32 length L, little-endian | L bytes of ciphertext | 16-byte tag. The
+// length header is the additional data; the nonce is the record's number under its key (u64
+// little-endian in a 12-byte nonce, from 0), so a key seals at most one stream in one direction
+// and no nonce is ever used twice. AES-256-GCM where both ends have it in hardware, else
+// ChaCha20-Poly1305 (IETF).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+struct crypto_aead_aes256gcm_state_;
+
+namespace herd::aead {
+
+using Key = std::array<unsigned char, 32>;
+
+inline constexpr std::uint32_t kCipherNone = 0, kCipherChacha = 1, kCipherAes = 2;
+inline constexpr std::size_t kHeader = 4;  // the length
+inline constexpr std::size_t kTag = 16;
+
+/// libsodium initialised (once, thread-safe); throws std::runtime_error when it cannot be.
+void init();
+/// AES-256-GCM in hardware here (libsodium's implementation needs AES-NI and CLMUL).
+bool aes_available();
+/// `n` bytes from the system's random source.
+std::string random_bytes(std::size_t n);
+/// BLAKE2b-256 of `message`, keyed with `key` (nullptr: unkeyed).
+Key blake2b(const std::string& message, const Key* key);
+/// A fresh random key.
+Key random_key();
+/// The bytes of a key, and back (false: not 32 bytes).
+std::string to_bytes(const Key& key);
+bool from_bytes(const std::string& bytes, Key& key);
+
+/// One direction of one stream: the sender seals records, the receiver opens them, each with
+/// the record counter as nonce.
+class RecordCipher {
+ public:
+  /// `cipher`: kCipherChacha or kCipherAes (std::invalid_argument otherwise, or for AES where
+  /// this machine has none).
+  RecordCipher(std::uint32_t cipher, const Key& key);
+  ~RecordCipher();
+  RecordCipher(const RecordCipher&) = delete;
+  RecordCipher& operator=(const RecordCipher&) = delete;
+
+  /// Writes length header | ciphertext of [m, m+len) | tag to `out` (kHeader + len + kTag bytes).
+  void seal(const char* m, std::size_t len, unsigned char* out);
+  /// `record` = what seal() made for `len` bytes; the plaintext goes to `m`. False: not authentic.
+  bool open(const unsigned char* record, std::size_t len, char* m);
+  /// The same, with the record's three parts apart; `data` holds the ciphertext and receives
+  /// the plaintext in place. False: not authentic.
+  bool open_in_place(const unsigned char* header, char* data, std::size_t len, const unsigned char* tag);
+
+ private:
+  std::array<unsigned char, 12> next_nonce();
+  std::uint32_t cipher_;
+  Key key_;
+  crypto_aead_aes256gcm_state_* aes_ = nullptr;
+  std::uint64_t counter_ = 0;
+};
+
+/// The length header of a record (little-endian), and back.
+void put_length(unsigned char* out, std::uint32_t len);
+std::uint32_t get_length(const unsigned char* header);
+
+}  // namespace herd::aead

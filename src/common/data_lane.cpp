@@ -1,0 +1,433 @@
+#include "common/data_lane.hpp"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/logging.hpp"
+#include "common/tcp.hpp"
+
+namespace herd::data {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr char kHelloMagic[4] = {'H', 'D', 'L', '1'};
+constexpr std::size_t kHello = 4 + kLaneToken;
+constexpr int kSocketBuffer = 4 << 20;           // SO_SNDBUF / SO_RCVBUF of a lane
+constexpr std::size_t kMaxSend = 8 << 20;         // one send() of plain bytes at most
+constexpr std::size_t kMaxPending = 512;          // accepted, hello not read yet
+constexpr auto kHelloTimeout = std::chrono::seconds(10);
+
+std::string errno_text(int err) { return std::strerror(err); }
+
+/// Writes all of [p, p+n) on a blocking socket; false with errno set on failure.
+bool send_all(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, std::min(n, kMaxSend), MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) {
+      if (k == 0) errno = EPIPE;
+      return false;
+    }
+    p += k;
+    n -= static_cast<std::size_t>(k);
+  }
+  return true;
+}
+
+}  // namespace
+
+// ------------------------------------------------------------------------------------------
+// The holder's side.
+
+LaneServer::LaneServer(const std::string& host, bool encrypt, std::chrono::milliseconds progress_timeout)
+    : encrypt_(encrypt), timeout_(progress_timeout) {
+  if (encrypt_) aead::init();
+  listen_fd_ = tcp::listen_on(host, kSocketBuffer, "herd data lane");
+  if (!tcp::set_nonblocking(listen_fd_)) {
+    const int err = errno;
+    tcp::close_fd(listen_fd_);
+    throw std::runtime_error("herd data lane: fcntl(O_NONBLOCK): " + errno_text(err));
+  }
+  port_ = tcp::local_port(listen_fd_);
+  wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0) {
+    const int err = errno;
+    tcp::close_fd(listen_fd_);
+    throw std::runtime_error("herd data lane: eventfd: " + errno_text(err));
+  }
+  acceptor_ = std::thread([this] { accept_loop(); });
+}
+
+LaneServer::~LaneServer() {
+  stop_ = true;
+  const std::uint64_t one = 1;
+  (void)!::write(wake_fd_, &one, sizeof one);
+  if (acceptor_.joinable()) acceptor_.join();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    offers_.clear();
+    for (Transfer& t : transfers_) {
+      if (!t.done && t.fd >= 0) ::shutdown(t.fd, SHUT_RDWR);  // its send() fails at once
+    }
+  }
+  for (Transfer& t : transfers_) {
+    if (t.thread.joinable()) t.thread.join();
+  }
+  tcp::close_fd(listen_fd_);
+  tcp::close_fd(wake_fd_);
+}
+
+protocol::DataLane LaneServer::offer(std::vector<PayloadPtr> payloads, bool fetcher_has_aes) {
+  Offer o;
+  o.payloads = std::move(payloads);
+  o.expires = Clock::now() + timeout_;
+  protocol::DataLane lane;
+  lane.port = port_;
+  lane.token = aead::random_bytes(kLaneToken);
+  if (encrypt_) {
+    o.key = aead::random_key();
+    o.cipher = fetcher_has_aes && aead::aes_available() ? aead::kCipherAes : aead::kCipherChacha;
+    lane.key = aead::to_bytes(o.key);
+    lane.cipher = o.cipher;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  offers_.emplace(lane.token, std::move(o));
+  return lane;
+}
+
+std::size_t LaneServer::offers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return offers_.size();
+}
+
+std::size_t LaneServer::transfers() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::size_t n = 0;
+  for (const Transfer& t : transfers_) n += t.done ? 0 : 1;
+  return n;
+}
+
+void LaneServer::accept_loop() {
+  std::vector<Pending> pending;
+  std::vector<pollfd> fds;
+  while (!stop_) {
+    fds.clear();
+    fds.push_back({listen_fd_, POLLIN, 0});
+    fds.push_back({wake_fd_, POLLIN, 0});
+    for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    // Wake for the nearest hello deadline, and now and then to withdraw stale offers and
+    // reap finished transfers.
+    auto wait = std::chrono::milliseconds(500);
+    const auto now0 = Clock::now();
+    for (const Pending& p : pending) {
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(p.deadline - now0) +
+                                std::chrono::milliseconds(1));
+    }
+    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(0, wait.count()))) < 0 &&
+        errno != EINTR) {
+      HERD_LOG(error) << "herd data lane: poll: " << errno_text(errno);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      continue;
+    }
+    if (stop_) break;
+    if (fds[1].revents & POLLIN) {
+      std::uint64_t n;
+      (void)!::read(wake_fd_, &n, sizeof n);
+    }
+    const auto now = Clock::now();
+    if (fds[0].revents & POLLIN) {
+      for (;;) {
+        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) break;  // EAGAIN, or a connection reset before we took it
+        if (pending.size() >= kMaxPending) {  // a flood: a random old one makes room
+          const std::size_t victim = static_cast<std::size_t>(aead::random_bytes(1)[0]) % pending.size();
+          ::close(pending[victim].fd);
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(victim));
+        }
+        pending.push_back({fd, {}, now + std::min<Clock::duration>(kHelloTimeout, timeout_)});
+      }
+    }
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      if ((fds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      on_hello(pending[i]);
+    }
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->fd >= 0 && now >= it->deadline) tcp::close_fd(it->fd);
+      it = it->fd < 0 ? pending.erase(it) : std::next(it);
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = offers_.begin(); it != offers_.end();) {
+      it = now >= it->second.expires ? offers_.erase(it) : std::next(it);
+    }
+    for (auto it = transfers_.begin(); it != transfers_.end();) {
+      if (!it->done) {
+        ++it;
+        continue;
+      }
+      it->thread.join();
+      it = transfers_.erase(it);
+    }
+  }
+  for (Pending& p : pending) tcp::close_fd(p.fd);
+}
+
+void LaneServer::on_hello(Pending& p) {
+  char buf[kHello];
+  const ssize_t k = ::recv(p.fd, buf, kHello - p.hello.size(), 0);
+  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (k <= 0) {
+    tcp::close_fd(p.fd);
+    return;
+  }
+  p.hello.append(buf, static_cast<std::size_t>(k));
+  // A stray is dropped at its first wrong byte of the magic.
+  if (std::memcmp(p.hello.data(), kHelloMagic, std::min<std::size_t>(4, p.hello.size())) != 0) {
+    tcp::close_fd(p.fd);
+    return;
+  }
+  if (p.hello.size() < kHello) return;
+  Offer offer;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto it = offers_.find(p.hello.substr(4));
+    if (it == offers_.end()) {
+      tcp::close_fd(p.fd);  // no such token, or it was used already
+      return;
+    }
+    offer = std::move(it->second);
+    offers_.erase(it);
+  }
+  start_transfer(std::exchange(p.fd, -1), std::move(offer));
+}
+
+void LaneServer::start_transfer(int fd, Offer offer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  Transfer& t = transfers_.emplace_back();
+  t.fd = fd;
+  t.thread = std::thread([this, &t, offer = std::move(offer)] {
+    send_offer(t, offer);
+    std::lock_guard<std::mutex> held(mutex_);
+    tcp::close_fd(t.fd);
+    t.done = true;
+  });
+}
+
+void LaneServer::send_offer(Transfer& t, const Offer& offer) {
+  const int fd = t.fd;
+  // Blocking from here: the thread has nothing else to do. A fetcher that stops reading for
+  // the whole progress timeout is given up on (its request fails over, as on the data port).
+  const int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags >= 0) (void)::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
+  (void)::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  tcp::set_liveness(fd);
+
+  std::unique_ptr<aead::RecordCipher> cipher;
+  std::vector<unsigned char> stage;
+  if (offer.cipher != aead::kCipherNone) {
+    cipher = std::make_unique<aead::RecordCipher>(offer.cipher, offer.key);
+    stage.resize(aead::kHeader + kLaneRecord + aead::kTag);
+  }
+  std::uint64_t total = 0, sent = 0;
+  for (const auto& p : offer.payloads) total += p->size();
+  for (const auto& p : offer.payloads) {
+    const char* data = p->data();
+    const std::size_t size = p->size();
+    for (std::size_t off = 0; off < size && !stop_;) {
+      bool ok;
+      std::size_t n;
+      if (cipher) {
+        n = std::min(kLaneRecord, size - off);
+        cipher->seal(data + off, n, stage.data());
+        ok = send_all(fd, reinterpret_cast<const char*>(stage.data()), aead::kHeader + n + aead::kTag);
+      } else {
+        n = std::min(kMaxSend, size - off);
+        ok = send_all(fd, data + off, n);
+      }
+      if (!ok) {
+        const int err = errno;
+        HERD_LOG(warning) << "herd data lane: sending stopped after " << sent << " of " << total
+                          << " bytes: " << (err == EAGAIN || err == EWOULDBLOCK
+                                                ? "the fetcher read nothing for " + std::to_string(timeout_.count()) + " ms"
+                                                : errno_text(err));
+        return;
+      }
+      off += n;
+      sent += n;
+    }
+  }
+  ::shutdown(fd, SHUT_WR);
+}
+
+// ------------------------------------------------------------------------------------------
+// The fetcher's side.
+
+LaneReceiver::LaneReceiver(const std::string& host, const protocol::DataLane& lane, std::vector<Item> items)
+    : items_(std::move(items)) {
+  const std::string port = std::to_string(lane.port);
+  where_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
+  if (!lane.key.empty()) {
+    aead::Key key{};
+    if (!aead::from_bytes(lane.key, key)) {
+      throw std::runtime_error("the lane " + where_ + " came with a key of " + std::to_string(lane.key.size()) +
+                               " bytes");
+    }
+    try {
+      cipher_ = std::make_unique<aead::RecordCipher>(lane.cipher, key);
+    } catch (const std::invalid_argument& e) {
+      throw std::runtime_error("the lane " + where_ + ": " + e.what());
+    }
+  }
+  if (lane.token.size() != kLaneToken) {
+    throw std::runtime_error("the lane " + where_ + " came with a token of " + std::to_string(lane.token.size()) +
+                             " bytes");
+  }
+  hello_.assign(kHelloMagic, 4);
+  hello_ += lane.token;
+  tcp::AddrInfo ai;
+  if (const int rc = tcp::resolve(host, port, 0, ai); rc != 0 || ai.list == nullptr) {
+    throw std::runtime_error("cannot resolve the lane " + where_ + ": " + ::gai_strerror(rc));
+  }
+  fd_ = ::socket(ai.list->ai_family, ai.list->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.list->ai_protocol);
+  if (fd_ < 0) throw std::runtime_error("no socket for the lane " + where_ + ": " + errno_text(errno));
+  tcp::set_buffers(fd_, kSocketBuffer);
+  tcp::set_liveness(fd_);
+  if (::connect(fd_, ai.list->ai_addr, ai.list->ai_addrlen) == 0) {
+    state_ = State::hello;
+  } else if (errno != EINPROGRESS) {
+    // Refused at once (nothing listens there): the first step() reports it as unreachable.
+    connect_error_ = errno;
+  }
+  while (current_ < items_.size() && items_[current_].buffer->size() == 0) ++current_;  // nothing to read
+}
+
+LaneReceiver::~LaneReceiver() { tcp::close_fd(fd_); }
+
+std::vector<const LaneReceiver::Item*> LaneReceiver::unfinished() const {
+  std::vector<const Item*> out;
+  for (std::size_t i = current_; i < items_.size(); ++i) out.push_back(&items_[i]);
+  return out;
+}
+
+void LaneReceiver::complete_current(std::vector<Item>& done) {
+  done.push_back(std::move(items_[current_]));
+  ++current_;
+  while (current_ < items_.size() && items_[current_].buffer->size() == 0) {
+    done.push_back(std::move(items_[current_]));
+    ++current_;
+  }
+}
+
+std::string LaneReceiver::step(short revents, std::size_t budget, std::vector<Item>& done, bool& unreachable) {
+  unreachable = false;
+  if (state_ == State::connecting) {
+    int err = connect_error_;
+    if (err == 0) {
+      if ((revents & (POLLOUT | POLLERR | POLLHUP)) == 0) return "";
+      socklen_t len = sizeof err;
+      if (::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+    }
+    if (err != 0) {
+      unreachable = true;
+      return "cannot connect to its lane " + where_ + ": " + errno_text(err);
+    }
+    state_ = State::hello;
+  }
+  if (state_ == State::hello) {
+    const ssize_t k = ::send(fd_, hello_.data() + hello_sent_, hello_.size() - hello_sent_, MSG_NOSIGNAL);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return "";
+    if (k < 0) return "its lane " + where_ + " failed: " + errno_text(errno);
+    hello_sent_ += static_cast<std::size_t>(k);
+    if (hello_sent_ < hello_.size()) return "";
+    state_ = State::receiving;
+    return "";  // the bytes come later: poll for them
+  }
+  if ((revents & (POLLIN | POLLERR | POLLHUP)) == 0) return "";
+  return receive(budget, done);
+}
+
+std::string LaneReceiver::receive(std::size_t budget, std::vector<Item>& done) {
+  std::size_t moved = 0;
+  auto read_into = [&](char* p, std::size_t n, std::size_t& got) -> std::string {
+    const ssize_t k = ::recv(fd_, p, n, 0);
+    if (k > 0) {
+      got = static_cast<std::size_t>(k);
+      return "";
+    }
+    got = 0;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return "";
+    const std::uint64_t have = current_ < items_.size() ? items_[current_].received : 0;
+    const std::uint64_t size = current_ < items_.size() ? items_[current_].buffer->size() : 0;
+    return (k == 0 ? "the holder closed its lane " + where_ : "its lane " + where_ + " failed: " + errno_text(errno)) +
+           " after " + std::to_string(have) + " of " + std::to_string(size) + " bytes of a result";
+  };
+  while (current_ < items_.size() && moved < budget) {
+    Item& item = items_[current_];
+    char* base = item.buffer->mutable_data();
+    const std::size_t size = item.buffer->size();
+    std::size_t got = 0;
+    if (!cipher_) {
+      const std::size_t want = std::min(size - item.received, budget - moved);
+      if (std::string why = read_into(base + item.received, want, got); !why.empty()) return why;
+      if (got == 0) break;
+      item.received += got;
+    } else if (header_have_ < aead::kHeader) {
+      if (std::string why = read_into(reinterpret_cast<char*>(header_) + header_have_, aead::kHeader - header_have_, got);
+          !why.empty()) {
+        return why;
+      }
+      if (got == 0) break;
+      header_have_ += got;
+      if (header_have_ == aead::kHeader) {
+        body_len_ = aead::get_length(header_);
+        const std::size_t due = std::min(kLaneRecord, size - item.received);
+        if (body_len_ != due) {
+          return "its lane " + where_ + " sent a record of " + std::to_string(body_len_) + " bytes where " +
+                 std::to_string(due) + " were due";
+        }
+        body_have_ = 0;
+        tag_have_ = 0;
+      }
+    } else if (body_have_ < body_len_) {
+      if (std::string why = read_into(base + item.received + body_have_, body_len_ - body_have_, got); !why.empty()) {
+        return why;
+      }
+      if (got == 0) break;
+      body_have_ += got;
+    } else {
+      if (std::string why = read_into(reinterpret_cast<char*>(tag_) + tag_have_, aead::kTag - tag_have_, got);
+          !why.empty()) {
+        return why;
+      }
+      if (got == 0) break;
+      tag_have_ += got;
+      if (tag_have_ == aead::kTag) {
+        if (!cipher_->open_in_place(header_, base + item.received, body_len_, tag_)) {
+          return "a record on its lane " + where_ + " is not authentic (byte " + std::to_string(item.received) +
+                 " of a result)";
+        }
+        item.received += body_len_;
+        header_have_ = 0;
+      }
+    }
+    moved += got;
+    progress_ += got;
+    if (item.received == size) complete_current(done);
+  }
+  return "";
+}
+
+}  // namespace herd::data

@@ -1,0 +1,156 @@
+// Bulk lanes: big results between processes on plain TCP beside the data port.
+//
+// On the data port (ZeroMQ) every byte goes through libzmq's I/O thread, with a copy on each
+// side, and CURVE seals it frame by frame on that one thread. A result bigger than the chunk
+// size goes on a lane instead: the holder's reply (on the data port, so CURVE-encrypted when the
+// cluster is) names a port of its LaneServer, a fresh token and, when the cluster encrypts, a
+// fresh key. The fetcher connects and sends the token; the holder writes the results straight
+// from where it holds them (plain), or sealed record by record (common/aead.hpp) through one
+// small staging buffer; the fetcher reads them straight into their final buffers and opens each
+// record in place. One pass over the bytes on each side beyond the kernel's copy.
+//
+// Wire, byte-exact:
+//   hello (fetcher -> holder): "HDL1" | the token (32 bytes)
+//   then (holder -> fetcher), for each streamed result in the reply's order: its bytes, or,
+//   with a key, records of min(kLaneRecord, what is left of that result) bytes each (a record
+//   never spans two results; record numbers count on across results). The holder closes the
+//   connection after the last byte.
+// A connection that does not present an offered token within the hello timeout is dropped; a
+// token works once; an offer nobody claims within the progress timeout is withdrawn (the
+// fetcher's request then times out and fails over, as on the data port). A fetcher that cannot
+// reach the lane at all (refused, unroutable, or still connecting when its request times out)
+// asks that holder again without a lane from then on: a firewall costs speed, never data.
+#pragma once
+
+#include <poll.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "common/aead.hpp"
+#include "common/data_port.hpp"
+
+namespace herd::data {
+
+inline constexpr std::size_t kLaneRecord = 1 << 20;  // plaintext bytes per sealed record at most
+inline constexpr std::size_t kLaneToken = 32;
+
+/// The holder's side: a listener, an acceptor thread, a thread per transfer.
+class LaneServer {
+ public:
+  /// Listens on `host` (the data port's bind address; "" or "*": every interface) at a port
+  /// the kernel picks. `encrypt`: every transfer is sealed with a fresh key. Throws
+  /// std::runtime_error naming the host when it cannot listen.
+  LaneServer(const std::string& host, bool encrypt, std::chrono::milliseconds progress_timeout);
+  /// Withdraws every offer, cuts every transfer under way, joins its threads.
+  ~LaneServer();
+  LaneServer(const LaneServer&) = delete;
+  LaneServer& operator=(const LaneServer&) = delete;
+
+  std::uint16_t port() const { return port_; }
+  /// Offers `payloads`, to be sent in this order to the one fetcher that presents the returned
+  /// lane's token. Sealed with AES-256-GCM when the fetcher has it (`fetcher_has_aes`) and so
+  /// does this machine, else ChaCha20-Poly1305.
+  protocol::DataLane offer(std::vector<PayloadPtr> payloads, bool fetcher_has_aes);
+  /// Offers not yet claimed, and transfers under way (for tests).
+  std::size_t offers() const;
+  std::size_t transfers() const;
+
+ private:
+  struct Offer {
+    std::vector<PayloadPtr> payloads;
+    aead::Key key{};
+    std::uint32_t cipher = aead::kCipherNone;
+    std::chrono::steady_clock::time_point expires;
+  };
+  struct Pending {  // accepted, its hello not read yet
+    int fd = -1;
+    std::string hello;
+    std::chrono::steady_clock::time_point deadline;
+  };
+  struct Transfer {
+    std::thread thread;
+    std::atomic<bool> done{false};
+    int fd = -1;
+  };
+  void accept_loop();
+  void on_hello(Pending& p);
+  void start_transfer(int fd, Offer offer);
+  void send_offer(Transfer& t, const Offer& offer);
+
+  bool encrypt_;
+  std::chrono::milliseconds timeout_;
+  int listen_fd_ = -1;
+  int wake_fd_ = -1;
+  std::uint16_t port_ = 0;
+  mutable std::mutex mutex_;
+  std::map<std::string, Offer> offers_;  // by token
+  std::list<Transfer> transfers_;
+  std::atomic<bool> stop_{false};
+  std::thread acceptor_;
+};
+
+/// The fetcher's side of one lane: non-blocking, driven by the fetcher's poll loop.
+class LaneReceiver {
+ public:
+  struct Item {
+    TaskId id = 0;
+    std::unique_ptr<Buffer> buffer;
+    std::uint64_t received = 0;
+  };
+  /// Starts connecting to `host`:`lane.port`. Throws std::runtime_error naming the lane when
+  /// the host does not resolve or no socket can be made.
+  LaneReceiver(const std::string& host, const protocol::DataLane& lane, std::vector<Item> items);
+  ~LaneReceiver();
+  LaneReceiver(const LaneReceiver&) = delete;
+  LaneReceiver& operator=(const LaneReceiver&) = delete;
+
+  int fd() const { return fd_; }
+  /// What to poll for: POLLOUT while connecting or sending the hello, POLLIN after.
+  short events() const { return state_ == State::receiving ? POLLIN : POLLOUT; }
+  bool connecting() const { return state_ == State::connecting; }
+  /// After poll reported `revents`: moves what it can, at most about `budget` bytes; results
+  /// complete are moved to `done`. Returns "" or why the lane failed; `unreachable` is set when
+  /// the connection could not be made at all.
+  std::string step(short revents, std::size_t budget, std::vector<Item>& done, bool& unreachable);
+  /// Bytes received since the last call (progress for the fetcher's timeout).
+  std::uint64_t take_progress() { return std::exchange(progress_, 0); }
+  bool finished() const { return current_ >= items_.size(); }
+  /// The results not complete yet, in order.
+  std::vector<const Item*> unfinished() const;
+  /// "host:port", for messages.
+  const std::string& where() const { return where_; }
+
+ private:
+  enum class State { connecting, hello, receiving };
+  std::string receive(std::size_t budget, std::vector<Item>& done);
+  void complete_current(std::vector<Item>& done);
+
+  int fd_ = -1;
+  int connect_error_ = 0;  // connect() failed at once
+  State state_ = State::connecting;
+  std::string where_;
+  std::string hello_;
+  std::size_t hello_sent_ = 0;
+  std::unique_ptr<aead::RecordCipher> cipher_;
+  std::vector<Item> items_;
+  std::size_t current_ = 0;
+  // The record being read (sealed lanes): header, body (into the buffer), tag.
+  unsigned char header_[aead::kHeader] = {};
+  std::size_t header_have_ = 0;
+  std::size_t body_len_ = 0, body_have_ = 0;
+  unsigned char tag_[aead::kTag] = {};
+  std::size_t tag_have_ = 0;
+  std::uint64_t progress_ = 0;
+};
+
+}  // namespace herd::data
