@@ -16,12 +16,14 @@
 //                                                         loopback TCP (bench/allreduce.cpp)
 //   herd_bench all --small                                everything, small sizes (CI smoke)
 #include <dirent.h>
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -33,6 +35,8 @@
 
 #include <herd/herd.hpp>
 
+#include "common/aead.hpp"
+#include "common/data_lane.hpp"
 #include "common/roles.hpp"
 #include "common/process.hpp"
 #include "common/security.hpp"
@@ -201,6 +205,35 @@ double raw_zmq_mbps(std::size_t bytes, bool curve) {
   return static_cast<double>(bytes) / 1e6 / s;
 }
 
+/// The same bytes on a bulk lane (common/data_lane.hpp), plain or sealed, in this process: a
+/// LaneServer's transfer thread sends, this thread receives into a fresh buffer, as a
+/// gather's fetcher does. The transport's ceiling without herd's messages around it.
+double raw_lane_mbps(std::size_t bytes, bool sealed) {
+  auto held = herd::data::Buffer::allocate(bytes);
+  std::memset(held->mutable_data(), 'x', bytes);
+  const herd::data::PayloadPtr payload(std::move(held));
+  herd::data::LaneServer lanes("127.0.0.1", sealed, std::chrono::seconds(30));
+  const auto t0 = Clock::now();
+  const herd::protocol::DataLane lane = lanes.offer({payload}, herd::aead::aes_available());
+  std::vector<herd::data::LaneReceiver::Item> items;
+  items.push_back({1, herd::data::Buffer::allocate(bytes), 0});
+  herd::data::LaneReceiver in("127.0.0.1", lane, std::move(items));
+  std::vector<herd::data::LaneReceiver::Item> done;
+  while (!in.finished()) {
+    pollfd p{in.fd(), in.events(), 0};
+    if (::poll(&p, 1, 10000) <= 0) throw std::runtime_error("raw lane: no progress for 10 s");
+    bool unreachable = false;
+    if (std::string why = in.step(p.revents, std::size_t{16} << 20, done, unreachable); !why.empty()) {
+      throw std::runtime_error("raw lane: " + why);
+    }
+  }
+  const double s = seconds_since(t0);
+  if (done.size() != 1 || done[0].buffer->size() != bytes || done[0].buffer->data()[bytes - 1] != 'x') {
+    throw std::runtime_error("raw lane: wrong bytes");
+  }
+  return static_cast<double>(bytes) / 1e6 / s;
+}
+
 /// This process's resident bytes ("VmRSS") or peak ("VmHWM").
 std::uint64_t self_status_bytes(const char* field) {
   std::ifstream in("/proc/self/status");
@@ -227,11 +260,14 @@ void data(const std::vector<int>& mibs) {
     if (v.size() != bytes) throw std::runtime_error("short result");
     const double raw = raw_zmq_mbps(bytes, false);
     const double raw_curve = raw_zmq_mbps(bytes, true);
+    const double lane = raw_lane_mbps(bytes, false);
+    const double lane_sealed = raw_lane_mbps(bytes, true);
     const double mbps = static_cast<double>(bytes) / 1e6 / s;
     // herd encrypts by default (HERD_AUTH=off does not): compare with the same kind of socket.
     const double limit = herd::security::cluster_keys() ? raw_curve : raw;
     emit("gather_bytes", {{"mib", mib}, {"seconds", s}, {"mb_per_s", mbps}, {"raw_zmq_mb_per_s", raw},
-                          {"raw_zmq_curve_mb_per_s", raw_curve}, {"fraction_of_raw", mbps / limit},
+                          {"raw_zmq_curve_mb_per_s", raw_curve}, {"raw_lane_mb_per_s", lane},
+                          {"raw_lane_sealed_mb_per_s", lane_sealed}, {"fraction_of_raw", mbps / limit},
                           {"client_rss_before_bytes", static_cast<double>(rss_before)},
                           {"client_peak_rss_bytes", static_cast<double>(peak)}});
   }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "common/aead.hpp"
@@ -20,18 +21,63 @@ namespace {
 // A connection nobody used for this long is closed: workers come and go for days, and each
 // connection holds a descriptor and ZeroMQ's buffers.
 constexpr auto kIdleConnection = std::chrono::minutes(2);
+// Buffers from this size up get pages of their own (Buffer::allocate).
+constexpr std::size_t kMapBytes = 1 << 20;
+
+std::uintptr_t page_size() {
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  return page;
+}
+
 // What one receive() reads from one lane at most before the caller's other sockets get a turn.
 constexpr std::size_t kLaneBudget = 16 << 20;
 }  // namespace
 
 std::unique_ptr<Buffer> Buffer::allocate(std::size_t size) {
+  if (size >= kMapBytes) {
+    const std::size_t mapped = (size + page_size() - 1) / page_size() * page_size();
+    void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return std::unique_ptr<Buffer>(new Buffer(static_cast<char*>(p), size, mapped));
+  }
   char* p = static_cast<char*>(std::malloc(std::max<std::size_t>(size, 1)));
   if (p == nullptr) throw std::bad_alloc();
   return std::make_unique<Buffer>(p, size);
 }
 
+Buffer::~Buffer() {
+  if (mapped_ > 0) ::munmap(data_, mapped_);
+  else std::free(data_);
+}
+
+void Buffer::recycle(std::size_t from, std::size_t upto, char* dest, std::size_t n) const {
+  if (mapped_ > 0 && upto > from) {
+    // Only pages mapped for this buffer alone move: the holes they leave are mapped afresh at
+    // once (untouched, so free), and the destination's untouched pages are replaced.
+    const std::uintptr_t page = page_size();
+    const auto base = reinterpret_cast<std::uintptr_t>(data_);
+    const std::uintptr_t sb = (base + from + page - 1) / page * page;
+    const std::uintptr_t se = (base + std::min(upto, size_)) / page * page;
+    const auto d = reinterpret_cast<std::uintptr_t>(dest);
+    const std::uintptr_t db = (d + page - 1) / page * page;
+    const std::uintptr_t de = (d + n) / page * page;
+    if (se > sb && de > db) {
+      const std::size_t len = std::min(se - sb, de - db);
+      void* src = reinterpret_cast<void*>(sb);
+      if (::mremap(src, len, len, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(db)) != MAP_FAILED) {
+        if (::mmap(src, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == MAP_FAILED) {
+          // Cannot happen short of the system running out of mappings; the hole would fault on
+          // a read, and nothing reads copied bytes again, but say so.
+          HERD_LOG(warning) << "herd: cannot map the pages lent by a buffer back: " << std::strerror(errno);
+        }
+      }
+    }
+  }
+  release_prefix(upto);
+}
+
 void Buffer::release_prefix(std::size_t upto) const {
-  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const std::uintptr_t page = page_size();
   const auto start = reinterpret_cast<std::uintptr_t>(data_);
   const std::uintptr_t begin = (start + page - 1) / page * page;  // whole pages of ours only
   const std::uintptr_t end = (start + std::min(upto, size_)) / page * page;

@@ -31,24 +31,30 @@ namespace herd::data {
 using protocol::TaskId;
 using PayloadPtr = std::shared_ptr<const detail::Payload>;
 
-/// Bytes in one malloc'ed buffer (msgpack's sbuffer, or a buffer a stream was written into).
+/// Bytes in one buffer: a malloc'ed one (msgpack's sbuffer), or pages of its own (a buffer a
+/// stream is written into).
 class Buffer : public detail::Payload {
  public:
   Buffer(char* data, std::size_t size) : data_(data), size_(size) {}
-  /// A buffer of `size` bytes, uninitialised; throws std::bad_alloc.
+  /// A buffer of `size` bytes, uninitialised: pages mapped for it alone from 1 MiB up (their
+  /// pages can be lent to a value: recycle). Throws std::bad_alloc.
   static std::unique_ptr<Buffer> allocate(std::size_t size);
-  ~Buffer() override { std::free(data_); }
+  ~Buffer() override;
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
   const char* data() const override { return data_; }
   std::size_t size() const override { return size_; }
   /// The whole pages under [data, data + upto) go back to the system (madvise DONTNEED).
   void release_prefix(std::size_t upto) const override;
+  /// Pages of its own: moved under `dest` (mremap), a fresh untouched mapping left in their place.
+  void recycle(std::size_t from, std::size_t upto, char* dest, std::size_t n) const override;
   char* mutable_data() { return data_; }
 
  private:
+  Buffer(char* data, std::size_t size, std::size_t mapped) : data_(data), size_(size), mapped_(mapped) {}
   char* data_;
   std::size_t size_;
+  std::size_t mapped_ = 0;  // bytes mmap'ed for it (0: malloc'ed)
 };
 
 /// Bytes that arrived as one ZeroMQ frame.

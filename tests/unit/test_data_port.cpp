@@ -533,3 +533,30 @@ TEST_CASE("DataPort.Lane.UnclaimedOfferIsWithdrawnAfterTheTimeout" * doctest::ti
   CHECK(payload.use_count() == 1);  // and lets go of them
   CHECK(std::chrono::steady_clock::now() - t0 >= 300ms);
 }
+
+TEST_CASE("DataPort.Buffer.PagesLentSliceBySliceLeaveTheValueRight" * doctest::timeout(60)) {
+  // What result() does with a big result (include/herd/future.hpp): copy slice by slice, each
+  // slice copied lending its pages to the next one's destination. Odd offsets on both sides
+  // (a msgpack header before the bytes, malloc's header before the vector's), sizes off a page.
+  for (const std::size_t size : {std::size_t{3} * (16u << 20) + 7, std::size_t{16u << 20} + 4095, std::size_t{5000}}) {
+    INFO("size " << size);
+    const std::size_t offset = 5;
+    auto source = data::Buffer::allocate(offset + size);
+    for (std::size_t i = 0; i < offset + size; ++i) source->mutable_data()[i] = static_cast<char>((i * 7 + 3) & 0xff);
+    const std::vector<char> expected(source->data() + offset, source->data() + offset + size);
+    const std::size_t slice = std::size_t{4} << 20;
+    std::vector<char> out;
+    out.reserve(size);
+    const char* bytes = source->data() + offset;
+    for (std::size_t done = 0, prev = 0; done < size;) {
+      const std::size_t n = std::min(slice, size - done);
+      if (done > 0) source->recycle(offset + prev, offset + done, out.data() + done, n);
+      out.insert(out.end(), bytes + done, bytes + done + n);
+      prev = done;
+      done += n;
+    }
+    CHECK(out == expected);
+    // The bytes not copied yet when the last slice was lent are still the source's own.
+    CHECK(std::memcmp(source->data() + offset + size - 1, &expected.back(), 1) == 0);
+  }
+}
