@@ -20,6 +20,8 @@
 #@  scripts/local-slurm.sh slow HOST RATE [DELAY] | unslow HOST  # e.g. slow node2 20mbit
 #@  scripts/local-slurm.sh partition HOST_A HOST_B            # drop traffic between the two hosts
 #@  scripts/local-slurm.sh heal [HOST_A HOST_B]               # undo one partition, or all of them
+#@  scripts/local-slurm.sh firewall HOST PORT... | unfirewall HOST  # HOST drops new TCP connections
+#@                                            # except to PORTs and slurmd (silently, as a firewall)
 #@  scripts/local-slurm.sh repair          # undo every fault: links up, full speed, no partition,
 #@                                        # frozen hosts thawed, crashed hosts revived; wait until
 #@                                        # every node is usable
@@ -181,7 +183,8 @@ case "$VERB" in
                 *) die "$VERB: unknown argument '$1' ($VERB [--multi])" ;;
             esac
         done ;;
-    exec | link-down | link-up | crash | revive | freeze | thaw | slow | unslow | partition | heal | repair)
+    exec | link-down | link-up | crash | revive | freeze | thaw | slow | unslow | partition | heal | firewall | \
+        unfirewall | repair)
         MULTI=1
         ARGS=("$@") ;;
     -h | --help | help | "") usage ;;
@@ -1364,11 +1367,11 @@ cmd_status_multi() {
         return 1
     fi
     set_nodes "$n"
-    printf '%-8s %-15s %-5s %-16s %-16s %s\n' HOST ADDRESS LINK SLOW PARTITIONED PROCESSES
+    printf '%-8s %-15s %-5s %-16s %-16s %-9s %s\n' HOST ADDRESS LINK SLOW PARTITIONED FIREWALL PROCESSES
     local h
     for h in "${HOSTS[@]}"; do
-        printf '%-8s %-15s %-5s %-16s %-16s %s\n' "$h" "$(host_addr "$h")" "$(link_state "$h")" \
-            "$(slow_state "$h")" "$(blocked_of "$h")" \
+        printf '%-8s %-15s %-5s %-16s %-16s %-9s %s\n' "$h" "$(host_addr "$h")" "$(link_state "$h")" \
+            "$(slow_state "$h")" "$(blocked_of "$h")" "$(firewall_of "$h")" \
             "$(host_pids "$h" | grep -c . || true)$([[ $(frozen_state "$h") == 1 ]] && echo ' (frozen)')"
     done
     local name pidfile pid
@@ -1589,6 +1592,46 @@ cmd_heal() {
     log "$a and $b hear each other again"
 }
 
+# A host firewall: new TCP connections into HOST (from other hosts) are dropped unless to one of
+# the ports named or to slurmd's, as a site that opens only a worker's data port would. Its own
+# table, so that partitions and firewalls come and go independently.
+cmd_firewall() {
+    need_cluster
+    ((${#ARGS[@]} >= 2)) || die "firewall HOST PORT...: a host and the ports that stay open"
+    local h="${ARGS[0]}" p
+    need_host "$h"
+    local ports=("${ARGS[@]:1}")
+    for p in "${ports[@]}"; do
+        [[ $p =~ ^[0-9]+$ ]] && ((p > 0 && p < 65536)) || die "firewall: '$p' is not a TCP port"
+    done
+    local ns open
+    ns="$(host_ns "$h")"
+    open="$(IFS=,; echo "$SLURMD_PORT,${ports[*]}")"
+    in_ns "$ns" nft delete table inet herd_firewall 2>/dev/null || true
+    in_ns "$ns" nft -f - <<EOF || die "nft failed in $ns"
+table inet herd_firewall {
+    chain input {
+        type filter hook input priority 0; policy accept;
+        iif lo accept
+        tcp flags & (syn | ack) == syn tcp dport != { $open } drop
+    }
+}
+EOF
+    log "$h drops new TCP connections except to ports $open (undo: $PROG unfirewall $h)"
+}
+
+firewall_of() {
+    in_ns "$(host_ns "$1")" nft list table inet herd_firewall >/dev/null 2>&1 && echo on || echo "-"
+}
+
+cmd_unfirewall() {
+    need_cluster
+    ((${#ARGS[@]} == 1)) || die "unfirewall HOST: one host"
+    need_host "${ARGS[0]}"
+    in_ns "$(host_ns "${ARGS[0]}")" nft delete table inet herd_firewall 2>/dev/null || true
+    log "${ARGS[0]} takes connections on every port again"
+}
+
 cmd_repair() {
     need_cluster
     ((${#ARGS[@]} == 0)) || die "repair takes no arguments"
@@ -1610,6 +1653,10 @@ cmd_repair() {
         if in_ns "$(host_ns "$h")" nft list table inet herd_faults >/dev/null 2>&1; then
             [[ $(blocked_of "$h") != - ]] && done+=("heal $h")
             in_ns "$(host_ns "$h")" nft delete table inet herd_faults
+        fi
+        if [[ $(firewall_of "$h") == on ]]; then
+            in_ns "$(host_ns "$h")" nft delete table inet herd_firewall
+            done+=("unfirewall $h")
         fi
     done
     if ! pid_alive "$MUNGE_PID" munged >/dev/null || ! pid_alive "$CTLD_PID" slurmctld >/dev/null \
@@ -1647,6 +1694,8 @@ if ((MULTI)); then
         unslow) cmd_unslow ;;
         partition) cmd_partition ;;
         heal) cmd_heal ;;
+        firewall) cmd_firewall ;;
+        unfirewall) cmd_unfirewall ;;
         repair) cmd_repair ;;
     esac
 else

@@ -27,6 +27,8 @@
 //              values or an error naming the host, never a loop.
 //   SlowLink   a 256 MiB input over a link so slow that it takes longer than the timeout:
 //              it arrives whole, nothing is recomputed, no worker is lost.
+//   Firewall   a node that takes connections only on its worker's data port: big results
+//              (bulk lanes, on another port) still reach the client, over the data port.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -1149,4 +1151,54 @@ TEST_CASE("MultinodeHerd.SlowLink.BigInputOutlastsTheTimeoutAndArrives" * doctes
   CHECK(runs(dir, "digest", 0).size() == 1);
   CHECK(watch.fewest() == 2);
   CHECK(watch.names() == names);
+}
+
+TEST_CASE("MultinodeHerd.Firewall.OnlyTheDataPortOpenBigResultsStillArrive" * doctest::timeout(200)) {
+  // A site that opens only each worker's data port: the lane the worker offers for a big
+  // result cannot be reached (its SYNs vanish). The client waits one timeout for it, then asks
+  // over the data port; the value is whole, the task ran once, and the next big result from
+  // that worker comes over the data port at once.
+  bed::require_whole_bed(1);
+  const std::string node = bed::nodes()[0];
+  const std::string name = unique("mn-fw");
+  Scratch s(name);
+  const std::string dir = s.runs();
+  herd::Client client{with_timeout(
+      herd::SlurmCluster{pool(name, s, "1500M").job_extra_directives({"--nodelist=" + node})}, kTimeout)};
+  client.scale(1);
+  client.wait_for_workers(1, 120s);
+  const auto workers = client.status().workers;
+  REQUIRE(workers.size() == 1);
+  REQUIRE(workers[0].host == node);
+  const std::string data_port = workers[0].address.substr(workers[0].address.rfind(':') + 1);
+  auto fw = bed::firewall(node, {data_port});
+
+  auto check = [](const std::vector<char>& v, std::int64_t mib) {
+    std::int64_t wrong = 0;
+    for (std::size_t k = 0; k < v.size(); ++k) wrong += static_cast<std::uint8_t>(v[k]) != big_byte(k);
+    CHECK(v.size() == (static_cast<std::size_t>(mib) << 20));
+    CHECK(wrong == 0);
+  };
+  constexpr std::int64_t mib = 48;
+  auto first = client.submit(big, dir, std::int64_t{0}, mib);
+  client.wait(std::vector<herd::Future<std::vector<char>>>{first});
+  auto t0 = Clock::now();
+  check(first.result(), mib);
+  const double first_s = seconds_since(t0);
+  auto second = client.submit(big, dir, std::int64_t{1}, mib);
+  client.wait(std::vector<herd::Future<std::vector<char>>>{second});
+  t0 = Clock::now();
+  check(second.result(), mib);
+  const double second_s = seconds_since(t0);
+  MESSAGE("behind the firewall: the first 48 MiB took " << first_s << " s (the lane's timeout, then the data port), "
+                                                         << "the second " << second_s << " s");
+  // The first waited out the timeout (the scheduler's, which clients adopt) for the lane, and
+  // not two of them; the second did not try the lane again.
+  const double timeout_s = std::chrono::duration<double>(kTimeout).count();
+  CHECK(first_s >= timeout_s * 0.9);
+  CHECK(first_s < 2 * timeout_s + 10);
+  CHECK(second_s < timeout_s * 0.9);
+  CHECK(runs(dir, "big", 0).size() == 1);
+  CHECK(runs(dir, "big", 1).size() == 1);
+  CHECK(client.status().workers.size() == 1);  // nobody was lost on the way
 }

@@ -131,6 +131,14 @@ class Fault {
   return Fault{{"heal", a, b}};
 }
 
+/// HOST drops new TCP connections except to `ports` (and slurmd's), silently, until the guard goes.
+[[nodiscard]] inline Fault firewall(const std::string& host, const std::vector<std::string>& ports) {
+  std::vector<std::string> args{"firewall", host};
+  args.insert(args.end(), ports.begin(), ports.end());
+  verb(args);
+  return Fault{{"unfirewall", host}};
+}
+
 /// Every test starts from a whole bed: on its login host, with every fault of an earlier test
 /// (one killed by its timeout has no guard left to run) undone.
 inline void require_whole_bed(std::size_t min_nodes) {
