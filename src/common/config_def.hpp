@@ -15,6 +15,10 @@ HERD_CONFIG(queue_horizon_us, std::uint32_t, 20000, "HERD_QUEUE_HORIZON_US",
             "work queued on a worker beyond its free slots, in expected run time (microseconds)")
 HERD_CONFIG(max_queue_per_slot, std::uint32_t, 2000, "HERD_MAX_QUEUE_PER_SLOT",
             "hard cap on tasks queued per worker slot, whatever their run time")
+HERD_CONFIG(result_batch_us, std::uint32_t, 1000, "HERD_RESULT_BATCH_US",
+            "while a worker has more tasks queued, how long the results of the ones it finished may "
+            "wait to travel to the scheduler together (microseconds; the first of a burst goes at "
+            "once, and all go as soon as the worker runs out of work; 0 = each at once)")
 HERD_CONFIG(allowed_failures, std::uint32_t, 3, "HERD_ALLOWED_FAILURES",
             "worker deaths a task may be present at; one more and it fails (Dask's allowed-failures)")
 HERD_CONFIG(drain_grace_ms, std::uint32_t, 20000, "HERD_DRAIN_GRACE_MS",

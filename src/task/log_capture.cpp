@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -19,6 +18,10 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+
+#if defined(__GLIBCXX__)
+#include <ext/stdio_sync_filebuf.h>
+#endif
 
 namespace herd::task {
 
@@ -90,6 +93,20 @@ void write_all(int fd, const char* data, std::size_t n) {
   }
 }
 
+/// What a task printed through std::cout and stdio, out to the pipes. std::cout writes into
+/// stdout's buffer while it is synchronised with stdio (the default): then fflush(stdout) is
+/// its flush too, and one flush of it is saved after every task.
+void flush_std_streams() {
+#if defined(__GLIBCXX__)
+  const bool cout_in_stdout = dynamic_cast<__gnu_cxx::stdio_sync_filebuf<char>*>(std::cout.rdbuf()) != nullptr;
+#else
+  const bool cout_in_stdout = false;
+#endif
+  if (!cout_in_stdout) std::cout.flush();
+  std::fflush(stdout);
+  std::fflush(stderr);
+}
+
 void on_fatal(int sig) {
   // Async-signal-safe only: put the descriptors back, copy what the reader has not yet read.
   for (int s = 1; s <= 2; ++s) {
@@ -142,9 +159,16 @@ struct LogBook::Impl {
     worker.push({unix_ms(), herd_line ? kStreamLog : stream, std::move(text)});
   }
   bool pipes_empty() const {
+    // One poll(2) for both pipes (after every task: one system call, not one per pipe).
+    pollfd fds[2];
+    nfds_t n = 0;
     for (int s = 1; s <= 2; ++s) {
-      int n = 0;
-      if (g_read[s] >= 0 && ::ioctl(g_read[s], FIONREAD, &n) == 0 && n > 0) return false;
+      if (g_read[s] >= 0) fds[n++] = {g_read[s], POLLIN, 0};
+    }
+    if (n == 0) return true;
+    if (::poll(fds, n, 0) <= 0) return true;
+    for (nfds_t i = 0; i < n; ++i) {
+      if (fds[i].revents & POLLIN) return false;
     }
     return true;
   }
@@ -302,9 +326,7 @@ void LogBook::task_finished(TaskId id) {
   if (m.started && !m.stopped) {
     // What the task printed must be read (and credited to it) before it counts as finished.
     lock.unlock();
-    std::cout.flush();
-    std::fflush(stdout);
-    std::fflush(stderr);
+    flush_std_streams();
     lock.lock();
     m.cv.wait_for(lock, std::chrono::milliseconds(200), [&] { return !m.reader_busy && m.pipes_empty(); });
     if (m.running.size() == 1) {

@@ -85,7 +85,8 @@ void Worker::request_drain() {
 
 Worker::Worker(WorkerOptions options)
     : options_(std::move(options)), auth_(security::Auth::for_server(context_)),
-      sched_(context_, zmq::socket_type::dealer), data_(context_, zmq::socket_type::router) {
+      sched_(context_, zmq::socket_type::dealer), data_(context_, zmq::socket_type::router),
+      batch_(std::chrono::microseconds(options_.config.result_batch_us)) {
   auth_.server(data_);
   auth_.client(sched_);
   if (options_.name.empty()) {
@@ -336,6 +337,9 @@ int Worker::run() {
   last_from_scheduler_ = Clock::now();
   std::vector<zmq::pollitem_t> items;
   int exit_code = 0;
+  // The state is ours for the whole turn, except while we wait in poll (executors finishing
+  // tasks take it then).
+  std::unique_lock turn(state_mu_);
   while (!g_stop.load()) {
     items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0},
                   {static_cast<void*>(data_), 0, ZMQ_POLLIN, 0},
@@ -346,11 +350,17 @@ int Worker::run() {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.first - Clock::now());
       wait = std::max(std::chrono::milliseconds(1), std::min(wait, left + std::chrono::milliseconds(1)));
     }
+    if (const auto due = batch_.deadline()) {  // batched results go then (an executor that opens a batch wakes us)
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*due - Clock::now());
+      wait = std::max(std::chrono::milliseconds(0), std::min(wait, left + std::chrono::milliseconds(1)));
+    }
+    turn.unlock();
     try {
       zmq::poll(items.data(), items.size(), wait);
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
+    turn.lock();
     // Wake-ups only say "look at the completion queue".
     if (items[2].revents & ZMQ_POLLIN) {
       std::uint64_t n;
@@ -385,6 +395,7 @@ int Worker::run() {
     fetcher_->receive(items, first_peer, fetch_events_, now);
     fetcher_->expire(now, fetch_events_);
     carry_out();
+    if (batch_.send_now(now)) flush_results();
     if (!deadlines_.empty()) check_deadlines(now);
     if (now - last_from_scheduler_ > std::chrono::milliseconds(options_.config.timeout_ms)) {
       HERD_LOG(error) << "scheduler at " << options_.scheduler << " silent for " << options_.config.timeout_ms
@@ -444,6 +455,7 @@ int Worker::run() {
     }
   }
   if (g_stop.load()) goodbye("worker stopped by signal");
+  // Executors that end a task from now on find no one to send its result: the worker leaves.
   return exit_code;
 }
 
@@ -592,18 +604,7 @@ void Worker::carry_out() {
     // allocator may keep them, and a paused worker would stay paused).
     if (options_.memory_limit > 0 && before - store_.memory_bytes() >= (4u << 20)) ::malloc_trim(0);
   }
-  if (!out.run.empty()) {
-    {
-      std::lock_guard lock(run_mu_);
-      for (auto& r : out.run) {
-        if (r.task.timeout_ms > 0) {  // a gang member's too: it fails the gang attempt
-          deadlines_[r.task.id] = {now + std::chrono::milliseconds(r.task.timeout_ms), r.task.timeout_ms};
-        }
-        handoff_.push_back(std::move(r));
-      }
-    }
-    run_cv_.notify_all();
-  }
+  hand_off_runs_locked(out, now, false);
   for (auto& r : out.results) results_out_.push_back(std::move(r));
   acquired_out_.insert(acquired_out_.end(), out.acquired.begin(), out.acquired.end());
   acquire_failed_out_.insert(acquire_failed_out_.end(), out.acquire_failed.begin(), out.acquire_failed.end());
@@ -629,6 +630,46 @@ void Worker::carry_out() {
     return;
   }
   flush_results();
+}
+
+bool Worker::hand_off_runs_locked(WorkerInstructions& out, Clock::time_point now, bool self) {
+  bool more;
+  // Executors to wake: not the one calling, which takes its next task without sleeping.
+  const std::size_t n = out.run.size() - (self && !out.run.empty() ? 1 : 0);
+  {
+    std::lock_guard lock(run_mu_);
+    for (auto& r : out.run) {
+      if (r.task.timeout_ms > 0) {  // a gang member's too: it fails the gang attempt
+        deadlines_[r.task.id] = {now + std::chrono::milliseconds(r.task.timeout_ms), r.task.timeout_ms};
+      }
+      handoff_.push_back(std::move(r));
+    }
+    more = !handoff_.empty();
+  }
+  out.run.clear();
+  if (n > 1) {
+    run_cv_.notify_all();
+  } else if (n == 1) {
+    run_cv_.notify_one();
+  }
+  return more;
+}
+
+void Worker::finish_on_executor(Completion c) {
+  bool wake = false;
+  {
+    std::lock_guard lock(state_mu_);
+    if (!deadlines_.empty()) deadlines_.erase(c.id);
+    state_->finished(std::move(c));
+    WorkerInstructions& out = state_->out();
+    const auto now = Clock::now();
+    const bool more = hand_off_runs_locked(out, now, true);  // this thread takes the next one itself
+    for (auto& r : out.results) exec_results_.push_back(std::move(r));
+    out.results.clear();
+    if (!out.empty()) wake = true;  // what only the I/O thread does (a rejoin granted...)
+    if (batch_.finished(now, more)) wake = true;
+  }
+  if (wake) wake_io();
 }
 
 void Worker::on_gang_message(MessageType type, protocol::Received& msg) {
@@ -703,6 +744,12 @@ void Worker::executor_loop() {
         return;
       }
     }
+    if (!seceded_thread()) {
+      finish_on_executor(std::move(c));
+      continue;
+    }
+    // Its task seceded: another executor has had its slot since. Through the I/O thread, after
+    // the secede call this thread made (the scheduler hears of the secession first).
     bool was_empty;
     {
       std::lock_guard lock(done_mu_);
@@ -710,7 +757,7 @@ void Worker::executor_loop() {
       done_.push_back(std::move(c));
     }
     if (was_empty) wake_io();
-    if (seceded_thread()) {  // its task seceded: another executor has had its slot since
+    {
       std::lock_guard lock(run_mu_);
       ended_threads_.push_back(std::this_thread::get_id());
       return;
@@ -1038,9 +1085,16 @@ void Worker::drain_completions() {
 }
 
 void Worker::flush_results() {
-  if (results_out_.empty() && acquired_out_.empty() && acquire_failed_out_.empty()) return;
+  batch_.sent(Clock::now());
+  if (results_out_.empty() && exec_results_.empty() && acquired_out_.empty() && acquire_failed_out_.empty()) return;
   protocol::TaskResultsEvent ev;
   ev.results.swap(results_out_);
+  if (ev.results.empty()) {
+    ev.results.swap(exec_results_);
+  } else {
+    for (auto& r : exec_results_) ev.results.push_back(std::move(r));
+    exec_results_.clear();
+  }
   ev.acquired.swap(acquired_out_);
   ev.acquire_failed.swap(acquire_failed_out_);
   protocol::send<MessageType::task_results>(sched_, "", ev);

@@ -1,8 +1,12 @@
 // A worker process: the IO around WorkerState (worker_state.hpp). One I/O thread owns the
 // scheduler DEALER, the data-port ROUTER (serving results to peers and clients), the
 // DataClient (fetching inputs from peers) and the state; a pool of executor threads runs the
-// tasks the state starts. Finished tasks come back to the I/O thread through a queue and an
-// eventfd, and are reported to the scheduler in batches.
+// tasks the state starts. The state is the I/O thread's between two polls (state_mu_); an
+// executor that finishes a task takes it too, for a moment: it tells the state, takes the next
+// task the state starts and goes on, without a round trip through the I/O thread per task.
+// Its results reach the scheduler in batches: the first of a burst at once, the rest at most
+// HERD_RESULT_BATCH_US later or when the executor runs out of work (an eventfd wakes the I/O
+// thread).
 #pragma once
 
 #include <atomic>
@@ -98,6 +102,13 @@ class Worker {
   void make_spill_directory();
   void over_memory_limit(std::uint64_t rss);
   void flush_results();
+  /// An executor's end of a task (not a seceded one): the state hears of it under state_mu_,
+  /// the tasks it starts go to the executors, its result waits for the next batch.
+  void finish_on_executor(Completion c);
+  /// Moves the runs the state started to the executors' queue, with their time limits, and
+  /// wakes executors for them (`self`: but one, the calling executor takes one itself);
+  /// state_mu_ held. True when that queue is not empty afterwards.
+  bool hand_off_runs_locked(WorkerInstructions& out, Clock::time_point now, bool self);
   /// Says goodbye and waits (bounded) for the scheduler's acknowledgement.
   void goodbye(const std::string& reason);
   std::uint64_t rss_bytes() const;
@@ -109,7 +120,10 @@ class Worker {
   int wake_fd_ = -1;  // eventfd: "look at the completion queue" (wake_io), polled by run()
   std::string data_address_;
   DataStore store_;
-  std::unique_ptr<WorkerState> state_;  // I/O thread only
+  // The state, and what goes with it (deadlines_, the results to send): the I/O thread holds
+  // state_mu_ for each turn of its loop, an executor for the end of each task.
+  std::mutex state_mu_;
+  std::unique_ptr<WorkerState> state_;
   std::unique_ptr<data::DataClient> fetcher_;
   std::unique_ptr<data::LaneServer> lanes_;  // big results out (common/data_lane.hpp)
   data::DataEvents fetch_events_;
@@ -136,7 +150,7 @@ class Worker {
   };
   std::map<protocol::TaskId, OnExecutor> on_executor_;
   std::vector<std::thread::id> abandoned_threads_;  // under run_mu_: not joined, they may never end
-  std::map<protocol::TaskId, std::pair<Clock::time_point, std::uint32_t>> deadlines_;  // I/O thread: time limits
+  std::map<protocol::TaskId, std::pair<Clock::time_point, std::uint32_t>> deadlines_;  // time limits (state_mu_)
   std::mutex done_mu_;
   std::vector<Completion> done_;
   std::vector<protocol::GangJoinRequest> gang_joins_;  // from members, for the I/O thread
@@ -161,8 +175,10 @@ class Worker {
   std::map<std::pair<protocol::TaskId, std::uint32_t>, std::shared_ptr<collective::GangSession>> gangs_;
   std::string ring_host_;  // where gang members' ring listeners bind
 
-  // I/O side.
+  // Under state_mu_.
   std::vector<protocol::TaskResult> results_out_;
+  std::vector<protocol::TaskResult> exec_results_;  // finished by executors, not sent yet
+  ResultBatch batch_;                                // when they go
   std::vector<protocol::TaskId> acquired_out_;
   std::vector<protocol::DepLocation> acquire_failed_out_;
   Clock::time_point last_from_scheduler_;

@@ -13,10 +13,12 @@
 // are free, gang members first. Results stay in the store until the scheduler frees them.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -81,6 +83,48 @@ struct WorkerStateOptions {
   /// size (0 = no limit); a bigger one stays here like any other, so that no message goes
   /// over the scheduler's limit and the scheduler never holds it.
   std::uint64_t max_full_result_bytes = 0;
+};
+
+/// When the results of tasks that executors finished travel to the scheduler (pure: the time
+/// is passed in). An executor that has another task waiting goes on with it instead of waiting
+/// for the I/O thread, so a worker with a queue of short tasks would otherwise send one message
+/// (and wake its I/O thread once) per task. The first result of a burst goes at once; those
+/// that follow within `window` wait and go together when it has passed, or at once when the
+/// executor runs out of tasks (the scheduler has more for it then). A lone task is reported at
+/// once, as before.
+class ResultBatch {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit ResultBatch(std::chrono::microseconds window) : window_(window) {}
+  /// An executor finished a task; `more`: another is waiting for it. True: wake the I/O thread.
+  bool finished(Clock::time_point now, bool more) {
+    if (!more || window_.count() <= 0) {
+      requested_ = true;
+      return true;
+    }
+    if (armed_) return false;  // within the window: it goes when the window has passed
+    armed_ = true;
+    due_ = now + window_;
+    requested_ = true;  // the first of the burst: at once
+    return true;
+  }
+  /// The I/O thread: send what is pending now.
+  bool send_now(Clock::time_point now) const { return requested_ || (armed_ && now >= due_); }
+  /// The I/O thread sent every pending result.
+  void sent(Clock::time_point now) {
+    requested_ = false;
+    if (armed_ && now >= due_) armed_ = false;  // the next result starts a new burst
+  }
+  /// Until when the I/O thread may sleep with results pending (nullopt: no limit).
+  std::optional<Clock::time_point> deadline() const {
+    return armed_ ? std::optional<Clock::time_point>(due_) : std::nullopt;
+  }
+
+ private:
+  std::chrono::microseconds window_;
+  bool requested_ = false;  // send at the next turn
+  bool armed_ = false;      // a burst's window is open until due_
+  Clock::time_point due_{};
 };
 
 class WorkerState {

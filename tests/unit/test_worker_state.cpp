@@ -297,3 +297,67 @@ TEST_CASE("WorkerState.Secede.EndingOrAbandonedWhileSecededFreesNoSlot") {
   CHECK(started(s) == std::vector<TaskId>{4});
   CHECK(s.validate().empty());
 }
+
+// ---- ResultBatch: when executors' results travel -------------------------------------------
+
+TEST_CASE("ResultBatch: a lone task is reported at once") {
+  using C = ResultBatch::Clock;
+  ResultBatch b(std::chrono::microseconds(1000));
+  const C::time_point t0{};
+  CHECK_FALSE(b.send_now(t0));
+  CHECK(b.finished(t0, false));  // nothing more to run: wake the I/O thread
+  CHECK(b.send_now(t0));
+  CHECK_FALSE(b.deadline());
+  b.sent(t0);
+  CHECK_FALSE(b.send_now(t0));
+}
+
+TEST_CASE("ResultBatch: a burst wakes the I/O thread twice, whatever its length") {
+  using C = ResultBatch::Clock;
+  using us = std::chrono::microseconds;
+  ResultBatch b(us(1000));
+  const C::time_point t0{};
+  int wakes = 0, sends = 0;
+  // 100 tasks 5 us apart, each with another waiting, then the last with none.
+  for (int i = 0; i < 100; ++i) {
+    const auto now = t0 + us(5 * i);
+    if (b.finished(now, i < 99)) ++wakes;
+    if (b.send_now(now)) {  // the I/O thread's turn after a wake
+      ++sends;
+      b.sent(now);
+    }
+  }
+  CHECK(wakes == 2);  // the first result (sent at once), and the last (out of work)
+  CHECK(sends == 2);
+  CHECK_FALSE(b.send_now(t0 + us(495)));
+}
+
+TEST_CASE("ResultBatch: results wait at most the window while tasks keep coming") {
+  using C = ResultBatch::Clock;
+  using us = std::chrono::microseconds;
+  ResultBatch b(us(1000));
+  const C::time_point t0{};
+  REQUIRE(b.finished(t0, true));  // first of the burst: at once
+  b.sent(t0);
+  REQUIRE(b.deadline());
+  CHECK(*b.deadline() == t0 + us(1000));
+  CHECK_FALSE(b.finished(t0 + us(10), true));  // waits: no wake-up
+  CHECK_FALSE(b.send_now(t0 + us(999)));
+  CHECK(b.send_now(t0 + us(1000)));  // the I/O thread's poll timed out: the batch goes
+  b.sent(t0 + us(1000));
+  CHECK_FALSE(b.deadline());
+  CHECK(b.finished(t0 + us(1200), true));  // a new burst: its first goes at once again
+  CHECK(*b.deadline() == t0 + us(2200));
+}
+
+TEST_CASE("ResultBatch: a window of 0 sends every result at once") {
+  using C = ResultBatch::Clock;
+  ResultBatch b(std::chrono::microseconds(0));
+  const C::time_point t0{};
+  for (int i = 0; i < 3; ++i) {
+    CHECK(b.finished(t0, true));
+    CHECK(b.send_now(t0));
+    b.sent(t0);
+  }
+  CHECK_FALSE(b.deadline());
+}
