@@ -361,35 +361,39 @@ std::string LaneReceiver::step(short revents, std::size_t budget, std::vector<It
 
 std::string LaneReceiver::receive(std::size_t budget, std::vector<Item>& done) {
   std::size_t moved = 0;
-  auto read_into = [&](char* p, std::size_t n, std::size_t& got) -> std::string {
-    const ssize_t k = ::recv(fd_, p, n, 0);
-    if (k > 0) {
-      got = static_cast<std::size_t>(k);
-      return "";
-    }
-    got = 0;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return "";
-    const std::uint64_t have = current_ < items_.size() ? items_[current_].received : 0;
-    const std::uint64_t size = current_ < items_.size() ? items_[current_].buffer->size() : 0;
-    return (k == 0 ? "the holder closed its lane " + where_ : "its lane " + where_ + " failed: " + errno_text(errno)) +
-           " after " + std::to_string(have) + " of " + std::to_string(size) + " bytes of a result";
-  };
   while (current_ < items_.size() && moved < budget) {
     Item& item = items_[current_];
     char* base = item.buffer->mutable_data();
     const std::size_t size = item.buffer->size();
-    std::size_t got = 0;
+    // Where the next bytes go: plain, straight into the result; sealed, the record's header, its
+    // body (into the result, opened there in place) or its tag.
+    char* to;
+    std::size_t want;
     if (!cipher_) {
-      const std::size_t want = std::min(size - item.received, budget - moved);
-      if (std::string why = read_into(base + item.received, want, got); !why.empty()) return why;
-      if (got == 0) break;
+      to = base + item.received;
+      want = std::min(size - item.received, budget - moved);
+    } else if (header_have_ < aead::kHeader) {
+      to = reinterpret_cast<char*>(header_) + header_have_;
+      want = aead::kHeader - header_have_;
+    } else if (body_have_ < body_len_) {
+      to = base + item.received + body_have_;
+      want = body_len_ - body_have_;
+    } else {
+      to = reinterpret_cast<char*>(tag_) + tag_have_;
+      want = aead::kTag - tag_have_;
+    }
+    const ssize_t k = ::recv(fd_, to, want, 0);
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
+    if (k <= 0) {
+      return (k == 0 ? "the holder closed its lane " + where_ : "its lane " + where_ + " failed: " + errno_text(errno)) +
+             " after " + std::to_string(item.received) + " of " + std::to_string(size) + " bytes of a result";
+    }
+    const auto got = static_cast<std::size_t>(k);
+    moved += got;
+    progress_ += got;
+    if (!cipher_) {
       item.received += got;
     } else if (header_have_ < aead::kHeader) {
-      if (std::string why = read_into(reinterpret_cast<char*>(header_) + header_have_, aead::kHeader - header_have_, got);
-          !why.empty()) {
-        return why;
-      }
-      if (got == 0) break;
       header_have_ += got;
       if (header_have_ == aead::kHeader) {
         body_len_ = aead::get_length(header_);
@@ -402,17 +406,8 @@ std::string LaneReceiver::receive(std::size_t budget, std::vector<Item>& done) {
         tag_have_ = 0;
       }
     } else if (body_have_ < body_len_) {
-      if (std::string why = read_into(base + item.received + body_have_, body_len_ - body_have_, got); !why.empty()) {
-        return why;
-      }
-      if (got == 0) break;
       body_have_ += got;
     } else {
-      if (std::string why = read_into(reinterpret_cast<char*>(tag_) + tag_have_, aead::kTag - tag_have_, got);
-          !why.empty()) {
-        return why;
-      }
-      if (got == 0) break;
       tag_have_ += got;
       if (tag_have_ == aead::kTag) {
         if (!cipher_->open_in_place(header_, base + item.received, body_len_, tag_)) {
@@ -423,8 +418,6 @@ std::string LaneReceiver::receive(std::size_t budget, std::vector<Item>& done) {
         header_have_ = 0;
       }
     }
-    moved += got;
-    progress_ += got;
     if (item.received == size) complete_current(done);
   }
   return "";
