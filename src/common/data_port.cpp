@@ -243,11 +243,11 @@ void DataClient::on_lane(std::uint64_t request_id, short revents, const DataEven
   if (it != requests_.end() && it->second.lane && it->second.lane->finished()) requests_.erase(it);
 }
 
-void DataClient::lane_unreachable(std::uint64_t request_id, const std::string& why, Clock::time_point now) {
+void DataClient::lane_unreachable(std::uint64_t request_id, const std::string& why, Clock::time_point now,
+                                  std::vector<TaskId> ids) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   const std::string address = it->second.address;
-  std::vector<TaskId> ids;
   if (it->second.lane) {
     for (const auto* item : it->second.lane->unfinished()) ids.push_back(item->id);
   }
@@ -340,13 +340,15 @@ void DataClient::on_reply(const std::string& address, protocol::Received& msg, c
     }
   }
   if (on_lane && !items.empty()) {
+    std::vector<TaskId> ids;  // what to ask for again if the lane cannot even be started
+    for (const auto& item : items) ids.push_back(item.id);
     try {
       r.lane = std::make_unique<LaneReceiver>(net::endpoint_host(address), reply.lane, std::move(items));
       HERD_LOG(debug) << "data port " << address << ": " << reply.streamed.size() << " result(s) on its lane "
                       << r.lane->where() << (reply.lane.key.empty() ? " (plain)" : " (sealed)");
     } catch (const std::exception& e) {
-      // Unresolvable or no socket: as good as unreachable.
-      lane_unreachable(reply.request_id, e.what(), now);
+      // Unresolvable, no socket (out of descriptors), or a malformed lane: as good as unreachable.
+      lane_unreachable(reply.request_id, e.what(), now, std::move(ids));
       return;
     }
   }

@@ -157,8 +157,10 @@ class DataClient {
   void drop_peer(const std::string& address);
   void on_reply(const std::string& address, protocol::Received& msg, const DataEvents& events, Clock::time_point now);
   void on_lane(std::uint64_t request_id, short revents, const DataEvents& events, Clock::time_point now);
-  /// The lane of `request_id` cannot be reached: its results are asked for again without one.
-  void lane_unreachable(std::uint64_t request_id, const std::string& why, Clock::time_point now);
+  /// The lane of `request_id` cannot be reached: its results not received yet (and `ids`, for a
+  /// lane that could not even be started) are asked for again without one.
+  void lane_unreachable(std::uint64_t request_id, const std::string& why, Clock::time_point now,
+                        std::vector<TaskId> ids = {});
   void heard_from(const std::string& address, Clock::time_point now);
 
   zmq::context_t& context_;

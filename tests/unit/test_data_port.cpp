@@ -66,6 +66,7 @@ struct Port {
   std::thread thread;
   std::unique_ptr<data::LaneServer> lanes;  // big results on lanes when set
   std::uint16_t lane_port = 0;              // not 0: the reply names this port for the lane instead
+  bool short_token = false;                 // with lane_port: the reply's token is cut short
 
   explicit Port(const std::optional<security::Keys>& keys = std::nullopt) {
     if (keys) security::Auth{*keys, nullptr}.server(router);  // CURVE, as a cluster that encrypts
@@ -93,6 +94,7 @@ struct Port {
             }
             reply.lane = lanes->offer(std::move(payloads), (req.lanes & protocol::kHasAes) != 0);
             reply.lane.port = lane_port;
+            if (short_token) reply.lane.token.resize(5);
             protocol::send<protocol::MessageType::get_data_reply>(router, msg->identity, reply);
             continue;
           }
@@ -430,6 +432,27 @@ TEST_CASE("DataPort.Lane.NobodyAtTheLaneFetchesOverTheDataPortInstead" * doctest
   port.with_lanes(false);
   port.lane_port = static_cast<std::uint16_t>(dead_port);
   port.store[1] = pattern(5 * port.chunk + 3, 1);
+  port.store[2] = pattern(2 * port.chunk, 2);
+  port.start();
+  Fetcher f(5000ms);
+  f.client.request(port.address, {1, 2}, std::chrono::steady_clock::now());
+  f.run(30s);
+  CHECK(f.failed.empty());
+  REQUIRE(f.got.size() == 2);
+  CHECK(same(f.got.at(1), port.store.at(1)));
+  CHECK(same(f.got.at(2), port.store.at(2)));
+  CHECK(f.client.lanes_unreachable() == std::set<std::string>{port.address});
+}
+
+TEST_CASE("DataPort.Lane.MalformedLaneIsNotUsedValuesComeOverTheDataPort" * doctest::timeout(60)) {
+  // A reply whose lane cannot even be started (a token of 5 bytes; the same path as a host that
+  // does not resolve or no descriptor left): nothing is lost, the results are asked for again
+  // without a lane.
+  Port port;
+  port.with_lanes(false);
+  port.lane_port = port.lanes->port();
+  port.short_token = true;
+  port.store[1] = pattern(3 * port.chunk + 1, 1);
   port.store[2] = pattern(2 * port.chunk, 2);
   port.start();
   Fetcher f(5000ms);
