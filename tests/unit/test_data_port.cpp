@@ -419,6 +419,24 @@ TEST_CASE("DataPort.Lane.RecordAlteredOnTheWayIsRefusedNamingIt" * doctest::time
                  " bytes of a result received)") != std::string::npos);
 }
 
+namespace {
+
+/// `port` holds results 1 and 2 and offers a lane the fetcher cannot use: both arrive whole over
+/// the data port, nothing fails, and the holder is remembered as one whose lane is out of reach.
+void fetch_without_the_lane(Port& port) {
+  port.start();
+  Fetcher f(5000ms);
+  f.client.request(port.address, {1, 2}, std::chrono::steady_clock::now());
+  f.run(30s);
+  CHECK(f.failed.empty());
+  REQUIRE(f.got.size() == 2);
+  CHECK(same(f.got.at(1), port.store.at(1)));
+  CHECK(same(f.got.at(2), port.store.at(2)));
+  CHECK(f.client.lanes_unreachable() == std::set<std::string>{port.address});
+}
+
+}  // namespace
+
 TEST_CASE("DataPort.Lane.NobodyAtTheLaneFetchesOverTheDataPortInstead" * doctest::timeout(60)) {
   // The reply names a port nobody listens on (a firewall that lets only the data port through
   // refuses the same way): the fetcher asks again without a lane, gets every value, and does not
@@ -433,15 +451,7 @@ TEST_CASE("DataPort.Lane.NobodyAtTheLaneFetchesOverTheDataPortInstead" * doctest
   port.lane_port = static_cast<std::uint16_t>(dead_port);
   port.store[1] = pattern(5 * port.chunk + 3, 1);
   port.store[2] = pattern(2 * port.chunk, 2);
-  port.start();
-  Fetcher f(5000ms);
-  f.client.request(port.address, {1, 2}, std::chrono::steady_clock::now());
-  f.run(30s);
-  CHECK(f.failed.empty());
-  REQUIRE(f.got.size() == 2);
-  CHECK(same(f.got.at(1), port.store.at(1)));
-  CHECK(same(f.got.at(2), port.store.at(2)));
-  CHECK(f.client.lanes_unreachable() == std::set<std::string>{port.address});
+  fetch_without_the_lane(port);
 }
 
 TEST_CASE("DataPort.Lane.MalformedLaneIsNotUsedValuesComeOverTheDataPort" * doctest::timeout(60)) {
@@ -454,15 +464,7 @@ TEST_CASE("DataPort.Lane.MalformedLaneIsNotUsedValuesComeOverTheDataPort" * doct
   port.short_token = true;
   port.store[1] = pattern(3 * port.chunk + 1, 1);
   port.store[2] = pattern(2 * port.chunk, 2);
-  port.start();
-  Fetcher f(5000ms);
-  f.client.request(port.address, {1, 2}, std::chrono::steady_clock::now());
-  f.run(30s);
-  CHECK(f.failed.empty());
-  REQUIRE(f.got.size() == 2);
-  CHECK(same(f.got.at(1), port.store.at(1)));
-  CHECK(same(f.got.at(2), port.store.at(2)));
-  CHECK(f.client.lanes_unreachable() == std::set<std::string>{port.address});
+  fetch_without_the_lane(port);
 }
 
 TEST_CASE("DataPort.Lane.HolderGoneMidTransferFailsSayingHowFar" * doctest::timeout(60)) {
