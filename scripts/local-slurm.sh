@@ -21,7 +21,7 @@
 #@  scripts/local-slurm.sh partition HOST_A HOST_B            # drop traffic between the two hosts
 #@  scripts/local-slurm.sh heal [HOST_A HOST_B]               # undo one partition, or all of them
 #@  scripts/local-slurm.sh firewall HOST PORT... | unfirewall HOST  # HOST drops new TCP connections
-#@                                            # except to PORTs and slurmd (silently, as a firewall)
+#@                                            # except to PORTs and Slurm's own (silently, as a firewall)
 #@  scripts/local-slurm.sh repair          # undo every fault: links up, full speed, no partition,
 #@                                        # frozen hosts thawed, crashed hosts revived; wait until
 #@                                        # every node is usable
@@ -1593,8 +1593,9 @@ cmd_heal() {
 }
 
 # A host firewall: new TCP connections into HOST (from other hosts) are dropped unless to one of
-# the ports named or to slurmd's, as a site that opens only a worker's data port would. Its own
-# table, so that partitions and firewalls come and go independently.
+# the ports named or to Slurm's own (slurmd's, and slurmctld's on login), as a site that opens
+# only a worker's data port, or a login node that opens only the scheduler's port, would. Its
+# own table, so that partitions and firewalls come and go independently.
 cmd_firewall() {
     need_cluster
     ((${#ARGS[@]} >= 2)) || die "firewall HOST PORT...: a host and the ports that stay open"
@@ -1606,7 +1607,7 @@ cmd_firewall() {
     done
     local ns open
     ns="$(host_ns "$h")"
-    open="$(IFS=,; echo "$SLURMD_PORT,${ports[*]}")"
+    open="$(IFS=,; echo "$SLURMD_PORT,$CTLD_PORT,${ports[*]}")"
     in_ns "$ns" nft delete table inet herd_firewall 2>/dev/null || true
     in_ns "$ns" nft -f - <<EOF || die "nft failed in $ns"
 table inet herd_firewall {
