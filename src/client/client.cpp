@@ -23,6 +23,7 @@
 #include "common/config.hpp"
 #include "common/data_port.hpp"
 #include "common/logging.hpp"
+#include "common/net.hpp"
 #include "common/util.hpp"
 #include "herd/client.hpp"
 #include "herd/slurm.hpp"
@@ -132,7 +133,17 @@ class ClientCore {
   void add_submits_locked(protocol::TaskSpec* specs, std::size_t n);
   std::vector<TaskId> out_releases_, out_cancels_, out_force_cancels_, out_fire_and_forget_;
   std::vector<protocol::ReplicateRequest> out_replicates_;
-  std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> out_scatters_;
+  // Scatters to send: small values (and big ones whose workers cannot reach this client) as a
+  // payload through the scheduler; big ones with only their size, the workers fetch them here.
+  std::vector<std::pair<protocol::ScatterRequest, data::PayloadPtr>> out_scatters_;
+  // Big scattered values, served from this client's own data port until a worker holds them:
+  // they go to the worker in one streamed transfer (on a bulk lane), not through the scheduler.
+  std::unordered_map<TaskId, data::PayloadPtr> scatter_held_;
+  bool scatter_direct_ = true;  // false once a worker could not reach that port, or it could not bind
+  /// The I/O thread's data port for scatter_held_ (made at the first big scatter): its
+  /// address, or "" when it cannot listen.
+  std::string scatter_source();
+  void on_scatter_inline(const protocol::ScatterInlineEvent& ev);
   std::map<std::string, std::vector<TaskId>> out_fetches_;
   std::vector<protocol::ScalePoolRequest> out_scales_;
   std::map<std::uint64_t, std::optional<protocol::ScalePoolReply>> scale_replies_;
@@ -168,6 +179,7 @@ class ClientCore {
   security::Auth auth_ = security::Auth::for_client();
   zmq::socket_t sched_;
   std::unique_ptr<data::DataClient> fetcher_;  // gathers from workers' data ports (I/O thread)
+  std::unique_ptr<data::DataServer> scatter_server_;  // serves scatter_held_ (I/O thread)
   int wake_fd_ = -1;
   std::uint64_t client_index_ = 0;
   std::atomic<std::uint64_t> next_seq_{1};
@@ -185,6 +197,7 @@ FutureState::~FutureState() {
   std::lock_guard lock(core->mu_);
   core->states_.erase(id);
   if (!core->campaign_futures_.empty()) core->campaign_futures_.erase(id);
+  if (!core->scatter_held_.empty()) core->scatter_held_.erase(id);
   if (core->lost_reason_.empty()) {
     core->out_releases_.push_back(id);
     core->wake_locked();
@@ -378,6 +391,8 @@ void ClientCore::io_loop() {
   };
   while (!stop_.load()) {
     items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
+    const std::size_t served = scatter_server_ ? items.size() : SIZE_MAX;
+    if (scatter_server_) items.push_back({static_cast<void*>(scatter_server_->socket()), 0, ZMQ_POLLIN, 0});
     const std::size_t first_peer = fetcher_->add_poll_items(items);
     try {
       zmq::poll(items.data(), items.size(), std::chrono::milliseconds(config_.heartbeat_ms));
@@ -392,7 +407,7 @@ void ClientCore::io_loop() {
     // of the task that needs it.
     std::vector<protocol::BatchWriter> submits;
     std::vector<TaskId> releases, cancels, force_cancels, fire_and_forget;
-    std::vector<std::pair<protocol::ScatterRequest, std::vector<char>>> scatters;
+    std::vector<std::pair<protocol::ScatterRequest, data::PayloadPtr>> scatters;
     std::map<std::string, std::vector<TaskId>> fetches;
     std::vector<protocol::ScalePoolRequest> scales;
     std::vector<protocol::StatusRequest> statuses;
@@ -418,8 +433,18 @@ void ClientCore::io_loop() {
       wake_pending_ = false;
     }
     for (auto& [req, bytes] : scatters) {
+      if (req.nbytes > 0) {  // a big one, served from here: the scheduler learns where
+        req.source = scatter_source();
+        if (!req.source.empty()) {
+          protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req));
+          continue;
+        }
+        req.nbytes = 0;  // no data port: through the scheduler after all
+        std::lock_guard lock(mu_);
+        scatter_held_.erase(req.id);
+      }
       std::vector<zmq::message_t> payload;
-      payload.emplace_back(bytes.data(), bytes.size());
+      payload.push_back(data::zero_copy(bytes));
       protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req), std::move(payload));
     }
     if (!submits.empty()) {
@@ -467,6 +492,13 @@ void ClientCore::io_loop() {
       last_heard = Clock::now();
       handle_scheduler(*msg);
     }
+    if (served != SIZE_MAX && (items[served].revents & ZMQ_POLLIN) != 0) {
+      scatter_server_->serve([this](TaskId id) -> data::PayloadPtr {
+        std::lock_guard lock(mu_);
+        auto it = scatter_held_.find(id);
+        return it == scatter_held_.end() ? nullptr : it->second;
+      });
+    }
     const auto now = Clock::now();
     fetcher_->receive(items, first_peer, events, now);
     fetcher_->expire(now, events);
@@ -507,6 +539,62 @@ void ClientCore::io_loop() {
   }
 }
 
+std::string ClientCore::scatter_source() {
+  if (!scatter_server_) {
+    {
+      std::lock_guard lock(mu_);
+      if (!scatter_direct_) return "";
+    }
+    try {
+      // On the interface that routes to the scheduler, as a worker's data port: the workers
+      // reach the scheduler, so they most likely reach this host the same way.
+      auth_.serve_too(context_);
+      scatter_server_ = std::make_unique<data::DataServer>(context_, auth_, net::listen_host_toward(address_),
+                                                           config_.chunk_bytes,
+                                                           std::chrono::milliseconds(config_.timeout_ms));
+      HERD_LOG(debug) << "serving big scattered values at " << scatter_server_->address();
+    } catch (const std::exception& e) {
+      HERD_LOG(warning) << "herd: big scattered values go through the scheduler: " << e.what();
+      std::lock_guard lock(mu_);
+      scatter_direct_ = false;
+      return "";
+    }
+  }
+  return scatter_server_->address();
+}
+
+void ClientCore::on_scatter_inline(const protocol::ScatterInlineEvent& ev) {
+  std::lock_guard lock(mu_);
+  if (scatter_direct_) {
+    HERD_LOG(warning) << "herd: a worker could not fetch a scattered value from this client's data port "
+                      << (scatter_server_ ? scatter_server_->address() : std::string()) << " (" << ev.reason
+                      << "); big scattered values go through the scheduler from now on";
+    scatter_direct_ = false;
+  }
+  for (TaskId id : ev.ids) {
+    auto held = scatter_held_.find(id);
+    if (held == scatter_held_.end()) continue;  // released meanwhile
+    data::PayloadPtr bytes = std::move(held->second);
+    scatter_held_.erase(held);
+    auto it = states_.find(id);
+    if (it == states_.end()) continue;
+    FutureState& s = *it->second;
+    if (std::string why = over_limit("the scattered value", bytes->size()); !why.empty()) {
+      s.status = Status::erred;
+      s.error = std::make_unique<protocol::ErrorInfo>(protocol::ErrorInfo{
+          "herd::MessageTooLarge",
+          "scatter " + s.key() + " could not be fetched from this client (" + ev.reason +
+              ") and cannot go through the scheduler: " + why,
+          s.key(), ""});
+      finish_locked(s);
+      continue;
+    }
+    out_scatters_.push_back({protocol::ScatterRequest{id, "", "", 0}, std::move(bytes)});
+  }
+  cv_.notify_all();
+  wake_locked();
+}
+
 void ClientCore::handle_scheduler(protocol::Received& msg) {
   std::string error;
   auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
@@ -520,6 +608,11 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (!protocol::decode(msg.frames[1], ev, error)) break;
       std::lock_guard lock(mu_);
       apply_updates_locked(ev);
+      break;
+    }
+    case MessageType::scatter_inline: {
+      protocol::ScatterInlineEvent ev;
+      if (protocol::decode<MessageType::scatter_inline>(msg, ev, error)) on_scatter_inline(ev);
       break;
     }
     case MessageType::campaign_reply: {
@@ -633,6 +726,9 @@ void ClientCore::apply_updates_locked(protocol::TaskUpdatesEvent& ev) {
     FutureState& s = *it->second;
     if (s.status == Status::cancelled) continue;
     const auto st = static_cast<protocol::TaskState>(u.state);
+    if (!scatter_held_.empty() && st != protocol::TaskState::no_worker && st != protocol::TaskState::processing) {
+      scatter_held_.erase(u.id);  // a worker holds it now (or it failed): this client's copy goes
+    }
     if (st == protocol::TaskState::no_worker || st == protocol::TaskState::processing) {
       // Not final: no connected worker can run it now (why), or it runs again after that.
       if (s.status != Status::pending) continue;
@@ -996,14 +1092,25 @@ std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& 
   std::lock_guard lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot scatter: " + core.lost_reason_);
   state->function = core.intern_locked("scatter");
-  if (std::string why = core.over_limit("the scattered value", bytes.size()); !why.empty()) {
+  const std::size_t n = bytes.size();
+  auto payload = std::make_shared<const VectorPayload>(std::move(bytes));
+  if ((n > core.config_.chunk_bytes || !core.over_limit("", n).empty()) && core.scatter_direct_) {
+    // Big (or over the scheduler's message limit): the chosen worker fetches it from this
+    // client's data port, streamed.
+    core.states_[state->id] = state.get();
+    core.scatter_held_[state->id] = payload;
+    core.out_scatters_.push_back({protocol::ScatterRequest{state->id, "", "", n}, std::move(payload)});
+    core.wake_locked();
+    return state;
+  }
+  if (std::string why = core.over_limit("the scattered value", n); !why.empty()) {
     state->status = Status::erred;
     state->error = std::make_unique<protocol::ErrorInfo>(
         protocol::ErrorInfo{"herd::MessageTooLarge", "scatter " + state->key() + " was not sent: " + why, state->key(), ""});
     return state;
   }
   core.states_[state->id] = state.get();
-  core.out_scatters_.push_back({protocol::ScatterRequest{state->id, ""}, std::move(bytes)});
+  core.out_scatters_.push_back({protocol::ScatterRequest{state->id, "", "", 0}, std::move(payload)});
   core.wake_locked();
   return state;
 }

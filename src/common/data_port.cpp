@@ -84,6 +84,45 @@ void Buffer::release_prefix(std::size_t upto) const {
   if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
+DataServer::DataServer(zmq::context_t& context, const security::Auth& auth, const std::string& host,
+                       std::size_t chunk_bytes, std::chrono::milliseconds progress_timeout)
+    : socket_(context, zmq::socket_type::router), chunk_bytes_(chunk_bytes) {
+  auth.server(socket_);
+  socket_.set(zmq::sockopt::sndhwm, 0);
+  socket_.set(zmq::sockopt::linger, 0);
+  try {
+    socket_.bind("tcp://" + host + ":*");
+  } catch (const zmq::error_t& e) {
+    throw std::runtime_error("cannot bind the data port on " + host + ": " + e.what());
+  }
+  address_ = socket_.get(zmq::sockopt::last_endpoint);
+  if (const auto pos = address_.find("0.0.0.0"); pos != std::string::npos) {
+    address_.replace(pos, 7, net::reachable_host());
+  }
+  // Big results leave on bulk lanes beside the data port (common/data_lane.hpp), on the same
+  // interface.
+  lanes_ = std::make_unique<LaneServer>(host, auth.keys.has_value(), progress_timeout);
+}
+
+DataServer::~DataServer() = default;
+
+void DataServer::serve(const std::function<PayloadPtr(TaskId)>& lookup, int max) {
+  for (int n = 0; n < max; ++n) {
+    auto msg = protocol::try_receive(socket_, true);
+    if (!msg) return;
+    std::string error;
+    auto type = msg->frames.size() >= 2 ? protocol::parse_header(msg->frames[0], error) : std::nullopt;
+    protocol::GetDataRequest req;
+    if (!type || *type != MessageType::get_data_request ||
+        !protocol::decode<MessageType::get_data_request>(*msg, req, error)) {
+      HERD_LOG(warning) << "ignoring a bad request on the data port: "
+                        << (error.empty() ? "not a get_data_request" : error);
+      continue;
+    }
+    serve_data(socket_, msg->identity, req, lookup, chunk_bytes_, lanes_.get());
+  }
+}
+
 zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset, std::size_t size) {
   size = std::min(size, payload->size() - offset);
   auto* hold = new PayloadPtr(payload);

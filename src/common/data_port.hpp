@@ -82,6 +82,34 @@ void serve_data(zmq::socket_t& router, const std::string& identity, const protoc
                 const std::function<PayloadPtr(TaskId)>& lookup, std::size_t chunk_bytes,
                 LaneServer* lanes = nullptr);
 
+/// A data port: a ROUTER bound on one interface (a CURVE server when the cluster encrypts; its
+/// context then needs a ZAP handler, security::Auth), answering GetDataRequests from what
+/// `lookup` finds, with a LaneServer beside it on the same interface for big results. Workers
+/// serve their results on one; a client serves the big values it scatters on one.
+class DataServer {
+ public:
+  /// Binds `host` ("0.0.0.0": every interface) at a port the kernel picks. Throws
+  /// std::runtime_error naming the host when it cannot.
+  DataServer(zmq::context_t& context, const security::Auth& auth, const std::string& host, std::size_t chunk_bytes,
+             std::chrono::milliseconds progress_timeout);
+  ~DataServer();
+  DataServer(const DataServer&) = delete;
+  DataServer& operator=(const DataServer&) = delete;
+  /// "tcp://host:port", what peers connect to (a wildcard bind names a host others can reach).
+  const std::string& address() const { return address_; }
+  zmq::socket_t& socket() { return socket_; }
+  /// Answers the requests waiting on the socket (at most `max`); malformed ones are logged and
+  /// dropped.
+  void serve(const std::function<PayloadPtr(TaskId)>& lookup, int max = 1000);
+  LaneServer& lanes() { return *lanes_; }
+
+ private:
+  zmq::socket_t socket_;
+  std::size_t chunk_bytes_;
+  std::string address_;
+  std::unique_ptr<LaneServer> lanes_;
+};
+
 /// What a DataClient reports. Every id asked for ends in exactly one of these.
 struct DataEvents {
   std::function<void(const std::string& address, TaskId id, PayloadPtr bytes)> found;

@@ -84,6 +84,11 @@ bool is_loopback(const std::string& address) {
   return address == "localhost" || address == "::1" || address.rfind("127.", 0) == 0;
 }
 
+std::string listen_host_toward(const std::string& endpoint) {
+  const std::string routed = route_address(endpoint_host(endpoint));
+  return routed.empty() ? "0.0.0.0" : is_loopback(routed) ? "127.0.0.1" : routed;
+}
+
 std::string reachable_host() {
   const std::string name = hostname();
   addrinfo hints{};

@@ -25,6 +25,10 @@ bool is_loopback(const std::string& address);
 /// to an address other hosts can use, else the first non-loopback IPv4 interface address,
 /// else the host name.
 std::string reachable_host();
+/// What a listener binds when nothing says otherwise: the local address that routes to the peer
+/// at `endpoint` (e.g. the scheduler's "tcp://login:5555"), "127.0.0.1" when that is loopback,
+/// "0.0.0.0" when nothing routes there.
+std::string listen_host_toward(const std::string& endpoint);
 /// The host, resolved to the interface to bind: an interface name ("ib0") gives its address,
 /// anything else is returned as it is.
 std::string bind_host(const std::string& host_or_interface);

@@ -115,6 +115,10 @@ struct Auth {
   std::unique_ptr<ZapHandler> zap;
   static Auth for_server(zmq::context_t& context);
   static Auth for_client();
+  /// A client that serves data too (its scattered values): the ZAP handler a server needs.
+  void serve_too(zmq::context_t& context) {
+    if (keys && !zap) zap = std::make_unique<ZapHandler>(context, keys->client_public);
+  }
   void server(zmq::socket_t& s) const {
     if (keys) make_server(s, *keys);
   }

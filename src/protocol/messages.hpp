@@ -25,7 +25,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 4;
+inline constexpr std::uint8_t kProtocolVersion = 5;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
@@ -43,7 +43,7 @@ using TaskId = std::uint64_t;
   X(submit_tasks, 3, SubmitTasksRequest)    /* client -> scheduler (decode_each<TaskSpec>) */        \
   X(release_keys, 4, KeysEvent)             /* client dropped its last future for these tasks */   \
   X(cancel_tasks, 5, KeysEvent)             /* client -> scheduler; scheduler -> worker */         \
-  X(scatter_data, 6, ScatterRequest)        /* + 1 payload, client -> scheduler */                 \
+  X(scatter_data, 6, ScatterRequest)        /* + 1 payload unless source, client -> scheduler */   \
   X(task_results, 7, TaskResultsEvent)      /* worker -> scheduler */                              \
   X(goodbye, 8, GoodbyeEvent)               /* peer is leaving on purpose */                       \
   X(scale_pool, 9, ScalePoolRequest)        /* client -> scheduler */                              \
@@ -63,7 +63,7 @@ using TaskId = std::uint64_t;
   X(cluster_state, 22, ClusterStateEvent)   /* scheduler -> client */                              \
   X(execute_tasks, 23, ExecuteTasksEvent)   /* scheduler -> worker */                              \
   X(free_keys, 24, KeysEvent)               /* scheduler -> worker: drop these results */          \
-  X(put_data, 25, PutDataEvent)             /* + 1 payload, scheduler -> worker (scatter) */       \
+  X(put_data, 25, PutDataEvent)             /* + 1 payload unless source, scheduler -> worker */   \
   X(shutdown, 26, GoodbyeEvent)             /* scheduler -> worker|client: exit now */             \
   X(scale_reply, 27, ScalePoolReply)        /* scheduler -> client */                              \
   X(acquire_keys, 28, AcquireKeysEvent)     /* scheduler -> worker: copy these from holders */     \
@@ -79,6 +79,7 @@ using TaskId = std::uint64_t;
   X(campaign_request, 43, CampaignRequest)  /* client -> scheduler: list, attach to or release campaigns */ \
   X(campaign_reply, 44, CampaignReply)      /* scheduler -> client */                              \
   X(retiring, 45, RetiringEvent)            /* scheduler -> worker: the pool retires you; checkpoint */ \
+  X(scatter_inline, 46, ScatterInlineEvent) /* scheduler -> client: send these scatters through me */ \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
@@ -220,9 +221,25 @@ struct KeysEvent {
 };
 
 struct ScatterRequest {
-  TaskId id = 0;      // id the client chose for the scattered value; 1 payload frame follows
+  TaskId id = 0;      // id the client chose for the scattered value
   std::string key;    // user name for it, "" = "scatter-<id>"
-  MSGPACK_DEFINE(id, key);
+  std::string source; // "": 1 payload frame follows. Else the client's own data port, which
+                      //   serves the value under `id` until it is in memory on a worker: big
+                      //   values go there straight, streamed, not through the scheduler.
+  std::uint64_t nbytes = 0;  // the value's size (with a source)
+  MSGPACK_DEFINE(id, key, source, nbytes);
+};
+
+/// The worker chosen for a scatter with a source could not fetch it (the client's data port is
+/// out of its reach: a firewall, another network): the client sends these through the
+/// scheduler instead, as one payload each (scatter_data without a source).
+/// The error type of a scatter whose worker could not fetch it from the client's data port.
+inline constexpr const char* kScatterSourceUnreachable = "herd::ScatterSourceUnreachable";
+
+struct ScatterInlineEvent {
+  std::vector<TaskId> ids;
+  std::string reason;  // what the worker saw, for the client's log
+  MSGPACK_DEFINE(ids, reason);
 };
 
 /// client.replicate(futures, n), scatter(value, broadcast): copies of these results on `n`
@@ -591,8 +608,11 @@ struct ExecuteTasksEvent {
 };
 
 struct PutDataEvent {
-  TaskId id = 0;  // key under which the worker stores the payload frame that follows
-  MSGPACK_DEFINE(id);
+  TaskId id = 0;       // key under which the worker stores the value
+  std::string source;  // "": the payload frame that follows. Else the data port (a client's)
+                       //   to fetch it from; the worker reports it as a task result either way
+                       //   (herd::ScatterSourceUnreachable when it could not fetch it)
+  MSGPACK_DEFINE(id, source);
 };
 
 /// The scheduler retires this worker (its pool shrinks: scale() down, adapt(), idle): it gets

@@ -360,11 +360,12 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
     case MessageType::scatter_data: {
       protocol::ScatterRequest req;
       if (!protocol::decode<MessageType::scatter_data>(msg, req, error)) break;
-      if (msg.frames.size() != 3) {
-        error = "scatter_data needs exactly one payload frame";
+      if (msg.frames.size() != (req.source.empty() ? 3u : 2u)) {
+        error = req.source.empty() ? "scatter_data needs exactly one payload frame"
+                                   : "scatter_data with a source carries no payload frame";
         break;
       }
-      (void)state_.scatter(id, req, std::move(msg.frames[2]), error);
+      (void)state_.scatter(id, req, req.source.empty() ? std::move(msg.frames[2]) : zmq::message_t(), error);
       break;
     }
     case MessageType::replicate: {
@@ -498,6 +499,7 @@ void Scheduler::flush() {
       if (hold) held_updates_.hold(turn, id, std::move(c.updates));
       else send_updates(id, c.updates);
     }
+    if (!c.scatter_inline.ids.empty()) protocol::send<MessageType::scatter_inline>(socket_, *identity, c.scatter_inline);
     if (c.heartbeat) protocol::send<MessageType::heartbeat>(socket_, *identity, {});
     if (c.shutdown) protocol::send<MessageType::shutdown>(socket_, *identity, {*c.shutdown});
   }
@@ -556,8 +558,9 @@ void Scheduler::flush_worker(WorkerId id) {
     for (auto& [tid, payload] : w.put) {
       std::vector<zmq::message_t> payloads;
       payloads.push_back(std::move(payload));
-      protocol::send<MessageType::put_data>(socket_, *identity, {tid}, std::move(payloads));
+      protocol::send<MessageType::put_data>(socket_, *identity, {tid, ""}, std::move(payloads));
     }
+    for (auto& ev : w.put_from) protocol::send<MessageType::put_data>(socket_, *identity, ev);
     if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(socket_, *identity, {std::move(w.acquire)});
     if (!w.execute.empty()) protocol::send<MessageType::execute_tasks>(socket_, *identity, {std::move(w.execute)});
     if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(socket_, *identity, {std::move(w.cancel)});

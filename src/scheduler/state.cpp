@@ -272,7 +272,7 @@ WorkerId SchedulerState::add_worker(const protocol::HelloRequest& hello, const N
   // Scatters that waited for a first worker.
   auto backlog = std::move(scatter_backlog_);
   scatter_backlog_.clear();
-  for (auto& [tid, payload] : backlog) dispatch_scatter(tid, std::move(payload));
+  for (auto& waiting : backlog) dispatch_scatter(waiting.id, std::move(waiting.payload), std::move(waiting.source));
   // Tasks whose walltime fit no worker may fit this one; gangs that could not fit may now.
   for (TaskId tid : too_long_) {
     if (const Task* t = graph_.find(tid); t != nullptr && t->status == TaskStatus::ready) push_ready(*t);
@@ -344,11 +344,24 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   for (const auto& [tid, shape] : w.processing) processing.push_back(tid);
   std::vector<TaskId> held(w.has.begin(), w.has.end());
   const std::string name = w.name;
+  // Big scatters it was fetching from their clients: another worker fetches them (a few times:
+  // a value that kills every worker that takes it must not take them all).
+  std::vector<std::pair<TaskId, std::string>> rescatter;
+  if (!scatter_sources_.empty()) {
+    std::erase_if(processing, [&](TaskId tid) {
+      auto src = scatter_sources_.find(tid);
+      if (src == scatter_sources_.end() || ++src->second.losses > options_.allowed_failures) return false;
+      rescatter.emplace_back(tid, src->second.address);
+      graph_.unstart(tid);
+      return true;
+    });
+  }
   const WorkerRec gone = std::move(w);
   workers_.erase(it);
   if (auto a = by_address_.find(gone.address); a != by_address_.end() && a->second == id) by_address_.erase(a);
   gang_worker_lost(gone, processing);
   graph_.worker_lost(id, processing, held, options_.allowed_failures, fx_, count_deaths, name);
+  for (auto& [tid, source] : rescatter) dispatch_scatter(tid, {}, std::move(source));
   if (!replications_.empty()) {  // copies it was making are made elsewhere
     std::vector<TaskId> ids;
     for (auto& [tid, r] : replications_) {
@@ -413,6 +426,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
     if (w.suspect == r.id) w.suspect = 0;
     if (gang_result(w, r, now)) continue;
     Task* t = graph_.find(r.id);
+    if (!scatter_sources_.empty() && t != nullptr && t->scattered && t->worker == w.id) scatter_sources_.erase(r.id);
     if (!r.handed_back && !r.missing_input) record_run(t, w, r, now);
     if (r.ok) {
       if (t != nullptr && !t->scattered) {
@@ -442,6 +456,9 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
       graph_.requeue(r.id, fx_);  // unstarted task given back (retiring, stolen, cancelled)
     } else if (r.missing_input) {
       missing_input(w, r, now);
+    } else if (t != nullptr && t->scattered && t->status == TaskStatus::processing && t->worker == w.id &&
+               r.error.type == protocol::kScatterSourceUnreachable) {
+      scatter_source_unreachable(*t, r.error.message);
     } else {
       r.error.worker = w.name;
       graph_.failed(r.id, std::move(r.error), fx_);
@@ -622,6 +639,10 @@ void SchedulerState::release(ClientId id, const std::vector<TaskId>& ids) {
     const Task* t = graph_.find(tid);
     // A campaign's tasks stay until the campaign is released (release_campaign).
     if (t != nullptr && t->client == id && !t->campaign) graph_.release(tid, fx_);
+    if (graph_.find(tid) == nullptr) {
+      if (!scatter_inline_wanted_.empty()) scatter_inline_wanted_.erase(tid);
+      if (!scatter_sources_.empty()) scatter_sources_.erase(tid);
+    }
   }
   apply(fx_);
   check();
@@ -731,14 +752,19 @@ bool SchedulerState::scatter(ClientId id, const protocol::ScatterRequest& req, z
     error = "scatter id does not belong to this client";
     return false;
   }
-  if (graph_.find(req.id) != nullptr) return true;  // a resend
+  if (graph_.find(req.id) != nullptr) {
+    // The bytes of a scatter whose worker could not reach the client's data port; else a resend.
+    if (req.source.empty() && scatter_inline_wanted_.erase(req.id) > 0) dispatch_scatter(req.id, std::move(payload));
+    check();
+    return true;
+  }
   graph_.add_scattered(req.id, req.key, id);
-  dispatch_scatter(req.id, std::move(payload));
+  dispatch_scatter(req.id, std::move(payload), req.source);
   check();
   return true;
 }
 
-void SchedulerState::dispatch_scatter(TaskId id, zmq::message_t payload) {
+void SchedulerState::dispatch_scatter(TaskId id, zmq::message_t payload, std::string source) {
   Task* t = graph_.find(id);
   if (t == nullptr || !(t->status == TaskStatus::waiting || t->status == TaskStatus::ready)) return;
   WorkerRec* best = nullptr;
@@ -747,13 +773,30 @@ void SchedulerState::dispatch_scatter(TaskId id, zmq::message_t payload) {
     if (best == nullptr || w.has.size() < best->has.size()) best = &w;
   }
   if (best == nullptr) {
-    scatter_backlog_.emplace_back(id, std::move(payload));
+    scatter_backlog_.push_back({id, std::move(payload), std::move(source)});
     return;
   }
   graph_.started(id, best->id);
   best->processing.emplace(id, 0);  // so that losing the worker fails the scatter, not hangs it
-  out(best->id).put.emplace_back(id, std::move(payload));
+  if (source.empty()) {
+    out(best->id).put.emplace_back(id, std::move(payload));
+  } else {
+    scatter_sources_[id].address = source;
+    out(best->id).put_from.push_back({id, std::move(source)});
+  }
   refresh(*best);
+}
+
+void SchedulerState::scatter_source_unreachable(Task& t, const std::string& why) {
+  // The worker could not fetch the value from the client's data port (a firewall, another
+  // network): the client sends it through here instead. Nothing is lost; it costs a hop.
+  graph_.unstart(t.id);
+  scatter_sources_.erase(t.id);
+  scatter_inline_wanted_.insert(t.id);
+  if (clients_.count(t.client) == 0) return;
+  protocol::ScatterInlineEvent& ev = out_.clients[t.client].scatter_inline;
+  ev.ids.push_back(t.id);
+  ev.reason = why;
 }
 
 // ---- effects ------------------------------------------------------------------------------

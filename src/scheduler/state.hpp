@@ -79,6 +79,7 @@ struct PoolWorkerView {
 struct WorkerOut {
   std::vector<TaskId> free;                               // free_keys: drop these results
   std::vector<std::pair<TaskId, zmq::message_t>> put;     // put_data: store this payload
+  std::vector<protocol::PutDataEvent> put_from;           // put_data: fetch it from a client
   std::vector<protocol::DepLocation> acquire;             // acquire_keys: copy from holders
   std::vector<protocol::ExecuteTask> execute;             // execute_tasks
   std::vector<TaskId> cancel;                             // cancel_tasks: hand back if not started
@@ -92,6 +93,7 @@ struct WorkerOut {
 
 struct ClientOut {
   protocol::TaskUpdatesEvent updates;
+  protocol::ScatterInlineEvent scatter_inline;  // its data port is out of a worker's reach
   std::unordered_map<WorkerId, std::int32_t> address_index;  // worker -> updates.addresses
   bool heartbeat = false;
   std::optional<std::string> shutdown;
@@ -461,7 +463,10 @@ class SchedulerState {
   bool live_head(Shape& s);
   /// Sends `t` to `w`; returns its execute message in the outbox (gangs add their fields).
   protocol::ExecuteTask& dispatch(Task& t, WorkerRec& w);
-  void dispatch_scatter(TaskId id, zmq::message_t payload);
+  /// Sends a scattered value to the worker holding the fewest results: the payload, or where to
+  /// fetch it (`source`, the client's data port).
+  void dispatch_scatter(TaskId id, zmq::message_t payload, std::string source = {});
+  void scatter_source_unreachable(Task& t, const std::string& why);
   void place_suspects(const Now& now);
   void note_unrunnable(Shape& s);
   void steal(const Now& now);
@@ -526,7 +531,22 @@ class SchedulerState {
   std::vector<TaskId> suspects_;             // ready tasks that must run alone
   std::vector<TaskId> too_long_;             // ready tasks whose duration fits no worker now
   std::unordered_set<TaskId> held_;          // ready tasks whose journaled result is being read
-  std::vector<std::pair<TaskId, zmq::message_t>> scatter_backlog_;  // waiting for a worker
+  struct ScatterWaiting {  // waiting for a worker
+    TaskId id = 0;
+    zmq::message_t payload;
+    std::string source;  // or the client's data port that holds it
+  };
+  std::vector<ScatterWaiting> scatter_backlog_;
+  // Scatters whose worker could not reach the client's data port: the client sends them
+  // through here instead (scatter_inline), and the next scatter_data of these ids carries them.
+  std::unordered_set<TaskId> scatter_inline_wanted_;
+  // Big scatters on their way from their client's data port to a worker: a worker lost while
+  // fetching one is replaced by another (the client still holds the bytes), a few times.
+  struct ScatterSource {
+    std::string address;
+    std::uint32_t losses = 0;
+  };
+  std::unordered_map<TaskId, ScatterSource> scatter_sources_;
   // This event's small results: (index of the task's notice in fx_.notify, the bytes).
   std::vector<std::pair<std::size_t, std::vector<char>>> inline_results_;
   std::unordered_map<std::string, WorkerId> by_address_;             // data port -> worker

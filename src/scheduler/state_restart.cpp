@@ -31,6 +31,8 @@ SchedulerState::Restarted SchedulerState::restart(const std::string& why) {
   too_long_.clear();
   held_.clear();  // a journal read that completes later finds no task and is dropped
   scatter_backlog_.clear();
+  scatter_inline_wanted_.clear();
+  scatter_sources_.clear();
   trouble_.clear();
   unreachable_holders_.clear();
   relocations_.clear();

@@ -363,6 +363,14 @@ void TaskGraph::requeue(TaskId id, Effects& fx) {
   make_runnable(*t, fx);
 }
 
+void TaskGraph::unstart(TaskId id) {
+  Task* t = find(id);
+  if (t == nullptr || t->status != TaskStatus::processing) return;
+  set(*t, TaskStatus::waiting);
+  t->worker = kNoWorker;
+  t->stealing = false;
+}
+
 void TaskGraph::add_holder(TaskId id, std::uint32_t worker) {
   Task* t = find(id);
   if (t == nullptr || !t->in_memory()) return;

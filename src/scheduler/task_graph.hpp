@@ -146,6 +146,8 @@ class TaskGraph {
   void fail(TaskId id, const protocol::ErrorInfo& error, Effects& fx);
   /// Back to ready after being handed back by a worker (not a failure).
   void requeue(TaskId id, Effects& fx);
+  /// A scattered value the worker could not fetch: waiting again, for its bytes to come.
+  void unstart(TaskId id);
   /// Client::restart(): every task forgotten at once, with no effects (the caller tells the
   /// clients and the workers). Function names stay: the run history refers to them.
   void clear();

@@ -85,9 +85,8 @@ void Worker::request_drain() {
 
 Worker::Worker(WorkerOptions options)
     : options_(std::move(options)), auth_(security::Auth::for_server(context_)),
-      sched_(context_, zmq::socket_type::dealer), data_(context_, zmq::socket_type::router),
+      sched_(context_, zmq::socket_type::dealer),
       batch_(std::chrono::microseconds(options_.config.result_batch_us)) {
-  auth_.server(data_);
   auth_.client(sched_);
   if (options_.name.empty()) {
     const char* job = std::getenv("HERD_JOB_ID");
@@ -151,25 +150,12 @@ Worker::Worker(WorkerOptions options)
   } else if (!options_.listen_host.empty()) {
     host = net::bind_host(options_.listen_host);
   } else {
-    const std::string routed = net::route_address(net::endpoint_host(options_.scheduler));
-    host = routed.empty() ? "0.0.0.0" : net::is_loopback(routed) ? "127.0.0.1" : routed;
+    host = net::listen_host_toward(options_.scheduler);
   }
-  data_.set(zmq::sockopt::sndhwm, 0);
-  data_.set(zmq::sockopt::linger, 0);
-  try {
-    data_.bind("tcp://" + host + ":*");
-  } catch (const zmq::error_t& e) {
-    throw std::runtime_error("cannot bind the data port on " + host + ": " + e.what());
-  }
-  data_address_ = data_.get(zmq::sockopt::last_endpoint);
+  data_ = std::make_unique<data::DataServer>(context_, auth_, host, options_.config.chunk_bytes,
+                                             std::chrono::milliseconds(options_.config.timeout_ms));
+  data_address_ = data_->address();
   ring_host_ = host == "0.0.0.0" ? net::reachable_host() : host;
-  if (const auto pos = data_address_.find("0.0.0.0"); pos != std::string::npos) {
-    data_address_.replace(pos, 7, net::reachable_host());
-  }
-  // Big results leave on bulk lanes beside the data port (common/data_lane.hpp), on the same
-  // interface.
-  lanes_ = std::make_unique<data::LaneServer>(host, auth_.keys.has_value(),
-                                              std::chrono::milliseconds(options_.config.timeout_ms));
   // Executors (and the memory monitor) wake the I/O thread through an eventfd: one write(2),
   // cheaper than an inproc ZeroMQ message (bench/README.md, "Profile: the round trip").
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -342,7 +328,7 @@ int Worker::run() {
   std::unique_lock turn(state_mu_);
   while (!g_stop.load()) {
     items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0},
-                  {static_cast<void*>(data_), 0, ZMQ_POLLIN, 0},
+                  {static_cast<void*>(data_->socket()), 0, ZMQ_POLLIN, 0},
                   {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
     const std::size_t first_peer = fetcher_->add_poll_items(items);
     auto wait = std::chrono::milliseconds(options_.config.heartbeat_ms);
@@ -386,11 +372,7 @@ int Worker::run() {
       on_scheduler_message(*msg, shutdown);
     }
     if (shutdown) break;
-    for (int n = 0; n < 1000 && (items[1].revents & ZMQ_POLLIN) != 0; ++n) {
-      auto msg = protocol::try_receive(data_, true);
-      if (!msg) break;
-      on_data_request(*msg);
-    }
+    if ((items[1].revents & ZMQ_POLLIN) != 0) data_->serve([this](TaskId id) { return store_.get(id); });
     const auto now = Clock::now();
     fetcher_->receive(items, first_peer, fetch_events_, now);
     fetcher_->expire(now, fetch_events_);
@@ -505,7 +487,10 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
     }
     case MessageType::put_data: {
       protocol::PutDataEvent ev;
-      if (protocol::decode<MessageType::put_data>(msg, ev, error) && msg.frames.size() == 3) {
+      if (!protocol::decode<MessageType::put_data>(msg, ev, error)) break;
+      if (!ev.source.empty()) {
+        state_->put_from(ev.id, ev.source);  // a big scatter, fetched from its client's data port
+      } else if (msg.frames.size() == 3) {
         auto bytes = std::make_shared<const data::MessagePayload>(std::move(msg.frames[2]));
         const std::uint64_t n = bytes->size();
         store_.put(ev.id, std::move(bytes));
@@ -571,18 +556,6 @@ void Worker::on_execute(protocol::ExecuteTasksEvent& ev) {
                     << ", attempt " << task.gang_attempt << ") arrived";
   }
   state_->execute(std::move(ev.tasks));
-}
-
-void Worker::on_data_request(protocol::Received& msg) {
-  std::string error;
-  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
-  protocol::GetDataRequest req;
-  if (!type || *type != MessageType::get_data_request || !protocol::decode<MessageType::get_data_request>(msg, req, error)) {
-    HERD_LOG(warning) << "ignoring a bad request on the data port: " << (error.empty() ? "not a get_data_request" : error);
-    return;
-  }
-  data::serve_data(data_, msg.identity, req, [this](TaskId id) { return store_.get(id); }, options_.config.chunk_bytes,
-                   lanes_.get());
 }
 
 void Worker::carry_out() {

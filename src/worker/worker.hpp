@@ -86,7 +86,6 @@ class Worker {
   /// `herd logs`: answers the scheduler with this worker's log or a task's output.
   void on_logs_fetch(const protocol::LogsRequest& req);
   bool queued_locked(protocol::TaskId id, const std::string& key);  // received, not started; run_mu_ held
-  void on_data_request(protocol::Received& msg);
   void on_gang_message(protocol::MessageType type, protocol::Received& msg);
   /// Carries out what the state decided: fetches, tasks to start, results to free and report.
   void carry_out();
@@ -116,7 +115,8 @@ class Worker {
   WorkerOptions options_;
   zmq::context_t context_{1};
   security::Auth auth_;  // before the sockets: the data port is a CURVE server
-  zmq::socket_t sched_, data_;
+  zmq::socket_t sched_;
+  std::unique_ptr<data::DataServer> data_;  // the data port, with its lanes (common/data_port.hpp)
   int wake_fd_ = -1;  // eventfd: "look at the completion queue" (wake_io), polled by run()
   std::string data_address_;
   DataStore store_;
@@ -125,7 +125,6 @@ class Worker {
   std::mutex state_mu_;
   std::unique_ptr<WorkerState> state_;
   std::unique_ptr<data::DataClient> fetcher_;
-  std::unique_ptr<data::LaneServer> lanes_;  // big results out (common/data_lane.hpp)
   data::DataEvents fetch_events_;
 
   // Executors take Runs from here (the state only starts what a free thread can run).

@@ -126,6 +126,20 @@ void WorkerState::acquire(const std::vector<protocol::DepLocation>& keys) {
   check();
 }
 
+void WorkerState::put_from(TaskId id, const std::string& source) {
+  if (auto it = stored_.find(id); it != stored_.end()) {
+    put(id, it->second);  // here already (a resend)
+    return;
+  }
+  auto [it, added] = wanted_.try_emplace(id);
+  it->second.put = true;
+  if (added) {
+    it->second.holders = {source};
+    fetch_next(id);
+  }
+  check();
+}
+
 void WorkerState::put(TaskId id, std::uint64_t nbytes) {
   if (!stored_.count(id)) {
     stored_[id] = nbytes;
@@ -160,9 +174,18 @@ void WorkerState::fetched(const std::string& address, TaskId id, std::uint64_t n
     stored_[id] = nbytes;
     stored_bytes_ += nbytes;
   }
-  // Every copy fetched is reported: the scheduler counts it as a holder (and frees it when
-  // nobody needs it), whether a task or an acquire asked for it.
-  out_.acquired.push_back(id);
+  if (auto w = wanted_.find(id); w != wanted_.end() && w->second.put) {
+    // A scattered value fetched from its client: the scatter's result, as put() reports it.
+    protocol::TaskResult r;
+    r.id = id;
+    r.ok = true;
+    r.nbytes = nbytes;
+    out_.results.push_back(std::move(r));
+  } else {
+    // Every copy fetched is reported: the scheduler counts it as a holder (and frees it when
+    // nobody needs it), whether a task or an acquire asked for it.
+    out_.acquired.push_back(id);
+  }
   input_arrived(id);
   check();
 }
@@ -221,6 +244,14 @@ void WorkerState::input_unavailable(TaskId dep) {
   }
   if (gone.holders.empty()) detail = "the scheduler named no holder";
   if (gone.acquire) out_.acquire_failed.push_back({dep, gone.holders});
+  if (gone.put) {
+    protocol::TaskResult r;
+    r.id = dep;
+    r.error = {protocol::kScatterSourceUnreachable,
+               "worker " + options_.name + " could not fetch scattered value " + hex(dep) + ": " + detail, "",
+               options_.name};
+    out_.results.push_back(std::move(r));
+  }
   for (TaskId id : gone.tasks) {
     auto p = pending_.find(id);
     if (p == pending_.end()) continue;

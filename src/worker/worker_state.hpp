@@ -151,6 +151,9 @@ class WorkerState {
   void acquire(const std::vector<protocol::DepLocation>& keys);
   /// Scattered data the scheduler sent is in the store.
   void put(TaskId id, std::uint64_t nbytes);
+  /// Scattered data to fetch from `source` (the client's data port), reported as put() once it
+  /// is here, or as a failed result (herd::ScatterSourceUnreachable) when it cannot be fetched.
+  void put_from(TaskId id, const std::string& source);
 
   // ---- from peers' data ports ---------------------------------------------------------------
   /// `id` fetched from `address` is in the store.
@@ -203,6 +206,7 @@ class WorkerState {
     std::size_t next = 0;              // the holder asked now is holders[next - 1]
     std::vector<TaskId> tasks;         // tasks waiting for it (none for an acquire)
     bool acquire = false;              // a copy the scheduler asked for: report it
+    bool put = false;                  // a scattered value: report it as a task result
     std::vector<std::string> unreachable, not_held;  // what the holders tried said
   };
   struct Running {

@@ -345,3 +345,29 @@ TEST_CASE("Replicate.ScatterBroadcastReachesEveryWorker" * doctest::timeout(120)
     return n == 0;
   }, 20s));
 }
+
+TEST_CASE("Scatter.BigValueGoesStraightFromTheClientPastTheMessageLimit" * doctest::timeout(120)) {
+  // The scheduler takes no message over 1 MiB. A scattered value of 24 MiB never passes through
+  // it: the worker chosen fetches it from the client's own data port, streamed, and reports it
+  // held. A broadcast copies it to every worker, tasks read it right, and so does the client.
+  herd::Client client{herd::LocalCluster{3}.env("HERD_MAX_MESSAGE_BYTES", std::to_string(1 << 20))};
+  client.wait_for_workers(3, 20s);
+  const auto value = block(11, 24);
+  auto everywhere = client.scatter(value, true);
+  CHECK(eventually([&] {
+    std::size_t n = 0;
+    for (const auto& w : client.status().workers) n += w.stored == 1;
+    return n == 3;
+  }, 30s));
+  std::vector<herd::Future<std::uint64_t>> sums;
+  for (int i = 0; i < 6; ++i) sums.push_back(client.submit(checksum, everywhere));
+  for (auto s : client.gather(sums)) CHECK(s == fnv(value));
+  CHECK(everywhere.result(60s) == value);
+  // One more, not broadcast, while the first is held.
+  const auto other = block(12, 40);
+  auto once = client.scatter(other);
+  CHECK(client.submit(checksum, once).result(60s) == fnv(other));
+  CHECK(once.result(60s) == other);
+  // A small value still goes through the scheduler, as one message.
+  CHECK(client.scatter(std::vector<std::uint8_t>(1000, 7)).result(30s) == std::vector<std::uint8_t>(1000, 7));
+}

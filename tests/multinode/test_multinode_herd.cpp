@@ -28,7 +28,9 @@
 //   SlowLink   a 256 MiB input over a link so slow that it takes longer than the timeout:
 //              it arrives whole, nothing is recomputed, no worker is lost.
 //   Firewall   a node that takes connections only on its worker's data port: big results
-//              (bulk lanes, on another port) still reach the client, over the data port.
+//              (bulk lanes, on another port) still reach the client, over the data port. A
+//              login node that opens only the scheduler's port: big scattered values (fetched
+//              from the client's own port) still reach the worker, through the scheduler.
 #include <doctest/doctest.h>
 
 #include <fcntl.h>
@@ -1200,5 +1202,52 @@ TEST_CASE("MultinodeHerd.Firewall.OnlyTheDataPortOpenBigResultsStillArrive" * do
   CHECK(second_s < timeout_s * 0.9);
   CHECK(runs(dir, "big", 0).size() == 1);
   CHECK(runs(dir, "big", 1).size() == 1);
+  CHECK(client.status().workers.size() == 1);  // nobody was lost on the way
+}
+
+TEST_CASE("MultinodeHerd.Firewall.LoginOpensOnlyTheSchedulerBigScattersStillArrive" * doctest::timeout(200)) {
+  // A big scattered value goes from the client's own data port straight to a worker, over the
+  // bed's network. A login node that opens only the scheduler's port (and Slurm's) keeps the
+  // workers out of that port: the worker waits one timeout for it and says so, and the client
+  // sends the value through the scheduler instead. It arrives whole, and the next big scatter
+  // goes through the scheduler at once.
+  bed::require_whole_bed(1);
+  const std::string node = bed::nodes()[0];
+  const std::string name = unique("mn-sfw");
+  Scratch s(name);
+  const std::string dir = s.runs();
+  herd::Client client{with_timeout(
+      herd::SlurmCluster{pool(name, s, "1500M").job_extra_directives({"--nodelist=" + node})}, kTimeout)};
+  client.scale(1);
+  client.wait_for_workers(1, 120s);
+  REQUIRE(client.status().workers.size() == 1);
+  REQUIRE(client.status().workers[0].host == node);
+
+  constexpr std::int64_t mib = 24;
+  std::vector<char> value(static_cast<std::size_t>(mib) << 20);
+  for (std::size_t k = 0; k < value.size(); ++k) value[k] = static_cast<char>(big_byte(k));
+  auto scatter_and_digest = [&](std::int64_t id) {
+    const auto t0 = Clock::now();
+    auto shared = client.scatter(value);
+    const Digest d = client.submit(digest, dir, id, shared).result(120s);
+    CHECK(d.host == node);
+    CHECK(d.size == value.size());
+    CHECK(d.wrong == 0);
+    return seconds_since(t0);
+  };
+  const double open_s = scatter_and_digest(0);
+
+  const std::string sched = client.scheduler_address();
+  auto fw = bed::firewall("login", {sched.substr(sched.rfind(':') + 1)});
+  const double first_s = scatter_and_digest(1);
+  const double second_s = scatter_and_digest(2);
+  MESSAGE("24 MiB scattered and read on " << node << ": " << open_s << " s from the client's port, " << first_s
+                                          << " s behind the login's firewall (one timeout, then through the "
+                                          << "scheduler), then " << second_s << " s");
+  const double timeout_s = std::chrono::duration<double>(kTimeout).count();
+  CHECK(first_s >= timeout_s * 0.9);  // the worker did try the client's port, once
+  CHECK(first_s < 2 * timeout_s + 10);
+  CHECK(second_s < timeout_s * 0.9);  // and the client did not make it try again
+  for (std::int64_t i = 0; i < 3; ++i) CHECK(runs(dir, "digest", i).size() == 1);
   CHECK(client.status().workers.size() == 1);  // nobody was lost on the way
 }

@@ -190,6 +190,41 @@ TEST_CASE("WorkerState.Store.FreeAndAcquire") {
   CHECK(s.validate().empty());
 }
 
+TEST_CASE("WorkerState.Scatter.FetchedFromTheClientElseReportedOutOfReach") {
+  // A big scattered value is fetched from the client's data port and reported as the scatter's
+  // result (not as a copy); a port out of reach is reported as such, naming it.
+  auto s = make(1);
+  s.put_from(5, "tcp://login:7");
+  CHECK(s.out().fetch.at("tcp://login:7") == std::vector<TaskId>{5});
+  s.out().clear();
+  s.fetched("tcp://login:7", 5, 1 << 20);
+  REQUIRE(s.out().results.size() == 1);
+  CHECK(s.out().results[0].id == 5);
+  CHECK(s.out().results[0].ok);
+  CHECK(s.out().results[0].nbytes == (1u << 20));
+  CHECK(s.out().acquired.empty());
+  CHECK(s.holds(5));
+  s.out().clear();
+  s.put_from(5, "tcp://login:7");  // a resend: held already, reported again, not fetched
+  CHECK(s.out().fetch.empty());
+  REQUIRE(s.out().results.size() == 1);
+  CHECK(s.out().results[0].ok);
+  s.out().clear();
+
+  s.put_from(6, "tcp://login:7");
+  s.out().clear();
+  s.fetch_failed("tcp://login:7", {6}, "no data from tcp://login:7 for 10000 ms");
+  REQUIRE(s.out().results.size() == 1);
+  const auto& r = s.out().results[0];
+  CHECK(r.id == 6);
+  CHECK_FALSE(r.ok);
+  CHECK_FALSE(r.missing_input);
+  CHECK(r.error.type == herd::protocol::kScatterSourceUnreachable);
+  CHECK(r.error.message.find("could not reach tcp://login:7 (no data") != std::string::npos);
+  CHECK_FALSE(s.holds(6));
+  CHECK(s.validate().empty());
+}
+
 TEST_CASE("Task.CheckpointPath.SameForEveryRunOfATask") {
   namespace fs = std::filesystem;
   const std::string dir = (fs::temp_directory_path() / ("herd-ckpt-" + std::to_string(::getpid()))).string();
