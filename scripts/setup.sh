@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 
 # shellcheck disable=SC2206  # HERD_EXTRA_PACKAGES is a list of words
-packages=(g++ cmake ninja-build pkg-config libzmq3-dev libsodium-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
+packages=(g++ cmake ninja-build pkg-config libzmq3-dev libsodium-dev libssl-dev cppzmq-dev libmsgpack-cxx-dev libboost-dev
           libcli11-dev doctest-dev libcpp-httplib-dev nlohmann-json3-dev libtomlplusplus-dev
           ${HERD_EXTRA_PACKAGES:-})
 missing=()

@@ -1,11 +1,66 @@
 #include "common/aead.hpp"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 #include <sodium.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstring>
 #include <new>
 #include <stdexcept>
 
 namespace herd::aead {
+
+namespace {
+// AES-256-GCM through OpenSSL's EVP interface: the same records as libsodium's (a standard
+// AEAD: 12-byte nonce, 16-byte tag, the header as additional data), about 2.5x its speed on the
+// same core (VAES and wide CLMUL where the CPU has them; bench/README.md, "AES-GCM"). OpenSSL
+// is already in every herd process: Debian's cpp-httplib links it.
+EVP_CIPHER_CTX* gcm_context(const Key& key, bool encrypt) {
+  EVP_CIPHER_CTX* c = EVP_CIPHER_CTX_new();
+  if (c == nullptr) throw std::bad_alloc();
+  const int ok = encrypt ? EVP_EncryptInit_ex(c, EVP_aes_256_gcm(), nullptr, key.data(), nullptr)
+                         : EVP_DecryptInit_ex(c, EVP_aes_256_gcm(), nullptr, key.data(), nullptr);
+  if (ok != 1) {
+    EVP_CIPHER_CTX_free(c);
+    throw std::runtime_error("herd: OpenSSL cannot set up AES-256-GCM");
+  }
+  return c;
+}
+
+// EVP takes int lengths: longer data goes in pieces (records are 1 MiB at most in practice).
+constexpr std::size_t kPiece = std::size_t{1} << 30;
+
+void gcm_seal(EVP_CIPHER_CTX* c, const unsigned char* nonce, const unsigned char* header, const unsigned char* in,
+              std::size_t len, unsigned char* out, unsigned char* tag) {
+  int n = 0;
+  bool ok = EVP_EncryptInit_ex(c, nullptr, nullptr, nullptr, nonce) == 1 &&
+            EVP_EncryptUpdate(c, nullptr, &n, header, static_cast<int>(kHeader)) == 1;
+  for (std::size_t at = 0; ok && at < len; at += kPiece) {
+    const int piece = static_cast<int>(std::min(kPiece, len - at));
+    ok = EVP_EncryptUpdate(c, out + at, &n, in + at, piece) == 1;
+  }
+  ok = ok && EVP_EncryptFinal_ex(c, out + len, &n) == 1 &&
+       EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTag), tag) == 1;
+  if (!ok) throw std::runtime_error("herd: AES-256-GCM sealing failed (OpenSSL)");
+}
+
+bool gcm_open(EVP_CIPHER_CTX* c, const unsigned char* nonce, const unsigned char* header, const unsigned char* in,
+              std::size_t len, const unsigned char* tag, unsigned char* out) {
+  int n = 0;
+  bool ok = EVP_DecryptInit_ex(c, nullptr, nullptr, nullptr, nonce) == 1 &&
+            EVP_DecryptUpdate(c, nullptr, &n, header, static_cast<int>(kHeader)) == 1;
+  for (std::size_t at = 0; ok && at < len; at += kPiece) {
+    const int piece = static_cast<int>(std::min(kPiece, len - at));
+    ok = EVP_DecryptUpdate(c, out + at, &n, in + at, piece) == 1;
+  }
+  ok = ok && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kTag), const_cast<unsigned char*>(tag)) == 1 &&
+       EVP_DecryptFinal_ex(c, out + len, &n) == 1;
+  if (!ok) OPENSSL_cleanse(out, len);  // nothing of a forged record is left to read, as libsodium does
+  return ok;
+}
+}  // namespace
 
 void init() {
   if (sodium_init() < 0) throw std::runtime_error("herd: libsodium cannot be initialised");
@@ -59,9 +114,13 @@ RecordCipher::RecordCipher(std::uint32_t cipher, const Key& key) : cipher_(ciphe
   init();
   if (cipher_ == kCipherAes) {
     if (!crypto_aead_aes256gcm_is_available()) throw std::invalid_argument("herd: AES-256-GCM is not available here");
-    aes_ = static_cast<crypto_aead_aes256gcm_state*>(sodium_malloc(sizeof(crypto_aead_aes256gcm_state)));
-    if (aes_ == nullptr) throw std::bad_alloc();
-    crypto_aead_aes256gcm_beforenm(aes_, key_.data());
+    seal_ = gcm_context(key_, true);
+    try {
+      open_ = gcm_context(key_, false);
+    } catch (...) {
+      EVP_CIPHER_CTX_free(seal_);
+      throw;
+    }
   } else if (cipher_ != kCipherChacha) {
     throw std::invalid_argument("herd: unknown cipher " + std::to_string(cipher_));
   }
@@ -69,7 +128,8 @@ RecordCipher::RecordCipher(std::uint32_t cipher, const Key& key) : cipher_(ciphe
 
 RecordCipher::~RecordCipher() {
   sodium_memzero(key_.data(), key_.size());
-  if (aes_) sodium_free(aes_);  // zeroes it
+  EVP_CIPHER_CTX_free(seal_);  // clears the key schedule
+  EVP_CIPHER_CTX_free(open_);
 }
 
 std::array<unsigned char, 12> RecordCipher::next_nonce() {
@@ -84,8 +144,7 @@ void RecordCipher::seal(const char* m, std::size_t len, unsigned char* out) {
   const auto nonce = next_nonce();
   const auto* plain = reinterpret_cast<const unsigned char*>(m);
   if (cipher_ == kCipherAes) {
-    crypto_aead_aes256gcm_encrypt_detached_afternm(out + kHeader, out + kHeader + len, nullptr, plain, len, out,
-                                                   kHeader, nullptr, nonce.data(), aes_);
+    gcm_seal(seal_, nonce.data(), out, plain, len, out + kHeader, out + kHeader + len);
   } else {
     crypto_aead_chacha20poly1305_ietf_encrypt_detached(out + kHeader, out + kHeader + len, nullptr, plain, len, out,
                                                        kHeader, nullptr, nonce.data(), key_.data());
@@ -96,8 +155,7 @@ bool RecordCipher::open(const unsigned char* record, std::size_t len, char* m) {
   const auto nonce = next_nonce();
   auto* plain = reinterpret_cast<unsigned char*>(m);
   if (cipher_ == kCipherAes) {
-    return crypto_aead_aes256gcm_decrypt_detached_afternm(plain, nullptr, record + kHeader, len, record + kHeader + len,
-                                                          record, kHeader, nonce.data(), aes_) == 0;
+    return gcm_open(open_, nonce.data(), record, record + kHeader, len, record + kHeader + len, plain);
   }
   return crypto_aead_chacha20poly1305_ietf_decrypt_detached(plain, nullptr, record + kHeader, len,
                                                             record + kHeader + len, record, kHeader, nonce.data(),
@@ -108,8 +166,7 @@ bool RecordCipher::open_in_place(const unsigned char* header, char* data, std::s
   const auto nonce = next_nonce();
   auto* p = reinterpret_cast<unsigned char*>(data);
   if (cipher_ == kCipherAes) {
-    return crypto_aead_aes256gcm_decrypt_detached_afternm(p, nullptr, p, len, tag, header, kHeader, nonce.data(), aes_) ==
-           0;
+    return gcm_open(open_, nonce.data(), header, p, len, tag, p);
   }
   return crypto_aead_chacha20poly1305_ietf_decrypt_detached(p, nullptr, p, len, tag, header, kHeader, nonce.data(),
                                                             key_.data()) == 0;

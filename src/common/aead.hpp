@@ -1,12 +1,12 @@
-// Sealed records over a byte stream (libsodium AEAD), for the links herd opens itself beside
+// Sealed records over a byte stream (AEAD), for the links herd opens itself beside
 // ZeroMQ: the gang ring (collective/ring.cpp) and the bulk lanes of data ports
 // (common/data_lane.hpp).
 //
 // A record, byte-exact: u32 length L, little-endian | L bytes of ciphertext | 16-byte tag. The
 // length header is the additional data; the nonce is the record's number under its key (u64
 // little-endian in a 12-byte nonce, from 0), so a key seals at most one stream in one direction
-// and no nonce is ever used twice. AES-256-GCM where both ends have it in hardware, else
-// ChaCha20-Poly1305 (IETF).
+// and no nonce is ever used twice. AES-256-GCM where both ends have it in hardware (OpenSSL's,
+// the fastest here), else ChaCha20-Poly1305 (IETF, libsodium's).
 #pragma once
 
 #include <array>
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <string>
 
-struct crypto_aead_aes256gcm_state_;
+struct evp_cipher_ctx_st;
 
 namespace herd::aead {
 
@@ -61,7 +61,8 @@ class RecordCipher {
   std::array<unsigned char, 12> next_nonce();
   std::uint32_t cipher_;
   Key key_;
-  crypto_aead_aes256gcm_state_* aes_ = nullptr;
+  evp_cipher_ctx_st* seal_ = nullptr;  // AES-256-GCM (OpenSSL), one context each way
+  evp_cipher_ctx_st* open_ = nullptr;
   std::uint64_t counter_ = 0;
 };
 
