@@ -1,10 +1,13 @@
 #include "task/this_task.hpp"
 
+#include <sys/mman.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
+#include <new>
 #include <stdexcept>
 #include <system_error>
 
@@ -13,8 +16,25 @@
 namespace herd {
 namespace detail {
 namespace {
-std::atomic<bool> g_draining{false};
-std::atomic<long long> g_end_unix_s{0};
+// Whether the worker drains, and when its job ends: in memory shared with the worker's
+// isolated children (fork), so that a task running in one sees draining() turn true when the
+// worker starts draining after the child started, as a task on a thread does.
+struct DrainState {
+  std::atomic<bool> draining{false};
+  std::atomic<long long> end_unix_s{0};
+};
+static_assert(std::atomic<bool>::is_always_lock_free && std::atomic<long long>::is_always_lock_free,
+              "shared between processes: the atomics must not hide a lock");
+
+DrainState& make_drain_state() {
+  void* p = ::mmap(nullptr, sizeof(DrainState), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  // Without a shared page (cannot happen short of running out of mappings) children see the
+  // state of their fork.
+  if (p == MAP_FAILED) return *new DrainState();
+  return *new (p) DrainState();
+}
+// Made when the library loads, before any fork.
+DrainState& g_drain = make_drain_state();
 }  // namespace
 
 TaskInfo& current_task() {
@@ -22,8 +42,8 @@ TaskInfo& current_task() {
   return info;
 }
 
-void set_worker_draining() { g_draining.store(true); }
-void set_worker_end_time(long long end_unix_s) { g_end_unix_s.store(end_unix_s); }
+void set_worker_draining() { g_drain.draining.store(true); }
+void set_worker_end_time(long long end_unix_s) { g_drain.end_unix_s.store(end_unix_s); }
 std::shared_ptr<std::atomic<bool>>& current_abandoned() {
   thread_local std::shared_ptr<std::atomic<bool>> flag;
   return flag;
@@ -91,10 +111,10 @@ void rejoin() {
 
 const TaskInfo& this_task() { return detail::current_task(); }
 
-bool TaskInfo::draining() const { return detail::g_draining.load(); }
+bool TaskInfo::draining() const { return detail::g_drain.draining.load(); }
 
 long TaskInfo::seconds_left() const {
-  const long long end = detail::g_end_unix_s.load();
+  const long long end = detail::g_drain.end_unix_s.load();
   if (end <= 0) return -1;
   const long long now = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();

@@ -24,14 +24,21 @@ constexpr int kIntervalMs = 50;            // ~3 s of work per task
 constexpr std::int64_t kGraceS = 30;       // the scheduler's retire_grace_s (its default)
 }  // namespace
 
-TEST_CASE("Checkpoint.PoolShrinks.RetiredWorkersTaskSavesAndResumesOnTheOther" * doctest::timeout(120)) {
-  const std::string dir = (std::filesystem::temp_directory_path() / ("herd-ckpt-shrink-" + std::to_string(::getpid()))).string();
+namespace {
+/// Two checkpointable tasks on two workers; the pool shrinks to one. `isolated`: each runs in a
+/// child process of its worker (TaskOptions::isolated), which must see draining() turn true
+/// too, though the worker starts draining after the child started.
+void shrink_while_two_run(bool isolated) {
+  const std::string dir = (std::filesystem::temp_directory_path() /
+                           ("herd-ckpt-shrink-" + std::to_string(::getpid()) + (isolated ? "-iso" : ""))).string();
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   herd::Client client{herd::LocalCluster{2}};
   client.wait_for_workers(2, 60s);
-  auto a = client.submit(herd::TaskOptions{}.key("ckpt-a").checkpointable(2), ckpt_sum, dir, kSteps, kIntervalMs);
-  auto b = client.submit(herd::TaskOptions{}.key("ckpt-b").checkpointable(2), ckpt_sum, dir, kSteps, kIntervalMs);
+  auto a = client.submit(herd::TaskOptions{}.key("ckpt-a").checkpointable(2).isolated(isolated), ckpt_sum, dir, kSteps,
+                         kIntervalMs);
+  auto b = client.submit(herd::TaskOptions{}.key("ckpt-b").checkpointable(2).isolated(isolated), ckpt_sum, dir, kSteps,
+                         kIntervalMs);
   // Both under way, one on each worker, well before their end.
   REQUIRE(eventually([&] {
     return marks(dir + "/ckpt-a.intervals").size() >= 10 && marks(dir + "/ckpt-b.intervals").size() >= 10;
@@ -86,4 +93,13 @@ TEST_CASE("Checkpoint.PoolShrinks.RetiredWorkersTaskSavesAndResumesOnTheOther" *
   // The task on the staying worker ran once, every interval once.
   CHECK(static_cast<std::int64_t>(marks(dir + "/" + kept + ".intervals").size()) == kSteps);
   std::filesystem::remove_all(dir);
+}
+}  // namespace
+
+TEST_CASE("Checkpoint.PoolShrinks.RetiredWorkersTaskSavesAndResumesOnTheOther" * doctest::timeout(120)) {
+  shrink_while_two_run(false);
+}
+
+TEST_CASE("Checkpoint.PoolShrinks.IsolatedTaskSeesTheDrainToo" * doctest::timeout(120)) {
+  shrink_while_two_run(true);
 }
