@@ -130,7 +130,7 @@ class Future {
       std::size_t offset = 0, size = 0;
       if (payload->size() >= detail::kHandOverBytes && payload.use_count() == 1 &&
           detail::raw_extent(*payload, offset, size)) {
-        constexpr std::size_t kSlice = std::size_t{16} << 20;
+        constexpr std::size_t kSlice = detail::kHandOverSlice;
         T out;
         out.reserve(size);  // not touched yet: its pages come as the slices are copied
         const char* bytes = payload->data() + offset;

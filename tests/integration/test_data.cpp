@@ -215,20 +215,22 @@ HERD_TASK(char_block);
 }  // namespace
 
 TEST_CASE("Gather.LargeResultsHandedOverRightEveryTime" * doctest::timeout(120)) {
-  // Results of 32 MiB and more are handed over to result(), which copies them into the value a
-  // slice at a time and lets the received bytes go: every value is right, whatever its size
-  // against the 16 MiB slice, and asking again fetches it again, right again. Smaller ones stay
-  // with their future as before.
+  // Results of 4 MiB (kHandOverBytes) and more are handed over to result(), which copies them
+  // into the value 4 MiB (kHandOverSlice) at a time and lets the received bytes go: every value
+  // is right, whatever its size against the slice, and asking again fetches it again, right
+  // again. Smaller ones stay with their future as before.
   herd::Client client{herd::LocalCluster{1}};
-  for (int extra : {0, 1, (16 << 20) - 1}) {
-    auto f = client.submit(text_block, 3, 32, extra);
-    const std::string expected = text_block(3, 32, extra);
-    CHECK_MESSAGE(f.result(60s) == expected, "32 MiB + " << extra);
-    CHECK_MESSAGE(f.result(60s) == expected, "again, 32 MiB + " << extra);
+  for (int mib : {4, 32}) {
+    for (int extra : {0, 1, (4 << 20) - 1}) {
+      auto f = client.submit(text_block, 3, mib, extra);
+      const std::string expected = text_block(3, mib, extra);
+      CHECK_MESSAGE(f.result(60s) == expected, mib << " MiB + " << extra);
+      CHECK_MESSAGE(f.result(60s) == expected, "again, " << mib << " MiB + " << extra);
+    }
   }
-  auto small = client.submit(text_block, 4, 31, 0);  // under the hand-over size: kept
-  CHECK(small.result(60s) == text_block(4, 31, 0));
-  CHECK(small.result(60s) == text_block(4, 31, 0));
+  auto small = client.submit(text_block, 4, 3, 0);  // under the hand-over size: kept
+  CHECK(small.result(60s) == text_block(4, 3, 0));
+  CHECK(small.result(60s) == text_block(4, 3, 0));
   std::vector<herd::Future<std::vector<char>>> blocks;
   for (int seed = 0; seed < 3; ++seed) blocks.push_back(client.submit(char_block, seed, 33, seed));
   const auto values = client.gather(blocks);

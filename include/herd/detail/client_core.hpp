@@ -42,7 +42,10 @@ struct Payload {
 /// Results at least this large are handed over by the future that fetched them: result()
 /// copies them into the value while the bytes copied are let go, and the future keeps nothing
 /// (a later result() fetches them again from their worker, as Dask's does each time).
-inline constexpr std::size_t kHandOverBytes = std::size_t{32} << 20;
+inline constexpr std::size_t kHandOverBytes = std::size_t{4} << 20;
+/// They are copied kHandOverSlice bytes at a time, each slice's pages lent to the next slice's
+/// place in the value (Payload::recycle): only the first slice's pages are new to the value.
+inline constexpr std::size_t kHandOverSlice = std::size_t{4} << 20;
 
 /// Where the bytes of a msgpack bin or str object that is the whole of `p` start, and how
 /// many there are; false when `p` is not one.
