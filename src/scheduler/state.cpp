@@ -418,6 +418,9 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
       if (t != nullptr && !t->scattered) {
         const double us = static_cast<double>(r.duration_us);
         avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
+        if (t->function >= function_us_.size()) function_us_.resize(t->function + 1u, -1);
+        double& fn = function_us_[t->function];
+        fn = fn < 0 ? us : 0.9 * fn + 0.1 * us;
       }
       if (options_.full_results && t != nullptr && t->keyed && !t->scattered && t->status == TaskStatus::processing &&
           t->worker == w.id) {
@@ -907,21 +910,31 @@ void SchedulerState::schedule(const Now& now) {
       share = (ready + from->size() - 1) / from->size();
     }
     const bool open_list = from == &best->open;
-    if (share > 1 && t.deps.empty()) {
+    // Tiny tasks (known to take less than batch_us each) go batch_us of them at a time, even
+    // to a worker whose thread is busy while others idle: one message and one wake-up of the
+    // worker per batch_us of work, not per task (an idle worker gets the next batch).
+    double batch = from != nullptr && t.deps.empty() && tiny(t) ? 0 : -1;  // < 0: by share only
+    if ((share > 1 || batch >= 0) && t.deps.empty()) {
       // No regrowth of its message list within the batch.
       const std::size_t room = capacity(*w) - std::min(capacity(*w), w->processing.size());
+      const std::size_t want = batch >= 0 ? static_cast<std::size_t>(options_.batch_us / std::max(expected_us(t), 1.0)) + 1 : 0;
       auto& execute = out(w->id).execute;
-      execute.reserve(execute.size() + std::min(share, room));
+      execute.reserve(execute.size() + std::min(std::max(share, want), room));
     }
     dispatch(t, *w);
-    for (std::size_t n = 1; n < share; ++n) {
-      if ((open_list ? w->open_pos : w->free_pos)[best->id] < 0) break;  // it is full
-      if (!live_head(*best) || best->ready.top() < bound) break;         // another shape's turn
+    if (batch >= 0) batch += std::max(expected_us(t), 1.0);
+    for (std::size_t n = 1;; ++n) {
+      const bool by_time = batch >= 0 && batch < options_.batch_us;
+      if (n >= share && !by_time) break;
+      if ((open_list && !by_time ? w->open_pos : w->free_pos)[best->id] < 0) break;  // it is full
+      if (!live_head(*best) || best->ready.top() < bound) break;                      // another shape's turn
       Task& next = *graph_.find(best->ready.top().id);
       if (next.gang != 0 || !next.deps.empty()) break;  // gangs and locality: the full path
       if (next.duration_s != 0 && w->end_time != 0 && now.unix_s() + static_cast<std::int64_t>(next.duration_s) > w->end_time) break;
+      if (by_time && !tiny(next)) break;  // the rest by the usual path
       best->ready.pop();
       dispatch(next, *w);
+      if (batch >= 0) batch += std::max(expected_us(next), 1.0);
     }
   }
   for (TaskId id : deferred) push_ready(*graph_.find(id));
@@ -1173,7 +1186,9 @@ void SchedulerState::steal(const Now& now) {
         continue;
       }
       --excess;
-      if (t->stealing) continue;
+      // A tiny task costs less to run where it is than to ask back and send again (Dask does
+      // not steal tasks under 5 ms either).
+      if (t->stealing || tiny(*t)) continue;
       offer[t->shape].push_back(t);
       any = true;
     }
