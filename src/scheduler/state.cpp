@@ -14,6 +14,9 @@ namespace herd::scheduler {
 namespace {
 constexpr std::size_t kMaxEvents = 1000;        // task runs kept for the task stream
 constexpr std::int64_t kThroughputWindow = 10;  // seconds
+// A worker with queued tasks and no result for this long is stuck (behind a long task, or
+// starved): its tiny tasks may be stolen too. Dask's work-stealing interval.
+constexpr auto kStalled = std::chrono::milliseconds(100);
 constexpr double kEps = 1e-9;
 
 std::string describe(const std::map<std::string, double>& r) {
@@ -402,6 +405,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
   WorkerRec& w = *wp;
   w.last_seen = now.mono;
   for (auto& r : ev.results) {
+    if (!r.handed_back) w.progressed = now.mono;  // its queue moved (not: tasks asked back)
     if (auto p = w.processing.find(r.id); p != w.processing.end()) {
       for (const auto& [res, amount] : shapes_[p->second].need_ids) w.free[res] += amount;
       w.processing.erase(p);
@@ -1008,6 +1012,8 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now, 
 
 protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   graph_.started(t.id, w.id);
+  if (w.processing.empty()) w.progressed = last_now_;  // its queue starts moving now
+  w.nothing_to_steal = false;                          // steal() looks at its queue again
   w.processing.emplace(t.id, t.shape);
   w.order.push_back(t.id);
   if (w.order.size() > 4 * capacity(w) + 64) {
@@ -1175,9 +1181,15 @@ void SchedulerState::steal(const Now& now) {
   std::vector<std::vector<Task*>> offer(shapes_.size());
   std::vector<std::size_t> next(shapes_.size(), 0);
   bool any = false;
+  // A queue of tiny tasks that keeps moving is left alone: asking one back and sending it
+  // again costs more than running it where it is (Dask does not steal tasks under 5 ms either).
+  // One that has not moved for kStalled is stuck behind something long.
   for (WorkerId vid : overloaded_) {
     WorkerRec& v = workers_.at(vid);
     if (v.suspect != 0) continue;
+    const bool stalled = now.mono - v.progressed > kStalled;
+    if (!stalled && v.nothing_to_steal) continue;  // no new task since it offered nothing
+    bool offered = false;
     std::size_t excess = v.processing.size() - v.nthreads;
     for (auto it = v.order.rbegin(); it != v.order.rend() && excess > 0; ++it) {
       if (!v.processing.count(*it)) continue;
@@ -1186,12 +1198,13 @@ void SchedulerState::steal(const Now& now) {
         continue;
       }
       --excess;
-      // A tiny task costs less to run where it is than to ask back and send again (Dask does
-      // not steal tasks under 5 ms either).
-      if (t->stealing || tiny(*t)) continue;
+      if (t->stealing || (!stalled && tiny(*t))) continue;
       offer[t->shape].push_back(t);
-      any = true;
+      any = offered = true;
     }
+    // A queue of tiny tasks is not read again every turn while thieves wait (thousands of
+    // entries on each of hundreds of workers): only after its next new task, or once stalled.
+    v.nothing_to_steal = !offered && !stalled;
   }
   if (!any) return;
   for (WorkerRec* thief : thieves) {

@@ -136,6 +136,8 @@ struct WorkerRec {
   FlatSet<TaskId> has;                      // results it holds
   std::deque<TaskId> order;                 // dispatch order, for stealing (may hold answered ids)
   Clock::time_point last_seen, idle_since, retire_since;
+  Clock::time_point progressed;             // its last task result, or when work came to it idle
+  bool nothing_to_steal = false;            // steal() found only tiny tasks queued, none sent since
   std::uint64_t memory_rss = 0;
   std::uint64_t memory_limit = 0;           // 0 = none
   std::uint32_t executing = 0;              // running now, as its last heartbeat said
@@ -463,7 +465,8 @@ class SchedulerState {
   double expected_us(const Task& t) const {
     return t.function < function_us_.size() ? function_us_[t.function] : -1;
   }
-  /// Known to be quicker than batch_us: placed batch_us at a time, never stolen.
+  /// Known to be quicker than batch_us: placed batch_us at a time, and stolen only from a
+  /// worker whose queue has not moved for a while (kStalled in state.cpp: stuck behind a long task).
   bool tiny(const Task& t) const {
     const double us = expected_us(t);
     return us >= 0 && us < options_.batch_us;

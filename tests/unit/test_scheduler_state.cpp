@@ -428,6 +428,32 @@ TEST_CASE("SchedulerState.Stealing.TinyTasksStayLongOnesMove") {
   CHECK(h.placed_on(a) == 21);
 }
 
+TEST_CASE("SchedulerState.Stealing.TinyTasksLeaveAStuckQueue") {
+  // a runs a task of unknown length with 20 tiny tasks queued behind it. A worker that joins
+  // leaves them there while a's queue may still move; once a has reported nothing for longer
+  // than the stall time, the idle worker takes them, one per idle thread and turn.
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  learn_run_time(h, "tiny", 10);
+  const TaskId nap = h.submit("nap");
+  for (int i = 0; i < 20; ++i) h.submit("tiny");
+  h.turn();
+  REQUIRE(h.workers.at(a).running == std::vector<TaskId>{nap});
+  REQUIRE(h.placed_on(a) == 21);
+  const WorkerId b = h.add_worker("b", 1);
+  h.turn();
+  CHECK(h.placed_on(b) == 0);
+  h.now.mono += 200ms;
+  h.now.unix_ms += 200;
+  h.turn();
+  CHECK(h.placed_on(b) == 1);
+  CHECK(h.placed_on(a) == 20);
+  for (int i = 0; i < 3; ++i) h.finish(b);
+  CHECK(h.placed_on(b) == 1);
+  CHECK(h.placed_on(a) == 17);
+  CHECK(h.workers.at(a).running == std::vector<TaskId>{nap});
+}
+
 TEST_CASE("SchedulerState.Batching.OffAtZero") {
   // batch_us = 0: tiny tasks are placed as any others (one per idle thread, then shares).
   StateOptions o;
