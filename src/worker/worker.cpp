@@ -468,8 +468,10 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
   }
   switch (*type) {
     case MessageType::execute_tasks: {
-      protocol::ExecuteTasksEvent ev;
-      if (protocol::decode<MessageType::execute_tasks>(msg, ev, error)) on_execute(ev);
+      // Into the same list every time (its tasks are moved out, its storage kept): a batch of
+      // hundreds of tasks would otherwise take fresh pages in each of many worker processes.
+      if (protocol::decode<MessageType::execute_tasks>(msg, execute_in_, error)) on_execute(execute_in_);
+      execute_in_.tasks.clear();
       break;
     }
     case MessageType::peers_gone: {
@@ -1098,6 +1100,9 @@ void Worker::flush_results() {
   ev.acquired.swap(acquired_out_);
   ev.acquire_failed.swap(acquire_failed_out_);
   protocol::send<MessageType::task_results>(sched_, "", ev);
+  // The executors' list keeps its storage for the next batch (not grown anew by doubling).
+  ev.results.clear();
+  if (ev.results.capacity() > exec_results_.capacity()) exec_results_.swap(ev.results);
 }
 
 void Worker::memory_monitor() {
