@@ -60,10 +60,10 @@ struct StateOptions {
   std::uint32_t queue_horizon_us = 20000; // expected work queued on a worker beyond its slots
   std::uint32_t max_queue_per_slot = 2000;
   // Tasks whose function is known to be this quick (expected run time, microseconds) go to a
-  // worker this much work at a time, not one per idle thread, and are not stolen: each message
-  // to a worker (and each wake-up of its threads) costs more than such a task, and a cluster of
-  // many workers would otherwise send every worker a few of them per message (bench/README.md,
-  // "256 worker processes"). 0 = off.
+  // worker this much work at a time, not one per idle thread, and are stolen only from a worker
+  // stuck for 100 ms: each message to a worker (and each wake-up of its threads) costs more
+  // than such a task, and a cluster of many workers would otherwise send every worker a few of
+  // them per message (bench/README.md, "Batches of tiny tasks"). 0 = off.
   std::uint32_t batch_us = 1000;
   std::uint32_t retire_grace_s = 30;      // a retiring worker's running tasks may take this long
   bool full_results = false;              // journal on: keyed tasks send their whole result
