@@ -102,6 +102,7 @@ struct Config {
   std::uint64_t tasks = 1'000'000;
   std::uint32_t slots = 8;
   std::uint32_t task_us = 100;     // virtual run time of one task
+  std::uint32_t batch_us = StateOptions{}.batch_us;  // tiny tasks go this much work at a time (0 = off)
   std::uint32_t step_us = 1000;    // virtual time per turn
   std::uint32_t batch = 65536;     // specs the client submits per turn
   std::uint64_t window = 0;        // most tasks submitted and not gathered (0 = no bound)
@@ -225,6 +226,7 @@ Result run(const Config& c) {
   const double t_start = wall_now();
   StateOptions opts;
   opts.validate = false;
+  opts.batch_us = c.batch_us;
   SchedulerState state(opts);
   Now now{Clock::time_point{} + std::chrono::hours(1), 1'700'000'000'000};
   auto advance = [&](std::uint32_t us) {
@@ -601,6 +603,8 @@ int main(int argc, char** argv) {
   app.add_option("--workload", workloads, "independent, tree, mix; comma separated")->capture_default_str();
   app.add_option("--slots", c.slots, "task slots (threads) per worker")->capture_default_str();
   app.add_option("--task-us", c.task_us, "virtual run time of a task")->capture_default_str();
+  app.add_option("--batch-us", c.batch_us, "HERD_BATCH_US: tasks quicker than this are placed this much work at a time (0 = off)")
+      ->capture_default_str();
   app.add_option("--step-us", c.step_us, "virtual time per turn")->capture_default_str();
   app.add_option("--batch", c.batch, "specs the client submits per turn")->capture_default_str();
   app.add_option("--window", c.window, "most tasks submitted and not yet gathered (0 = no bound)")->capture_default_str();

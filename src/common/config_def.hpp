@@ -15,6 +15,10 @@ HERD_CONFIG(queue_horizon_us, std::uint32_t, 20000, "HERD_QUEUE_HORIZON_US",
             "work queued on a worker beyond its free slots, in expected run time (microseconds)")
 HERD_CONFIG(max_queue_per_slot, std::uint32_t, 2000, "HERD_MAX_QUEUE_PER_SLOT",
             "hard cap on tasks queued per worker slot, whatever their run time")
+HERD_CONFIG(batch_us, std::uint32_t, 1000, "HERD_BATCH_US",
+            "tasks of a function whose mean run time is below this go to a worker this much expected "
+            "work at a time (one message, not one per idle thread), within its queue, and are stolen "
+            "back only from a worker that reported no result for 100 ms (microseconds; 0 = off)")
 HERD_CONFIG(result_batch_us, std::uint32_t, 1000, "HERD_RESULT_BATCH_US",
             "while a worker has more tasks queued, how long the results of the ones it finished may "
             "wait to travel to the scheduler together (microseconds; the first of a burst goes at "

@@ -40,6 +40,7 @@ StateOptions state_options(const SchedulerOptions& o) {
   s.allowed_failures = o.config.allowed_failures;
   s.queue_horizon_us = o.config.queue_horizon_us;
   s.max_queue_per_slot = o.config.max_queue_per_slot;
+  s.batch_us = o.config.batch_us;
   s.retire_grace_s = o.retire_grace_s;
   s.full_results = !o.journal.empty();
 #ifndef NDEBUG

@@ -14,6 +14,9 @@ namespace herd::scheduler {
 namespace {
 constexpr std::size_t kMaxEvents = 1000;        // task runs kept for the task stream
 constexpr std::int64_t kThroughputWindow = 10;  // seconds
+// A worker with queued tasks and no result for this long is stuck (behind a long task, or
+// starved): its tiny tasks may be stolen too. Dask's work-stealing interval.
+constexpr auto kStalled = std::chrono::milliseconds(100);
 constexpr double kEps = 1e-9;
 
 std::string describe(const std::map<std::string, double>& r) {
@@ -415,6 +418,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
   WorkerRec& w = *wp;
   w.last_seen = now.mono;
   for (auto& r : ev.results) {
+    if (!r.handed_back) w.progressed = now.mono;  // its queue moved (not: tasks asked back)
     if (auto p = w.processing.find(r.id); p != w.processing.end()) {
       for (const auto& [res, amount] : shapes_[p->second].need_ids) w.free[res] += amount;
       w.processing.erase(p);
@@ -432,6 +436,9 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
       if (t != nullptr && !t->scattered) {
         const double us = static_cast<double>(r.duration_us);
         avg_task_us_ = avg_task_us_ < 0 ? us : 0.9 * avg_task_us_ + 0.1 * us;
+        if (t->function >= function_us_.size()) function_us_.resize(t->function + 1u, -1);
+        double& fn = function_us_[t->function];
+        fn = fn < 0 ? us : 0.9 * fn + 0.1 * us;
       }
       if (options_.full_results && t != nullptr && t->keyed && !t->scattered && t->status == TaskStatus::processing &&
           t->worker == w.id) {
@@ -950,21 +957,31 @@ void SchedulerState::schedule(const Now& now) {
       share = (ready + from->size() - 1) / from->size();
     }
     const bool open_list = from == &best->open;
-    if (share > 1 && t.deps.empty()) {
+    // Tiny tasks (known to take less than batch_us each) go batch_us of them at a time, even
+    // to a worker whose thread is busy while others idle: one message and one wake-up of the
+    // worker per batch_us of work, not per task (an idle worker gets the next batch).
+    double batch = from != nullptr && t.deps.empty() && tiny(t) ? 0 : -1;  // < 0: by share only
+    if ((share > 1 || batch >= 0) && t.deps.empty()) {
       // No regrowth of its message list within the batch.
       const std::size_t room = capacity(*w) - std::min(capacity(*w), w->processing.size());
+      const std::size_t want = batch >= 0 ? static_cast<std::size_t>(options_.batch_us / std::max(expected_us(t), 1.0)) + 1 : 0;
       auto& execute = out(w->id).execute;
-      execute.reserve(execute.size() + std::min(share, room));
+      execute.reserve(execute.size() + std::min(std::max(share, want), room));
     }
     dispatch(t, *w);
-    for (std::size_t n = 1; n < share; ++n) {
-      if ((open_list ? w->open_pos : w->free_pos)[best->id] < 0) break;  // it is full
-      if (!live_head(*best) || best->ready.top() < bound) break;         // another shape's turn
+    if (batch >= 0) batch += std::max(expected_us(t), 1.0);
+    for (std::size_t n = 1;; ++n) {
+      const bool by_time = batch >= 0 && batch < options_.batch_us;
+      if (n >= share && !by_time) break;
+      if ((open_list && !by_time ? w->open_pos : w->free_pos)[best->id] < 0) break;  // it is full
+      if (!live_head(*best) || best->ready.top() < bound) break;                      // another shape's turn
       Task& next = *graph_.find(best->ready.top().id);
       if (next.gang != 0 || !next.deps.empty()) break;  // gangs and locality: the full path
       if (next.duration_s != 0 && w->end_time != 0 && now.unix_s() + static_cast<std::int64_t>(next.duration_s) > w->end_time) break;
+      if (by_time && !tiny(next)) break;  // the rest by the usual path
       best->ready.pop();
       dispatch(next, *w);
+      if (batch >= 0) batch += std::max(expected_us(next), 1.0);
     }
   }
   for (TaskId id : deferred) push_ready(*graph_.find(id));
@@ -1038,6 +1055,8 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now, 
 
 protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   graph_.started(t.id, w.id);
+  if (w.processing.empty()) w.progressed = last_now_;  // its queue starts moving now
+  w.nothing_to_steal = false;                          // steal() looks at its queue again
   w.processing.emplace(t.id, t.shape);
   w.order.push_back(t.id);
   if (w.order.size() > 4 * capacity(w) + 64) {
@@ -1205,9 +1224,15 @@ void SchedulerState::steal(const Now& now) {
   std::vector<std::vector<Task*>> offer(shapes_.size());
   std::vector<std::size_t> next(shapes_.size(), 0);
   bool any = false;
+  // A queue of tiny tasks that keeps moving is left alone: asking one back and sending it
+  // again costs more than running it where it is (Dask does not steal tasks under 5 ms either).
+  // One that has not moved for kStalled is stuck behind something long.
   for (WorkerId vid : overloaded_) {
     WorkerRec& v = workers_.at(vid);
     if (v.suspect != 0) continue;
+    const bool stalled = now.mono - v.progressed > kStalled;
+    if (!stalled && v.nothing_to_steal) continue;  // no new task since it offered nothing
+    bool offered = false;
     std::size_t excess = v.processing.size() - v.nthreads;
     for (auto it = v.order.rbegin(); it != v.order.rend() && excess > 0; ++it) {
       if (!v.processing.count(*it)) continue;
@@ -1216,10 +1241,13 @@ void SchedulerState::steal(const Now& now) {
         continue;
       }
       --excess;
-      if (t->stealing) continue;
+      if (t->stealing || (!stalled && tiny(*t))) continue;
       offer[t->shape].push_back(t);
-      any = true;
+      any = offered = true;
     }
+    // A queue of tiny tasks is not read again every turn while thieves wait (thousands of
+    // entries on each of hundreds of workers): only after its next new task, or once stalled.
+    v.nothing_to_steal = !offered && !stalled;
   }
   if (!any) return;
   for (WorkerRec* thief : thieves) {

@@ -59,6 +59,12 @@ struct StateOptions {
   std::uint32_t allowed_failures = 3;     // worker deaths a task may be present at
   std::uint32_t queue_horizon_us = 20000; // expected work queued on a worker beyond its slots
   std::uint32_t max_queue_per_slot = 2000;
+  // Tasks whose function is known to be this quick (expected run time, microseconds) go to a
+  // worker this much work at a time, not one per idle thread, and are stolen only from a worker
+  // stuck for 100 ms: each message to a worker (and each wake-up of its threads) costs more
+  // than such a task, and a cluster of many workers would otherwise send every worker a few of
+  // them per message (bench/README.md, "Batches of tiny tasks"). 0 = off.
+  std::uint32_t batch_us = 1000;
   std::uint32_t retire_grace_s = 30;      // a retiring worker's running tasks may take this long
   bool full_results = false;              // journal on: keyed tasks send their whole result
   bool validate = false;                  // run validate() after every event (tests, debug builds;
@@ -132,6 +138,8 @@ struct WorkerRec {
   FlatSet<TaskId> has;                      // results it holds
   std::deque<TaskId> order;                 // dispatch order, for stealing (may hold answered ids)
   Clock::time_point last_seen, idle_since, retire_since;
+  Clock::time_point progressed;             // its last task result, or when work came to it idle
+  bool nothing_to_steal = false;            // steal() found only tiny tasks queued, none sent since
   std::uint64_t memory_rss = 0;
   std::uint64_t memory_limit = 0;           // 0 = none
   std::uint32_t executing = 0;              // running now, as its last heartbeat said
@@ -455,6 +463,16 @@ class SchedulerState {
   void refresh_all();
   void push_ready(const Task& t);
   std::size_t capacity(const WorkerRec& w) const;
+  /// Expected run time of `t` (its function's moving average, microseconds); < 0 = unknown.
+  double expected_us(const Task& t) const {
+    return t.function < function_us_.size() ? function_us_[t.function] : -1;
+  }
+  /// Known to be quicker than batch_us: placed batch_us at a time, and stolen only from a
+  /// worker whose queue has not moved for a while (kStalled in state.cpp: stuck behind a long task).
+  bool tiny(const Task& t) const {
+    const double us = expected_us(t);
+    return us >= 0 && us < options_.batch_us;
+  }
   bool available(const WorkerRec& w) const;                    // takes new work at all
   /// A free worker for `t`: a holder of its inputs, else the next in round robin; `from` says
   /// which list it came from (s.open or s.free; nullptr when chosen for locality).
@@ -584,6 +602,7 @@ class SchedulerState {
   WorkerId next_worker_id_ = 1;
   ClientId next_client_index_ = 1;
   double avg_task_us_ = -1;                  // moving average of run time; < 0 until one finishes
+  std::vector<double> function_us_;          // the same by function index (< 0: none finished yet)
   std::size_t extra_per_slot_ = 1;           // queue horizon: tasks queued per slot beyond it
   Clock::time_point last_heartbeat_{};
   // Runs are recorded compactly (no string per run); counters() writes them out.

@@ -48,6 +48,11 @@ long long monotonic_ms() {  // async-signal-safe
 using util::demangle;
 using util::hostname;
 
+// The lists kept from one message to the next (execute_tasks decoded, results to send) keep
+// storage for this many entries at most: ~1,000 a message is what batches of tiny tasks bring
+// (HERD_BATCH_US), and a burst far bigger should not stay on every worker's heap.
+constexpr std::size_t kKeptEntries = 2048;
+
 /// Substitutes input values into the argument array; false if the refs do not fit the args.
 bool substitute(msgpack::object& args, const protocol::ArgRef& ref, const msgpack::object& value) {
   if (args.type != msgpack::type::ARRAY || ref.arg >= args.via.array.size) return false;
@@ -450,8 +455,11 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
   }
   switch (*type) {
     case MessageType::execute_tasks: {
-      protocol::ExecuteTasksEvent ev;
-      if (protocol::decode<MessageType::execute_tasks>(msg, ev, error)) on_execute(ev);
+      // Into the same list every time (its tasks are moved out, its storage kept): a batch of
+      // hundreds of tasks would otherwise take fresh pages in each of many worker processes.
+      if (protocol::decode<MessageType::execute_tasks>(msg, execute_in_, error)) on_execute(execute_in_);
+      execute_in_.tasks.clear();
+      if (execute_in_.tasks.capacity() > kKeptEntries) std::vector<protocol::ExecuteTask>().swap(execute_in_.tasks);
       break;
     }
     case MessageType::peers_gone: {
@@ -1071,6 +1079,11 @@ void Worker::flush_results() {
   ev.acquired.swap(acquired_out_);
   ev.acquire_failed.swap(acquire_failed_out_);
   protocol::send<MessageType::task_results>(sched_, "", ev);
+  // The executors' list keeps its storage for the next batch (not grown anew by doubling).
+  ev.results.clear();
+  if (ev.results.capacity() > exec_results_.capacity() && ev.results.capacity() <= kKeptEntries) {
+    exec_results_.swap(ev.results);
+  }
 }
 
 void Worker::memory_monitor() {

@@ -177,6 +177,7 @@ class Worker {
   // Under state_mu_.
   std::vector<protocol::TaskResult> results_out_;
   std::vector<protocol::TaskResult> exec_results_;  // finished by executors, not sent yet
+  protocol::ExecuteTasksEvent execute_in_;           // the I/O thread's: execute_tasks decoded
   ResultBatch batch_;                                // when they go
   std::vector<protocol::TaskId> acquired_out_;
   std::vector<protocol::DepLocation> acquire_failed_out_;

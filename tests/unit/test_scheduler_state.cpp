@@ -330,6 +330,143 @@ TEST_CASE("SchedulerState.Stealing.NoMoreAskedBackThanQueued") {
   CHECK(h.placed_on(b) + h.placed_on(c) == 1);
 }
 
+namespace {
+/// Makes `fn`'s run time known to the state: one task of it runs (on an idle worker) and
+/// takes `us`.
+void learn_run_time(Harness& h, const std::string& fn, std::uint64_t us) {
+  const TaskId t = h.submit(fn);
+  h.turn();
+  const WorkerId w = h.where(t);
+  auto& vw = h.workers.at(w);
+  REQUIRE(vw.running == std::vector<TaskId>{t});
+  auto ev = one_ok_result(t, 8);
+  ev.results[0].duration_us = us;
+  vw.running.clear();
+  vw.has.insert(t);
+  h.state.task_results(w, ev, h.now);
+  h.turn();
+}
+
+}  // namespace
+
+TEST_CASE("SchedulerState.Batching.TinyTasksGoABatchAtATime") {
+  // Tasks known to take 10 us, 4 idle workers, batch_us 1000: a worker gets 100 of them in
+  // one visit (one message), not one per idle thread with the rest spread over every queue.
+  StateOptions o;
+  o.batch_us = 1000;
+  Harness h(o);
+  const WorkerId a = h.add_worker("a", 1);
+  std::vector<WorkerId> ws{a, h.add_worker("b", 1), h.add_worker("c", 1), h.add_worker("d", 1)};
+  learn_run_time(h, "tiny", 10);
+  for (int i = 0; i < 200; ++i) h.submit("tiny");
+  h.turn();
+  std::vector<std::size_t> placed;
+  for (WorkerId w : ws) placed.push_back(h.placed_on(w));
+  std::sort(placed.begin(), placed.end());
+  // The idle two ask nothing back either (a stolen task would be running there now): a tiny
+  // task runs where it is.
+  CHECK(placed == std::vector<std::size_t>{0, 0, 100, 100});
+  CHECK(h.state.validate().empty());
+}
+
+TEST_CASE("SchedulerState.Batching.LongAndUnknownTasksStillSpread") {
+  // The same with a function that takes 5 ms, and one never seen: one per idle thread first.
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  std::vector<WorkerId> ws{a, h.add_worker("b", 1), h.add_worker("c", 1), h.add_worker("d", 1)};
+  learn_run_time(h, "slow", 5000);
+  for (int i = 0; i < 4; ++i) h.submit("slow");
+  for (int i = 0; i < 4; ++i) h.submit("new");
+  h.turn();
+  for (WorkerId w : ws) CHECK(h.workers.at(w).running.size() == 1);
+  for (WorkerId w : ws) CHECK(h.placed_on(w) == 2);
+}
+
+TEST_CASE("SchedulerState.Batching.ABatchStopsAtATaskThatIsNotTiny") {
+  // 50 tiny tasks, one of 5 ms, 50 more tiny: the first batch ends before the slow one, which
+  // takes the other worker's idle thread; every tiny task is placed. (A long horizon, so that
+  // a queue holds 50.)
+  StateOptions o;
+  o.queue_horizon_us = 1'000'000;
+  Harness h(o);
+  const WorkerId a = h.add_worker("a", 1);
+  const WorkerId b = h.add_worker("b", 1);
+  learn_run_time(h, "tiny", 10);
+  learn_run_time(h, "slow", 5000);
+  std::vector<TaskId> tiny;
+  for (int i = 0; i < 50; ++i) tiny.push_back(h.submit("tiny"));
+  const TaskId slow = h.submit("slow");
+  for (int i = 0; i < 50; ++i) tiny.push_back(h.submit("tiny"));
+  h.turn();
+  const WorkerId first = h.where(tiny.front());
+  CHECK(h.where(slow) != first);
+  for (std::size_t i = 0; i < 50; ++i) CHECK(h.where(tiny[i]) == first);
+  for (TaskId t : tiny) CHECK(h.status(t) == TaskStatus::processing);
+  CHECK(h.placed_on(a) + h.placed_on(b) == 101);
+}
+
+TEST_CASE("SchedulerState.Stealing.TinyTasksStayLongOnesMove") {
+  // a queues tiny tasks and one long one behind its running task; a worker that joins asks back
+  // the long one only.
+  StateOptions o;
+  o.queue_horizon_us = 1'000'000;
+  Harness h(o);
+  const WorkerId a = h.add_worker("a", 1);
+  learn_run_time(h, "tiny", 10);
+  learn_run_time(h, "slow", 5000);
+  const TaskId running = h.submit("slow");
+  const TaskId queued_slow = h.submit("slow");
+  std::vector<TaskId> tiny;
+  for (int i = 0; i < 20; ++i) tiny.push_back(h.submit("tiny"));
+  h.turn();
+  REQUIRE(h.workers.at(a).running == std::vector<TaskId>{running});
+  REQUIRE(h.placed_on(a) == 22);
+  const WorkerId b = h.add_worker("b", 1);
+  h.turn();
+  CHECK(h.where(queued_slow) == b);
+  for (TaskId t : tiny) CHECK(h.where(t) == a);
+  CHECK(h.placed_on(a) == 21);
+}
+
+TEST_CASE("SchedulerState.Stealing.TinyTasksLeaveAStuckQueue") {
+  // a runs a task of unknown length with 20 tiny tasks queued behind it. A worker that joins
+  // leaves them there while a's queue may still move; once a has reported nothing for longer
+  // than the stall time, the idle worker takes them, one per idle thread and turn.
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  learn_run_time(h, "tiny", 10);
+  const TaskId nap = h.submit("nap");
+  for (int i = 0; i < 20; ++i) h.submit("tiny");
+  h.turn();
+  REQUIRE(h.workers.at(a).running == std::vector<TaskId>{nap});
+  REQUIRE(h.placed_on(a) == 21);
+  const WorkerId b = h.add_worker("b", 1);
+  h.turn();
+  CHECK(h.placed_on(b) == 0);
+  h.now.mono += 200ms;
+  h.now.unix_ms += 200;
+  h.turn();
+  CHECK(h.placed_on(b) == 1);
+  CHECK(h.placed_on(a) == 20);
+  for (int i = 0; i < 3; ++i) h.finish(b);
+  CHECK(h.placed_on(b) == 1);
+  CHECK(h.placed_on(a) == 17);
+  CHECK(h.workers.at(a).running == std::vector<TaskId>{nap});
+}
+
+TEST_CASE("SchedulerState.Batching.OffAtZero") {
+  // batch_us = 0: tiny tasks are placed as any others (one per idle thread, then shares).
+  StateOptions o;
+  o.batch_us = 0;
+  Harness h(o);
+  const WorkerId a = h.add_worker("a", 1);
+  std::vector<WorkerId> ws{a, h.add_worker("b", 1), h.add_worker("c", 1), h.add_worker("d", 1)};
+  learn_run_time(h, "tiny", 10);
+  for (int i = 0; i < 8; ++i) h.submit("tiny");
+  h.turn();
+  for (WorkerId w : ws) CHECK(h.workers.at(w).running.size() == 1);
+}
+
 TEST_CASE("SchedulerState.NoWorker.ReportedWithReasonThenPlaced") {
   Harness h;
   h.add_worker("cpu", 1);
