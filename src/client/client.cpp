@@ -552,7 +552,14 @@ std::string ClientCore::scatter_source() {
       scatter_server_ = std::make_unique<data::DataServer>(context_, auth_, net::listen_host_toward(address_),
                                                            config_.chunk_bytes,
                                                            std::chrono::milliseconds(config_.timeout_ms));
-      HERD_LOG(debug) << "serving big scattered values at " << scatter_server_->address();
+      if (security::auth_off()) {
+        HERD_LOG(warning) << "HERD_AUTH=off: this client serves its big scattered values at "
+                          << scatter_server_->address()
+                          << " WITHOUT AUTHENTICATION OR ENCRYPTION, as the workers serve their results: anyone "
+                             "who can reach it can read them while a worker fetches them";
+      } else {
+        HERD_LOG(debug) << "serving big scattered values at " << scatter_server_->address();
+      }
     } catch (const std::exception& e) {
       HERD_LOG(warning) << "herd: big scattered values go through the scheduler: " << e.what();
       std::lock_guard lock(mu_);
