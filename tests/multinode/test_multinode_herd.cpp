@@ -1155,6 +1155,24 @@ TEST_CASE("MultinodeHerd.SlowLink.BigInputOutlastsTheTimeoutAndArrives" * doctes
   CHECK(watch.names() == names);
 }
 
+namespace {
+/// A client whose pool puts its workers on `node`, with the bed's timeout.
+herd::Client client_on(const std::string& node, const std::string& name, Scratch& s) {
+  return herd::Client{with_timeout(
+      herd::SlurmCluster{pool(name, s, "1500M").job_extra_directives({"--nodelist=" + node})}, kTimeout)};
+}
+
+/// Scales the client's pool to one worker and returns it, checked to run on `node`.
+herd::WorkerInfo one_worker_on(herd::Client& client, const std::string& node) {
+  client.scale(1);
+  client.wait_for_workers(1, 120s);
+  const auto workers = client.status().workers;
+  REQUIRE(workers.size() == 1);
+  REQUIRE(workers[0].host == node);
+  return workers[0];
+}
+}  // namespace
+
 TEST_CASE("MultinodeHerd.Firewall.OnlyTheDataPortOpenBigResultsStillArrive" * doctest::timeout(200)) {
   // A site that opens only each worker's data port: the lane the worker offers for a big
   // result cannot be reached (its SYNs vanish). The client waits one timeout for it, then asks
@@ -1165,14 +1183,9 @@ TEST_CASE("MultinodeHerd.Firewall.OnlyTheDataPortOpenBigResultsStillArrive" * do
   const std::string name = unique("mn-fw");
   Scratch s(name);
   const std::string dir = s.runs();
-  herd::Client client{with_timeout(
-      herd::SlurmCluster{pool(name, s, "1500M").job_extra_directives({"--nodelist=" + node})}, kTimeout)};
-  client.scale(1);
-  client.wait_for_workers(1, 120s);
-  const auto workers = client.status().workers;
-  REQUIRE(workers.size() == 1);
-  REQUIRE(workers[0].host == node);
-  const std::string data_port = workers[0].address.substr(workers[0].address.rfind(':') + 1);
+  herd::Client client = client_on(node, name, s);
+  const herd::WorkerInfo worker = one_worker_on(client, node);
+  const std::string data_port = worker.address.substr(worker.address.rfind(':') + 1);
   auto fw = bed::firewall(node, {data_port});
 
   auto check = [](const std::vector<char>& v, std::int64_t mib) {
@@ -1216,12 +1229,8 @@ TEST_CASE("MultinodeHerd.Firewall.LoginOpensOnlyTheSchedulerBigScattersStillArri
   const std::string name = unique("mn-sfw");
   Scratch s(name);
   const std::string dir = s.runs();
-  herd::Client client{with_timeout(
-      herd::SlurmCluster{pool(name, s, "1500M").job_extra_directives({"--nodelist=" + node})}, kTimeout)};
-  client.scale(1);
-  client.wait_for_workers(1, 120s);
-  REQUIRE(client.status().workers.size() == 1);
-  REQUIRE(client.status().workers[0].host == node);
+  herd::Client client = client_on(node, name, s);
+  (void)one_worker_on(client, node);
 
   constexpr std::int64_t mib = 24;
   std::vector<char> value(static_cast<std::size_t>(mib) << 20);
