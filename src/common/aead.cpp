@@ -32,15 +32,22 @@ EVP_CIPHER_CTX* gcm_context(const Key& key, bool encrypt) {
 // EVP takes int lengths: longer data goes in pieces (records are 1 MiB at most in practice).
 constexpr std::size_t kPiece = std::size_t{1} << 30;
 
+// The header as additional data, then the bytes, through a context set up either way.
+bool gcm_update(EVP_CIPHER_CTX* c, const unsigned char* header, const unsigned char* in, std::size_t len,
+                unsigned char* out) {
+  int n = 0;
+  if (EVP_CipherUpdate(c, nullptr, &n, header, static_cast<int>(kHeader)) != 1) return false;
+  for (std::size_t at = 0; at < len; at += kPiece) {
+    const int piece = static_cast<int>(std::min(kPiece, len - at));
+    if (EVP_CipherUpdate(c, out + at, &n, in + at, piece) != 1) return false;
+  }
+  return true;
+}
+
 void gcm_seal(EVP_CIPHER_CTX* c, const unsigned char* nonce, const unsigned char* header, const unsigned char* in,
               std::size_t len, unsigned char* out, unsigned char* tag) {
   int n = 0;
-  bool ok = EVP_EncryptInit_ex(c, nullptr, nullptr, nullptr, nonce) == 1 &&
-            EVP_EncryptUpdate(c, nullptr, &n, header, static_cast<int>(kHeader)) == 1;
-  for (std::size_t at = 0; ok && at < len; at += kPiece) {
-    const int piece = static_cast<int>(std::min(kPiece, len - at));
-    ok = EVP_EncryptUpdate(c, out + at, &n, in + at, piece) == 1;
-  }
+  bool ok = EVP_EncryptInit_ex(c, nullptr, nullptr, nullptr, nonce) == 1 && gcm_update(c, header, in, len, out);
   ok = ok && EVP_EncryptFinal_ex(c, out + len, &n) == 1 &&
        EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTag), tag) == 1;
   if (!ok) throw std::runtime_error("herd: AES-256-GCM sealing failed (OpenSSL)");
@@ -49,12 +56,7 @@ void gcm_seal(EVP_CIPHER_CTX* c, const unsigned char* nonce, const unsigned char
 bool gcm_open(EVP_CIPHER_CTX* c, const unsigned char* nonce, const unsigned char* header, const unsigned char* in,
               std::size_t len, const unsigned char* tag, unsigned char* out) {
   int n = 0;
-  bool ok = EVP_DecryptInit_ex(c, nullptr, nullptr, nullptr, nonce) == 1 &&
-            EVP_DecryptUpdate(c, nullptr, &n, header, static_cast<int>(kHeader)) == 1;
-  for (std::size_t at = 0; ok && at < len; at += kPiece) {
-    const int piece = static_cast<int>(std::min(kPiece, len - at));
-    ok = EVP_DecryptUpdate(c, out + at, &n, in + at, piece) == 1;
-  }
+  bool ok = EVP_DecryptInit_ex(c, nullptr, nullptr, nullptr, nonce) == 1 && gcm_update(c, header, in, len, out);
   ok = ok && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kTag), const_cast<unsigned char*>(tag)) == 1 &&
        EVP_DecryptFinal_ex(c, out + len, &n) == 1;
   if (!ok) OPENSSL_cleanse(out, len);  // nothing of a forged record is left to read, as libsodium does
