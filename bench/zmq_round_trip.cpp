@@ -5,10 +5,16 @@
 //   direct: client DEALER <-> echo ROUTER: 2 TCP hops.
 // Built with the benchmarks (it needs only libzmq):
 //   build/bench/zmq_round_trip relay curve 2000      # MODE plain|curve ROUNDS [PORT]
+// (without PORT: a free one, asked of the kernel; a bind that fails, or a peer silent for 10 s,
+// ends it with an error rather than a hang).
 // Prints {"mode":...,"curve":0|1,"p50_us":...,"p99_us":...} after 100 warm-up round trips.
 #include <zmq.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -18,15 +24,18 @@
 static char spub[41], ssec[41], cpub[41], csec[41];
 static bool curve = false;
 static void as_server(void* s){ if(!curve) return; int one=1; zmq_setsockopt(s,ZMQ_CURVE_SERVER,&one,4); zmq_setsockopt(s,ZMQ_CURVE_SECRETKEY,ssec,40);}
+static int free_port(){ int fd=socket(AF_INET,SOCK_STREAM,0); sockaddr_in a{}; a.sin_family=AF_INET; a.sin_addr.s_addr=htonl(INADDR_LOOPBACK);
+  socklen_t n=sizeof a; if(fd<0||bind(fd,(sockaddr*)&a,n)!=0||getsockname(fd,(sockaddr*)&a,&n)!=0){perror("zmq_round_trip: free port"); exit(1);} close(fd); return ntohs(a.sin_port);}
+static void must_bind(void* s,const char* ep){ if(zmq_bind(s,ep)!=0){fprintf(stderr,"zmq_round_trip: cannot bind %s: %s\n",ep,zmq_strerror(zmq_errno())); _exit(1);} }
 static void as_client(void* s){ if(!curve) return; zmq_setsockopt(s,ZMQ_CURVE_SERVERKEY,spub,40); zmq_setsockopt(s,ZMQ_CURVE_PUBLICKEY,cpub,40); zmq_setsockopt(s,ZMQ_CURVE_SECRETKEY,csec,40);}
 int main(int argc,char**argv){
   std::string mode = argc>1?argv[1]:"relay"; curve = argc>2 && std::string(argv[2])=="curve";
   int rounds = argc>3?atoi(argv[3]):2000;
   zmq_curve_keypair(spub,ssec); zmq_curve_keypair(cpub,csec);
-  const std::string eps = "tcp://127.0.0.1:" + std::string(argc>4?argv[4]:"47311"); const char* ep=eps.c_str();
+  const std::string eps = "tcp://127.0.0.1:" + (argc>4 ? std::string(argv[4]) : std::to_string(free_port())); const char* ep=eps.c_str();
   if (mode=="relay") {
-    if (fork()==0){ // relay (scheduler)
-      void* ctx=zmq_ctx_new(); void* r=zmq_socket(ctx,ZMQ_ROUTER); as_server(r); zmq_bind(r,ep);
+    if (fork()==0){ prctl(PR_SET_PDEATHSIG,SIGKILL); // relay (scheduler)
+      void* ctx=zmq_ctx_new(); void* r=zmq_socket(ctx,ZMQ_ROUTER); as_server(r); must_bind(r,ep);
       char cid[256], wid[256]; size_t cl=0, wl=0; char buf[512];
       while(true){ char id[256]; int il=zmq_recv(r,id,256,0); int n=zmq_recv(r,buf,512,0);
         if(n==1&&buf[0]=='W'){memcpy(wid,id,il);wl=il;continue;}
@@ -34,18 +43,18 @@ int main(int argc,char**argv){
         if(n>0&&buf[0]=='c'){memcpy(cid,id,il);cl=il; zmq_send(r,wid,wl,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} else {zmq_send(r,cid,cl,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} }
       _exit(0);}
     usleep(100000);
-    if (fork()==0){ // worker
+    if (fork()==0){ prctl(PR_SET_PDEATHSIG,SIGKILL); // worker
       void* ctx=zmq_ctx_new(); void* d=zmq_socket(ctx,ZMQ_DEALER); as_client(d); zmq_connect(d,ep); zmq_send(d,"W",1,0);
       char buf[512]; while(true){int n=zmq_recv(d,buf,512,0); if(n<=1)break; buf[0]='w'; zmq_send(d,buf,n,0);} _exit(0);}
     usleep(200000);
   } else {
-    if (fork()==0){ void* ctx=zmq_ctx_new(); void* r=zmq_socket(ctx,ZMQ_ROUTER); as_server(r); zmq_bind(r,ep);
+    if (fork()==0){ prctl(PR_SET_PDEATHSIG,SIGKILL); void* ctx=zmq_ctx_new(); void* r=zmq_socket(ctx,ZMQ_ROUTER); as_server(r); must_bind(r,ep);
       char buf[512]; while(true){ char id[256]; int il=zmq_recv(r,id,256,0); int n=zmq_recv(r,buf,512,0); if(n==1&&buf[0]=='Q')break; zmq_send(r,id,il,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} _exit(0);}
     usleep(100000);
   }
-  void* ctx=zmq_ctx_new(); void* d=zmq_socket(ctx,ZMQ_DEALER); as_client(d); zmq_connect(d,ep);
+  void* ctx=zmq_ctx_new(); void* d=zmq_socket(ctx,ZMQ_DEALER); as_client(d); int ms=10000; zmq_setsockopt(d,ZMQ_RCVTIMEO,&ms,sizeof ms); zmq_connect(d,ep);
   char msg[64]; memset(msg,'c',64); char buf[512]; std::vector<double> us;
-  for(int i=0;i<rounds+100;i++){ auto t0=std::chrono::steady_clock::now(); zmq_send(d,msg,48,0); zmq_recv(d,buf,512,0);
+  for(int i=0;i<rounds+100;i++){ auto t0=std::chrono::steady_clock::now(); zmq_send(d,msg,48,0); if(zmq_recv(d,buf,512,0)<0){fprintf(stderr,"zmq_round_trip: no echo within 10 s\n"); return 1;}
     if(i>=100) us.push_back(std::chrono::duration<double,std::micro>(std::chrono::steady_clock::now()-t0).count()); }
   std::sort(us.begin(),us.end());
   printf("{\"mode\":\"%s\",\"curve\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",mode.c_str(),curve,us[us.size()/2],us[us.size()*99/100]);
