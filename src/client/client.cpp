@@ -1,13 +1,19 @@
 // The client's machinery: ClientCore owns one I/O thread with a DEALER to the scheduler and
-// DEALERs to worker data ports. User threads never touch a socket: they append to an outbox
-// (submissions, releases, cancels, fetches) and wake the I/O thread through an eventfd only
-// when the outbox was empty, so a loop of submits costs one wake-up per batch.
+// DEALERs to worker data ports. User threads append to an outbox (submissions, releases,
+// cancels, fetches) and wake the I/O thread through an eventfd only when the outbox was empty,
+// so a loop of submits costs one wake-up per batch. Two exceptions, for the round trip of one
+// task (bench/README.md, "Profile: the round trip"): a submit that comes alone sends the outbox
+// itself, and a thread that waits for a future reads the scheduler's socket itself meanwhile,
+// so neither waits for a hand-off to or from the I/O thread. `sched_mu_` makes the socket one
+// thread's at a time; the I/O thread polls its file descriptor, not the socket.
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstring>
 #include <functional>
 #include <typeinfo>
 #include <condition_variable>
@@ -91,10 +97,33 @@ struct FutureState {
 class ClientCore {
  public:
   ClientCore(std::string address, const ClientOptions& options);
-  ~ClientCore() { close("client closed"); }
+  ~ClientCore() {
+    close("client closed");
+    if (reader_fd_ >= 0) ::close(reader_fd_);
+  }
 
   void close(const std::string& reason);
   void wake_locked();
+  /// Wakes the threads waiting on cv_, and the thread reading for its future (mu_ held).
+  void notify_locked();
+  /// Sends what the outbox holds, in order (sched_mu_ held). From a user thread
+  /// (`io_thread` false) nothing goes while scatters or fetches wait, which only the I/O thread
+  /// does (a scatter must go before the tasks that use it): the I/O thread is woken instead.
+  void send_outbox(bool io_thread);
+  /// After a send by the I/O thread while a waiting thread reads (sched_mu_ held): the send may
+  /// have taken the socket's signal of a message that came meanwhile, for which that thread,
+  /// polling the socket's descriptor, would then not wake: it is woken.
+  void tell_reader_if_unread();
+  /// Receives and handles what the scheduler sent, up to `max` messages (sched_mu_ held).
+  void read_scheduler(std::size_t max);
+  /// A submit that comes alone (none in the last 50 us, no wake-up pending) is sent by the
+  /// submitting thread, unless the I/O thread has the socket now (mu_ held; released).
+  void send_or_wake(std::unique_lock<std::mutex>& lock);
+  /// A thread waiting for `done()` (mu_ held by `lock`) reads the scheduler's socket itself until
+  /// done, the deadline, or a notify. False when another thread reads already, or the client is
+  /// closed: then wait on cv_.
+  bool read_while_waiting(std::unique_lock<std::mutex>& lock, const std::function<bool()>& done,
+                          std::optional<std::chrono::steady_clock::time_point> deadline);
   void finish_locked(FutureState& s);  // status left pending: notify watchers, queue callbacks
   /// Queues a done-callback for the callback thread (started on first use).
   void run_callback_locked(std::function<void()> fn);
@@ -169,6 +198,14 @@ class ClientCore {
   /// Applies task_updates (or an attach's current states) to the futures they name.
   void apply_updates_locked(protocol::TaskUpdatesEvent& ev);
   bool wake_pending_ = false;
+  std::chrono::steady_clock::time_point last_submit_{};  // send_or_wake: submits come alone or in a burst
+  // The thread reading the scheduler's socket while it waits (read_while_waiting), woken
+  // through reader_fd_ when the I/O thread finishes its future (a fetch) or the client closes.
+  bool reader_active_ = false;
+  bool io_looks_soon_ = false;  // the I/O thread polls for at most 2 ms (a reader is active)
+  std::thread::id reader_thread_;
+  int reader_fd_ = -1;
+  std::vector<std::string> peers_gone_;  // read by a waiting thread: the I/O thread forgets them
   std::string lost_reason_;  // non-empty once the connection is gone
   int n_workers_ = 0;
   std::vector<protocol::PoolStatus> pools_;
@@ -177,7 +214,11 @@ class ClientCore {
   Config config_ = Config::from_env();
   zmq::context_t context_{1};
   security::Auth auth_ = security::Auth::for_client();
+  std::mutex sched_mu_;  // sched_ is one thread's at a time (lock order: sched_mu_, then mu_)
   zmq::socket_t sched_;
+  int sched_fd_ = -1;     // its ZMQ_FD: polled, then ZMQ_EVENTS asked under sched_mu_
+  std::atomic<std::int64_t> last_heard_ns_{0};  // steady clock: the scheduler's last message
+  void heard() { last_heard_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
   std::unique_ptr<data::DataClient> fetcher_;  // gathers from workers' data ports (I/O thread)
   std::unique_ptr<data::DataServer> scatter_server_;  // serves scatter_held_ (I/O thread)
   int wake_fd_ = -1;
@@ -185,6 +226,7 @@ class ClientCore {
   std::atomic<std::uint64_t> next_seq_{1};
   std::atomic<bool> stop_{false};
   std::thread io_;
+  std::thread::id io_id_;  // io_'s, set before the constructor returns
   std::weak_ptr<ClientCore> self_;
   // Future::add_done_callback: one thread runs them, in completion order (guarded by mu_).
   std::deque<std::function<void()>> callback_queue_;
@@ -200,7 +242,9 @@ FutureState::~FutureState() {
   if (!core->scatter_held_.empty()) core->scatter_held_.erase(id);
   if (core->lost_reason_.empty()) {
     core->out_releases_.push_back(id);
-    core->wake_locked();
+    // The I/O thread comes by within 2 ms while a thread reads for its future (or just did),
+    // and the next submit takes it along: no wake-up of its own for a release then.
+    if (!core->io_looks_soon_) core->wake_locked();
   }
 }
 
@@ -256,10 +300,14 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
     connected = true;
   }
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) throw Error("eventfd failed");
+  reader_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (wake_fd_ < 0 || reader_fd_ < 0) throw Error(std::string("eventfd failed: ") + std::strerror(errno));
+  sched_fd_ = sched_.get(zmq::sockopt::fd);
+  heard();
   fetcher_ = std::make_unique<data::DataClient>(context_, auth_, std::chrono::milliseconds(config_.timeout_ms));
   fetcher_->take_lanes(config_.data_lanes != 0);
   io_ = std::thread([this] { io_loop(); });
+  io_id_ = io_.get_id();
 }
 
 void ClientCore::close(const std::string& reason) {
@@ -375,12 +423,220 @@ void ClientCore::lose_all_locked(const std::string& reason) {
       finish_locked(*s);
     }
   }
+  notify_locked();
+}
+
+void ClientCore::notify_locked() {
   cv_.notify_all();
+  if (reader_active_ && reader_thread_ != std::this_thread::get_id()) {
+    const std::uint64_t one = 1;
+    (void)!::write(reader_fd_, &one, sizeof one);
+  }
+}
+
+void ClientCore::send_outbox(bool io_thread) {
+  // Take the outbox; send submissions before releases so an input is never released ahead
+  // of the task that needs it.
+  std::vector<protocol::BatchWriter> submits;
+  std::vector<TaskId> releases, cancels, force_cancels, fire_and_forget;
+  std::vector<std::pair<protocol::ScatterRequest, data::PayloadPtr>> scatters;
+  std::map<std::string, std::vector<TaskId>> fetches;
+  std::vector<protocol::ScalePoolRequest> scales;
+  std::vector<protocol::StatusRequest> statuses;
+  std::vector<protocol::LogsRequest> logs;
+  std::vector<protocol::ReplicateRequest> replicates;
+  std::vector<protocol::RestartRequest> restarts;
+  std::vector<protocol::CampaignRequest> campaigns;
+  {
+    std::lock_guard lock(mu_);
+    if (!io_thread && (!out_scatters_.empty() || !out_fetches_.empty())) {
+      wake_locked();
+      return;
+    }
+    restarts.swap(out_restarts_);
+    campaigns.swap(out_campaigns_);
+    scales.swap(out_scales_);
+    statuses.swap(out_statuses_);
+    logs.swap(out_logs_);
+    submits.swap(out_submits_);
+    releases.swap(out_releases_);
+    cancels.swap(out_cancels_);
+    replicates.swap(out_replicates_);
+    force_cancels.swap(out_force_cancels_);
+    fire_and_forget.swap(out_fire_and_forget_);
+    scatters.swap(out_scatters_);
+    fetches.swap(out_fetches_);
+    wake_pending_ = false;
+  }
+  for (auto& [req, bytes] : scatters) {
+    if (req.nbytes > 0) {  // a big one, served from here: the scheduler learns where
+      req.source = scatter_source();
+      if (!req.source.empty()) {
+        protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req));
+        continue;
+      }
+      req.nbytes = 0;  // no data port: through the scheduler after all
+      std::lock_guard lock(mu_);
+      scatter_held_.erase(req.id);
+    }
+    std::vector<zmq::message_t> payload;
+    payload.push_back(data::zero_copy(bytes));
+    protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req), std::move(payload));
+  }
+  // Releases ride with the last submissions when nothing else goes between them (one message,
+  // not two, on a round trip's path): the scheduler takes them after those tasks.
+  const bool release_with_submits = !submits.empty() && !releases.empty() && releases.size() <= 4096 && replicates.empty() &&
+                                    fire_and_forget.empty() && cancels.empty() && force_cancels.empty();
+  if (!submits.empty()) {
+    for (std::size_t i = 0; i < submits.size(); ++i) {
+      const bool last = i + 1 == submits.size();
+      protocol::send(sched_, "", MessageType::submit_tasks,
+                     last && release_with_submits ? submits[i].message(releases) : submits[i].message());
+    }
+    if (release_with_submits) releases.clear();
+    std::lock_guard lock(mu_);
+    for (auto& batch : submits) {
+      if (spare_batches_.size() >= kSpareBatches || batch.capacity() > 4 * kSubmitBatchBytes) continue;
+      batch.clear();
+      spare_batches_.push_back(std::move(batch));
+    }
+  }
+  for (const auto& req : replicates) {  // after the scatters and submissions they name
+    protocol::send(sched_, "", MessageType::replicate, protocol::encode(req));
+  }
+  if (!fire_and_forget.empty()) {  // after the submissions, before any release of them
+    protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
+  }
+  if (!cancels.empty()) {
+    protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
+  }
+  if (!force_cancels.empty()) {
+    protocol::send(sched_, "", MessageType::force_cancel_tasks, protocol::encode(protocol::KeysEvent{force_cancels}));
+  }
+  if (!releases.empty()) {
+    protocol::send(sched_, "", MessageType::release_keys, protocol::encode(protocol::KeysEvent{releases}));
+  }
+  for (const auto& req : scales) {
+    protocol::send(sched_, "", MessageType::scale_pool, protocol::encode(req));
+  }
+  for (const auto& req : campaigns) {  // after the submissions: a campaign just submitted is there
+    protocol::send<MessageType::campaign_request>(sched_, "", req);
+  }
+  for (const auto& req : statuses) {
+    protocol::send(sched_, "", MessageType::status_request, protocol::encode(req));
+  }
+  for (const auto& req : logs) protocol::send(sched_, "", MessageType::logs_request, protocol::encode(req));
+  // After this turn's submissions: a task submitted before restart() is cancelled by it.
+  for (const auto& req : restarts) protocol::send<MessageType::restart_request>(sched_, "", req);
+  for (auto& [address, ids] : fetches) fetcher_->request(address, std::move(ids), std::chrono::steady_clock::now());
+}
+
+void ClientCore::tell_reader_if_unread() {
+  if ((sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) == 0) return;
+  std::lock_guard lock(mu_);
+  if (reader_active_) notify_locked();
+}
+
+void ClientCore::read_scheduler(std::size_t max) {
+  // ZMQ_EVENTS first: an empty non-blocking receive still costs libzmq a poll(2) and a
+  // getpid(2), on the round trip's path (bench/README.md).
+  for (std::size_t n = 0; n < max && (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; ++n) {
+    auto msg = protocol::try_receive(sched_, false);
+    if (!msg) break;
+    heard();
+    handle_scheduler(*msg);
+  }
+}
+
+void ClientCore::send_or_wake(std::unique_lock<std::mutex>& lock) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool alone = !wake_pending_ && now - last_submit_ > std::chrono::microseconds(50) && lost_reason_.empty();
+  last_submit_ = now;
+  if (!alone) {
+    wake_locked();
+    return;
+  }
+  lock.unlock();
+  std::unique_lock sl(sched_mu_, std::try_to_lock);
+  if (!sl.owns_lock() || stop_.load()) {  // the I/O thread has it: it sends, once woken
+    lock.lock();
+    wake_locked();
+    return;
+  }
+  send_outbox(false);
+  // A send can take the socket's signal of a message that came meanwhile: whoever polls it
+  // would not wake for that one.
+  const bool unread = (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+  sl.unlock();
+  lock.lock();
+  if (unread) {
+    if (reader_active_) {
+      notify_locked();
+    } else {
+      wake_locked();
+    }
+  }
+}
+
+bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const std::function<bool()>& done,
+                                    std::optional<std::chrono::steady_clock::time_point> deadline) {
+  if (reader_active_ || !lost_reason_.empty() || stop_.load()) return false;
+  reader_active_ = true;
+  reader_thread_ = std::this_thread::get_id();
+  lock.unlock();
+  bool unread = false;
+  {
+    std::unique_lock sl(sched_mu_);
+    send_outbox(false);  // what this thread submitted, if the I/O thread has not yet
+    for (;;) {
+      // One message at a time, and out as soon as it is done: a message after it is left to the
+      // I/O thread (its next turn asks the socket), not looked for here (a system call).
+      bool got = false;
+      if ((sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0) {
+        if (auto msg = protocol::try_receive(sched_, false)) {
+          heard();
+          handle_scheduler(*msg);
+          got = true;
+        }
+      }
+      {
+        std::lock_guard l(mu_);
+        if (done() || !lost_reason_.empty() || stop_.load()) break;
+      }
+      if (got) continue;
+      int wait_ms = static_cast<int>(config_.heartbeat_ms);
+      if (deadline) {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(*deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) break;
+        wait_ms = static_cast<int>(std::min<std::int64_t>(wait_ms, left.count() + 1));
+      }
+      sl.unlock();
+      pollfd fds[2] = {{sched_fd_, POLLIN, 0}, {reader_fd_, POLLIN, 0}};
+      (void)::poll(fds, 2, wait_ms);
+      if (fds[1].revents & POLLIN) {
+        std::uint64_t n;
+        (void)!::read(reader_fd_, &n, sizeof n);
+      }
+      sl.lock();
+    }
+    // A message that came after the last one read here took the socket's signal: the I/O thread
+    // finds it at its next turn, within 2 ms when it polls briefly (io_looks_soon_); else it
+    // sleeps on that signal, and is woken for it.
+    bool soon;
+    {
+      std::lock_guard l(mu_);
+      soon = io_looks_soon_;
+    }
+    unread = !soon && (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+  }
+  lock.lock();
+  reader_active_ = false;
+  if (unread || !peers_gone_.empty()) wake_locked();
+  return true;
 }
 
 void ClientCore::io_loop() {
   using Clock = std::chrono::steady_clock;
-  auto last_heard = Clock::now();
   auto last_beat = Clock::now();
   std::vector<zmq::pollitem_t> items;
   data::DataEvents events;
@@ -390,108 +646,56 @@ void ClientCore::io_loop() {
     on_fetch_failed(address, ids, why);
   };
   while (!stop_.load()) {
-    items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0}, {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
+    // The scheduler's socket is polled unless a waiting thread reads it (read_while_waiting);
+    // then this thread looks again every 2 ms, in case that one stopped.
+    bool skip_sched, readable = false;
+    {
+      std::lock_guard sl(sched_mu_);
+      {
+        std::lock_guard lock(mu_);
+        skip_sched = io_looks_soon_ = reader_active_;
+      }
+      if (!skip_sched) readable = (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+    }
+    items.assign({{nullptr, wake_fd_, ZMQ_POLLIN, 0}});
+    if (!skip_sched) items.push_back({nullptr, sched_fd_, ZMQ_POLLIN, 0});
     const std::size_t served = scatter_server_ ? items.size() : SIZE_MAX;
     if (scatter_server_) items.push_back({static_cast<void*>(scatter_server_->socket()), 0, ZMQ_POLLIN, 0});
     const std::size_t first_peer = fetcher_->add_poll_items(items);
+    auto wait = std::chrono::milliseconds(config_.heartbeat_ms);
+    if (readable) wait = std::chrono::milliseconds(0);
+    if (skip_sched) wait = std::min(wait, std::chrono::milliseconds(2));
     try {
-      zmq::poll(items.data(), items.size(), std::chrono::milliseconds(config_.heartbeat_ms));
+      protocol::poll(items, wait);
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
-    if (items[1].revents & ZMQ_POLLIN) {
+    if (items[0].revents & ZMQ_POLLIN) {
       std::uint64_t n;
       (void)!::read(wake_fd_, &n, sizeof n);
     }
-    // Take the outbox; send submissions before releases so an input is never released ahead
-    // of the task that needs it.
-    std::vector<protocol::BatchWriter> submits;
-    std::vector<TaskId> releases, cancels, force_cancels, fire_and_forget;
-    std::vector<std::pair<protocol::ScatterRequest, data::PayloadPtr>> scatters;
-    std::map<std::string, std::vector<TaskId>> fetches;
-    std::vector<protocol::ScalePoolRequest> scales;
-    std::vector<protocol::StatusRequest> statuses;
-    std::vector<protocol::LogsRequest> logs;
-    std::vector<protocol::ReplicateRequest> replicates;
-    std::vector<protocol::RestartRequest> restarts;
-    std::vector<protocol::CampaignRequest> campaigns;
+    std::vector<std::string> gone;
+    const auto now = Clock::now();
     {
-      std::lock_guard lock(mu_);
-      restarts.swap(out_restarts_);
-      campaigns.swap(out_campaigns_);
-      scales.swap(out_scales_);
-      statuses.swap(out_statuses_);
-      logs.swap(out_logs_);
-      submits.swap(out_submits_);
-      releases.swap(out_releases_);
-      cancels.swap(out_cancels_);
-      replicates.swap(out_replicates_);
-      force_cancels.swap(out_force_cancels_);
-      fire_and_forget.swap(out_fire_and_forget_);
-      scatters.swap(out_scatters_);
-      fetches.swap(out_fetches_);
-      wake_pending_ = false;
-    }
-    for (auto& [req, bytes] : scatters) {
-      if (req.nbytes > 0) {  // a big one, served from here: the scheduler learns where
-        req.source = scatter_source();
-        if (!req.source.empty()) {
-          protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req));
-          continue;
-        }
-        req.nbytes = 0;  // no data port: through the scheduler after all
+      std::lock_guard sl(sched_mu_);
+      send_outbox(true);
+      bool reader;
+      {
         std::lock_guard lock(mu_);
-        scatter_held_.erase(req.id);
+        reader = reader_active_;
+        gone.swap(peers_gone_);
       }
-      std::vector<zmq::message_t> payload;
-      payload.push_back(data::zero_copy(bytes));
-      protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req), std::move(payload));
-    }
-    if (!submits.empty()) {
-      for (auto& batch : submits) protocol::send(sched_, "", MessageType::submit_tasks, batch.message());
-      std::lock_guard lock(mu_);
-      for (auto& batch : submits) {
-        if (spare_batches_.size() >= kSpareBatches || batch.capacity() > 4 * kSubmitBatchBytes) continue;
-        batch.clear();
-        spare_batches_.push_back(std::move(batch));
+      if (now - last_beat >= std::chrono::milliseconds(config_.heartbeat_ms)) {
+        last_beat = now;
+        protocol::send(sched_, "", MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
+      }
+      if (!reader) {
+        read_scheduler(SIZE_MAX);
+      } else {
+        tell_reader_if_unread();
       }
     }
-    for (const auto& req : replicates) {  // after the scatters and submissions they name
-      protocol::send(sched_, "", MessageType::replicate, protocol::encode(req));
-    }
-    if (!fire_and_forget.empty()) {  // after the submissions, before any release of them
-      protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
-    }
-    if (!cancels.empty()) {
-      protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
-    }
-    if (!force_cancels.empty()) {
-      protocol::send(sched_, "", MessageType::force_cancel_tasks, protocol::encode(protocol::KeysEvent{force_cancels}));
-    }
-    if (!releases.empty()) {
-      protocol::send(sched_, "", MessageType::release_keys, protocol::encode(protocol::KeysEvent{releases}));
-    }
-    for (const auto& req : scales) {
-      protocol::send(sched_, "", MessageType::scale_pool, protocol::encode(req));
-    }
-    for (const auto& req : campaigns) {  // after the submissions: a campaign just submitted is there
-      protocol::send<MessageType::campaign_request>(sched_, "", req);
-    }
-    for (const auto& req : statuses) {
-      protocol::send(sched_, "", MessageType::status_request, protocol::encode(req));
-    }
-    for (const auto& req : logs) protocol::send(sched_, "", MessageType::logs_request, protocol::encode(req));
-    // After this turn's submissions: a task submitted before restart() is cancelled by it.
-    for (const auto& req : restarts) protocol::send<MessageType::restart_request>(sched_, "", req);
-    for (auto& [address, ids] : fetches) fetcher_->request(address, std::move(ids), Clock::now());
-    // Only when poll saw it: an empty non-blocking receive still costs libzmq a poll(2) and a
-    // getpid(2), on the round trip's path when the eventfd woke us (bench/README.md).
-    while ((items[0].revents & ZMQ_POLLIN) != 0) {
-      auto msg = protocol::try_receive(sched_, false);
-      if (!msg) break;
-      last_heard = Clock::now();
-      handle_scheduler(*msg);
-    }
+    for (const auto& a : gone) fetcher_->forget(a);
     if (served != SIZE_MAX && (items[served].revents & ZMQ_POLLIN) != 0) {
       scatter_server_->serve([this](TaskId id) -> data::PayloadPtr {
         std::lock_guard lock(mu_);
@@ -499,21 +703,17 @@ void ClientCore::io_loop() {
         return it == scatter_held_.end() ? nullptr : it->second;
       });
     }
-    const auto now = Clock::now();
     fetcher_->receive(items, first_peer, events, now);
     fetcher_->expire(now, events);
     {
       std::lock_guard lock(mu_);
       if (!lost_reason_.empty()) break;
+      const auto last_heard = Clock::time_point(Clock::duration(last_heard_ns_.load()));
       if (now - last_heard > std::chrono::milliseconds(config_.timeout_ms)) {
         lose_all_locked("scheduler lost: no message from " + address_ + " for " +
                         std::to_string(config_.timeout_ms) + " ms");
         break;
       }
-    }
-    if (now - last_beat >= std::chrono::milliseconds(config_.heartbeat_ms)) {
-      last_beat = now;
-      protocol::send(sched_, "", MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
     }
   }
   if (stop_.load()) {
@@ -529,6 +729,7 @@ void ClientCore::io_loop() {
           fire_and_forget.swap(out_fire_and_forget_);
         }
       }
+      std::lock_guard sl(sched_mu_);
       for (auto& batch : submits) protocol::send(sched_, "", MessageType::submit_tasks, batch.message());
       if (!fire_and_forget.empty()) {
         protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
@@ -598,7 +799,7 @@ void ClientCore::on_scatter_inline(const protocol::ScatterInlineEvent& ev) {
     }
     out_scatters_.push_back({protocol::ScatterRequest{id, "", "", 0}, std::move(bytes)});
   }
-  cv_.notify_all();
+  notify_locked();
   wake_locked();
 }
 
@@ -651,7 +852,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
         apply_updates_locked(reply.current);
       }
       it->second = std::move(reply);
-      cv_.notify_all();
+      notify_locked();
       break;
     }
     case MessageType::cluster_state: {
@@ -660,7 +861,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       std::lock_guard lock(mu_);
       n_workers_ = static_cast<int>(ev.workers);
       pools_ = std::move(ev.pools);
-      cv_.notify_all();
+      notify_locked();
       break;
     }
     case MessageType::scale_reply: {
@@ -668,7 +869,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (!protocol::decode(msg.frames[1], reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = scale_replies_.find(reply.request_id); it != scale_replies_.end()) it->second = reply;
-      cv_.notify_all();
+      notify_locked();
       break;
     }
     case MessageType::restart_reply: {
@@ -676,7 +877,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (!protocol::decode(msg.frames[1], reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = restart_replies_.find(reply.request_id); it != restart_replies_.end()) it->second = reply;
-      cv_.notify_all();
+      notify_locked();
       break;
     }
     case MessageType::status_reply: {
@@ -686,13 +887,16 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (auto it = status_replies_.find(reply.request_id); it != status_replies_.end()) {
         it->second = std::move(reply);
       }
-      cv_.notify_all();
+      notify_locked();
       break;
     }
     case MessageType::peers_gone: {
       protocol::PeersGoneEvent ev;
       if (protocol::decode(msg.frames[1], ev, error)) {
-        for (const auto& a : ev.addresses) fetcher_->forget(a);  // the I/O thread's own
+        // The fetcher is the I/O thread's own (this may be a waiting user thread).
+        std::lock_guard lock(mu_);
+        for (auto& a : ev.addresses) peers_gone_.push_back(std::move(a));
+        if (std::this_thread::get_id() != io_id_) wake_locked();
       }
       break;
     }
@@ -701,7 +905,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (!protocol::decode(msg.frames[1], reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = logs_replies_.find(reply.request_id); it != logs_replies_.end()) it->second = std::move(reply);
-      cv_.notify_all();
+      notify_locked();
       break;
     }
     case MessageType::shutdown: {
@@ -764,7 +968,7 @@ void ClientCore::apply_updates_locked(protocol::TaskUpdatesEvent& ev) {
     }
     finish_locked(s);
   }
-  cv_.notify_all();
+  notify_locked();
 }
 
 void ClientCore::on_fetched(TaskId id, data::PayloadPtr bytes) {
@@ -773,7 +977,7 @@ void ClientCore::on_fetched(TaskId id, data::PayloadPtr bytes) {
   if (it == states_.end()) return;
   it->second->data = std::move(bytes);
   it->second->fetching = false;
-  cv_.notify_all();
+  notify_locked();
 }
 
 void ClientCore::on_not_there(const std::string& address, TaskId id) {
@@ -785,7 +989,7 @@ void ClientCore::on_not_there(const std::string& address, TaskId id) {
   it->second->fetching = false;
   it->second->location = 0;
   it->second->status = Status::pending;
-  cv_.notify_all();
+  notify_locked();
 }
 
 void ClientCore::on_fetch_failed(const std::string& address, const std::vector<TaskId>& ids, const std::string& why) {
@@ -808,7 +1012,11 @@ void ClientCore::on_fetch_failed(const std::string& address, const std::vector<T
       asked.push_back(id);
     }
   }
-  if (!asked.empty()) protocol::send<MessageType::fetch_failed>(sched_, "", {asked, address, why});  // I/O thread
+  if (!asked.empty()) {
+    std::lock_guard sl(sched_mu_);
+    protocol::send<MessageType::fetch_failed>(sched_, "", {asked, address, why});
+    tell_reader_if_unread();
+  }
 }
 
 // ---- free functions used by the templates in client.hpp / future.hpp ----
@@ -860,14 +1068,22 @@ std::shared_ptr<const Payload> future_payload(FutureState& s, std::int64_t timeo
     } else if (s.status != Status::pending) {
       throw_for(s);
     }
-    if (timeout_ms < 0) {
+    const bool timed_out = timeout_ms >= 0 && std::chrono::steady_clock::now() >= deadline;
+    if (!timed_out) {
+      // Here, without the I/O thread's hand-off, when no other thread reads already.
+      // Back to the loop above once there is something to do: a finished result with no bytes
+      // here and no fetch asked for yet is fetched there.
+      auto ready = [&] { return s.status != Status::pending && (s.data || s.status != Status::finished || !s.fetching); };
+      if (core.read_while_waiting(lock, ready, timeout_ms < 0 ? std::nullopt : std::optional(deadline))) continue;
+    }
+    if (timed_out || (timeout_ms >= 0 && core.cv_.wait_until(lock, deadline) == std::cv_status::timeout)) {
+      if (!(s.status == Status::finished && s.data) && (s.status == Status::pending || s.status == Status::finished)) {
+        throw TimeoutError("task " + s.key() + " " +
+                           (s.status == Status::pending ? "did not finish" : "result did not arrive") +
+                           " within " + std::to_string(timeout_ms) + " ms");
+      }
+    } else if (timeout_ms < 0) {
       core.cv_.wait(lock);
-    } else if (core.cv_.wait_until(lock, deadline) == std::cv_status::timeout &&
-               !(s.status == Status::finished && s.data) &&
-               (s.status == Status::pending || s.status == Status::finished)) {
-      throw TimeoutError("task " + s.key() + " " +
-                         (s.status == Status::pending ? "did not finish" : "result did not arrive") +
-                         " within " + std::to_string(timeout_ms) + " ms");
     }
   }
 }
@@ -909,6 +1125,13 @@ bool future_done(const FutureState& s) {
 
 bool future_wait(const FutureState& s, std::int64_t timeout_ms) {
   std::unique_lock lock(s.core->mu_);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max<std::int64_t>(timeout_ms, 0));
+  while (!is_done(s) && (timeout_ms < 0 || std::chrono::steady_clock::now() < deadline)) {
+    if (!s.core->read_while_waiting(lock, [&] { return is_done(s); },
+                                    timeout_ms < 0 ? std::nullopt : std::optional(deadline))) {
+      break;  // another thread reads: wait below
+    }
+  }
   if (timeout_ms < 0) {
     s.core->cv_.wait(lock, [&] { return is_done(s); });
     return true;
@@ -925,7 +1148,7 @@ void future_cancel(FutureState& s, bool force) {
     (force ? s.core->out_force_cancels_ : s.core->out_cancels_).push_back(s.id);
     s.core->wake_locked();
   }
-  s.core->cv_.notify_all();
+  s.core->notify_locked();
 }
 
 std::exception_ptr future_exception(const FutureState& s, std::int64_t timeout_ms) {
@@ -1009,7 +1232,7 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   spec.campaign = options.campaign();
   spec.isolated = options.isolated();
   spec.isolated_memory = options.isolated_memory();
-  std::lock_guard lock(core.mu_);
+  std::unique_lock lock(core.mu_);
   if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
   state->function = core.intern_locked(function);
   if (std::string why = core.over_limit("its arguments", spec.args.size()); !why.empty()) {
@@ -1022,7 +1245,7 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
   core.states_[state->id] = state.get();
   if (!spec.campaign.empty()) core.campaign_futures_[state->id] = state;
   core.add_submits_locked(&spec, 1);
-  core.wake_locked();
+  core.send_or_wake(lock);
   return state;
 }
 
@@ -1414,7 +1637,7 @@ void Client::restart(std::chrono::milliseconds timeout) {
     st->fetching = false;
     core.finish_locked(*st);
   }
-  core.cv_.notify_all();
+  core.notify_locked();
   if (!reply->ok) throw TimeoutError(reply->error);
 }
 

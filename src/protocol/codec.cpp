@@ -1,5 +1,7 @@
 #include "protocol/codec.hpp"
 
+#include <poll.h>
+
 #include <cerrno>
 #include <cstring>
 #include <utility>
@@ -75,9 +77,17 @@ void BatchWriter::clear() {
   count_ = 0;
 }
 
-zmq::message_t BatchWriter::message() {
+zmq::message_t BatchWriter::message(const std::vector<std::uint64_t>& after) {
   for (int i = 0; i < 4; ++i) bytes_[2 + i] = static_cast<char>((count_ >> (24 - 8 * i)) & 0xff);
-  return zmq::message_t(bytes_.data(), bytes_.size());
+  if (after.empty()) return zmq::message_t(bytes_.data(), bytes_.size());
+  msgpack::sbuffer tail;
+  msgpack::pack(tail, after);
+  zmq::message_t m(bytes_.size() + tail.size());
+  auto* out = static_cast<char*>(m.data());
+  std::memcpy(out, bytes_.data(), bytes_.size());
+  std::memcpy(out + bytes_.size(), tail.data(), tail.size());
+  out[0] = static_cast<char>(0x92);  // fixarray(2): the elements, then `after`
+  return m;
 }
 
 void send(zmq::socket_t& socket, const std::string& identity, MessageType type,
@@ -113,6 +123,56 @@ std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
     r.frames.push_back(std::move(next));
   }
   return r;
+}
+
+int poll(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout) {
+  thread_local std::vector<pollfd> fds;
+  fds.resize(items.size());
+  int ready = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    zmq::pollitem_t& item = items[i];
+    item.revents = 0;
+    if (item.socket != nullptr) {
+      int fd = -1;
+      std::uint32_t events = 0;
+      std::size_t size = sizeof fd;
+      if (zmq_getsockopt(item.socket, ZMQ_FD, &fd, &size) != 0) throw zmq::error_t();
+      size = sizeof events;
+      if (zmq_getsockopt(item.socket, ZMQ_EVENTS, &events, &size) != 0) throw zmq::error_t();
+      if ((events & ZMQ_POLLIN) != 0 && (item.events & ZMQ_POLLIN) != 0) {
+        item.revents = ZMQ_POLLIN;
+        ++ready;
+      }
+      fds[i] = {fd, POLLIN, 0};
+    } else {
+      // zmq_poll's flags are its own (ZMQ_POLLOUT is 2, POLLOUT 4).
+      const short want = static_cast<short>(((item.events & ZMQ_POLLIN) ? POLLIN : 0) |
+                                            ((item.events & ZMQ_POLLOUT) ? POLLOUT : 0) |
+                                            ((item.events & ZMQ_POLLPRI) ? POLLPRI : 0));
+      fds[i] = {item.fd, want, 0};
+    }
+  }
+  const int rc = ::poll(fds.data(), fds.size(), ready > 0 ? 0 : static_cast<int>(timeout.count()));
+  if (rc < 0) {
+    if (errno == EINTR) return ready;
+    throw zmq::error_t();
+  }
+  if (rc == 0) return ready;
+  ready = 0;
+  for (std::size_t i = 0; i < items.size(); ++i) {
+    zmq::pollitem_t& item = items[i];
+    const short r = fds[i].revents;
+    if (item.socket != nullptr) {
+      if (r != 0) item.revents = ZMQ_POLLIN;  // perhaps only commands: the reader finds out
+    } else {
+      if (r & POLLIN) item.revents |= ZMQ_POLLIN;
+      if (r & POLLOUT) item.revents |= ZMQ_POLLOUT;
+      if (r & POLLPRI) item.revents |= ZMQ_POLLPRI;
+      if (r & ~(POLLIN | POLLOUT | POLLPRI)) item.revents |= ZMQ_POLLERR;
+    }
+    if (item.revents != 0) ++ready;
+  }
+  return ready;
 }
 
 std::string to_string(MessageType type) {

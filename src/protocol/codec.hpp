@@ -4,6 +4,7 @@
 // drops the peer that sent it.
 #pragma once
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -74,8 +75,9 @@ class BatchWriter {
   std::uint32_t count() const { return count_; }
   std::size_t size() const { return bytes_.size(); }
   std::size_t capacity() const { return bytes_.capacity(); }
-  /// The body, as a message (a copy: the buffer stays here for the next batch).
-  zmq::message_t message();
+  /// The body, as a message (a copy: the buffer stays here for the next batch); `after`, when
+  /// not empty, as the body's second field (SubmitTasksRequest::released).
+  zmq::message_t message(const std::vector<std::uint64_t>& after = {});
   /// Empties it, keeping its memory.
   void clear();
   /// msgpack::packer's write target.
@@ -86,11 +88,13 @@ class BatchWriter {
   std::uint32_t count_ = 0;
 };
 
-/// Decodes a body [[e0, e1, ...]] element by element into one reused T and calls f(t) for
-/// each, in order (f returns false to stop). Nothing else per element is kept, so a batch of
-/// tasks costs the scheduler no vector of specs. False with a reason on malformed input.
-template <typename T, typename F>
-bool decode_each(const zmq::message_t& frame, F&& f, std::string& error, const UnpackLimits& limits = {}) {
+/// Decodes a body [[e0, e1, ...], rest...] element by element into one reused T and calls f(t)
+/// for each, in order (f returns false to stop); when given and the body has a second field,
+/// converts that into `*second` first. Nothing else per element is kept, so a batch of tasks
+/// costs the scheduler no vector of specs. False with a reason on malformed input.
+template <typename T, typename F, typename S = std::vector<std::uint64_t>>
+bool decode_each(const zmq::message_t& frame, F&& f, std::string& error, const UnpackLimits& limits = {},
+                 S* second = nullptr) {
   msgpack::object_handle handle;
   if (!decode_object(frame.data(), frame.size(), handle, error, limits)) return false;
   const msgpack::object& body = handle.get();
@@ -98,6 +102,14 @@ bool decode_each(const zmq::message_t& frame, F&& f, std::string& error, const U
       body.via.array.ptr[0].type != msgpack::type::ARRAY) {
     error = "message body does not match its type: expected [[elements...]]";
     return false;
+  }
+  if (second != nullptr && body.via.array.size >= 2) {  // first: f may stop early
+    try {
+      body.via.array.ptr[1].convert(*second);
+    } catch (const std::exception& e) {
+      error = std::string("the second field of the message body does not match its type: ") + e.what();
+      return false;
+    }
   }
   const msgpack::object_array& elements = body.via.array.ptr[0].via.array;
   T element;
@@ -133,6 +145,16 @@ struct Received {
 
 /// Receives one whole multipart message without blocking; nullopt when none is queued.
 std::optional<Received> try_receive(zmq::socket_t& socket, bool router);
+
+/// zmq::poll with fewer system calls, for the event loops: one poll(2) on the sockets' ZMQ_FDs
+/// and the plain descriptors, after asking each socket its ZMQ_EVENTS once (so a message already
+/// queued, whose signal was taken, is not slept on). zmq_poll polls twice and asks every socket
+/// before and after, and each ask costs libzmq a poll(2) and a getpid(2) when the socket's
+/// mailbox is idle: on a round trip's path most of the system calls (bench/README.md, "Profile:
+/// the round trip"). A socket may be reported readable with nothing to read (its descriptor
+/// also signals commands): read it until try_receive gives nullopt, as the loops do. Socket
+/// items may only ask for ZMQ_POLLIN. Returns the number of items with events; 0 on EINTR.
+int poll(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout);
 
 std::string to_string(MessageType type);
 

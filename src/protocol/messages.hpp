@@ -25,7 +25,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 5;
+inline constexpr std::uint8_t kProtocolVersion = 6;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
@@ -212,7 +212,10 @@ struct TaskSpec {
 // map() as several messages of ~64 KiB; the scheduler reads them with protocol::decode_each.
 struct SubmitTasksRequest {
   std::vector<TaskSpec> tasks;  // in submission order; dependencies come before dependents
-  MSGPACK_DEFINE(tasks);
+  // Released after these tasks were taken, as a release_keys would (the client's futures of
+  // earlier tasks dropped meanwhile): one message, not two, on a round trip's path.
+  std::vector<TaskId> released;
+  MSGPACK_DEFINE(tasks, released);
 };
 
 struct KeysEvent {
@@ -604,7 +607,8 @@ struct AbandonTasksEvent {
 
 struct ExecuteTasksEvent {
   std::vector<ExecuteTask> tasks;
-  MSGPACK_DEFINE(tasks);
+  std::vector<TaskId> free;  // dropped before these tasks are taken, as a free_keys would
+  MSGPACK_DEFINE(tasks, free);
 };
 
 struct PutDataEvent {

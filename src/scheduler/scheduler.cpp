@@ -129,6 +129,7 @@ int Scheduler::run() {
   if (options_.parent_fd >= 0) items.push_back({nullptr, options_.parent_fd, ZMQ_POLLIN, 0});
   // Answers from the batch system and the journal's writer wake the loop (drained below and in
   // flush()): nothing on the loop waits for either.
+  const std::size_t commands_item = items.size();
   items.push_back({nullptr, commands_.wake_fd(), ZMQ_POLLIN, 0});
   if (journal_) items.push_back({nullptr, journal_->wake_fd(), ZMQ_POLLIN, 0});
   while (!g_stop.load()) {
@@ -136,7 +137,7 @@ int Scheduler::run() {
       // With a dashboard, wake at least every 250 ms to see whether a request wants a snapshot.
       const auto wait = std::chrono::milliseconds(
           http_ ? std::min<std::int64_t>(options_.config.heartbeat_ms, 250) : static_cast<std::int64_t>(options_.config.heartbeat_ms));
-      zmq::poll(items.data(), items.size(), wait);
+      protocol::poll(items, wait);
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
@@ -160,7 +161,9 @@ int Scheduler::run() {
       }
     }
     t = now();
-    commands_.drain();  // the batch system's answers (they update the pools; see step_pools)
+    // The batch system's answers (they update the pools; see step_pools): only when its eventfd
+    // says so (an empty read is a system call on every turn, on a round trip's path).
+    if ((items[commands_item].revents & ZMQ_POLLIN) != 0) commands_.drain();
     state_.tick(t);
     if (t.mono - last_pool_step_ >= std::chrono::milliseconds(200)) {
       last_pool_step_ = t.mono;
@@ -322,6 +325,7 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       break;
     case MessageType::submit_tasks: {
       // A SubmitTasksRequest, read one TaskSpec at a time (no vector of specs to allocate).
+      std::vector<protocol::TaskId> released;
       (void)protocol::decode_each<protocol::TaskSpec>(
           msg.frames[1],
           [&](const protocol::TaskSpec& spec) {
@@ -335,7 +339,8 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
             }
             return true;
           },
-          error);
+          error, {}, &released);
+      if (!released.empty()) state_.release(id, released);  // after the tasks, as a release_keys
       break;
     }
     case MessageType::release_keys: {
@@ -555,7 +560,13 @@ void Scheduler::flush_worker(WorkerId id) {
   WorkerOut& w = it->second;
   const std::string* identity = identity_of(Role::worker, id);
   if (identity != nullptr) {
-    if (!w.free.empty()) protocol::send<MessageType::free_keys>(socket_, *identity, {std::move(w.free)});
+    // Freed results ride with the tasks to run when nothing else goes between (one message, not
+    // two, on a round trip's path); the worker frees them first, as it would a free_keys.
+    const bool free_with_execute = !w.free.empty() && !w.execute.empty() && w.put.empty() && w.put_from.empty() &&
+                                   w.acquire.empty();
+    if (!w.free.empty() && !free_with_execute) {
+      protocol::send<MessageType::free_keys>(socket_, *identity, {std::move(w.free)});
+    }
     for (auto& [tid, payload] : w.put) {
       std::vector<zmq::message_t> payloads;
       payloads.push_back(std::move(payload));
@@ -563,7 +574,10 @@ void Scheduler::flush_worker(WorkerId id) {
     }
     for (auto& ev : w.put_from) protocol::send<MessageType::put_data>(socket_, *identity, ev);
     if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(socket_, *identity, {std::move(w.acquire)});
-    if (!w.execute.empty()) protocol::send<MessageType::execute_tasks>(socket_, *identity, {std::move(w.execute)});
+    if (!w.execute.empty()) {
+      protocol::send<MessageType::execute_tasks>(socket_, *identity,
+                                                 {std::move(w.execute), free_with_execute ? std::move(w.free) : std::vector<protocol::TaskId>{}});
+    }
     if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(socket_, *identity, {std::move(w.cancel)});
     if (w.retiring) protocol::send<MessageType::retiring>(socket_, *identity, *w.retiring);
     if (!w.abandon.empty()) {

@@ -347,7 +347,7 @@ int Worker::run() {
     }
     turn.unlock();
     try {
-      zmq::poll(items.data(), items.size(), wait);
+      protocol::poll(items, wait);
     } catch (const zmq::error_t& e) {
       if (e.num() != EINTR) throw;
     }
@@ -457,8 +457,12 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
     case MessageType::execute_tasks: {
       // Into the same list every time (its tasks are moved out, its storage kept): a batch of
       // hundreds of tasks would otherwise take fresh pages in each of many worker processes.
-      if (protocol::decode<MessageType::execute_tasks>(msg, execute_in_, error)) on_execute(execute_in_);
+      if (protocol::decode<MessageType::execute_tasks>(msg, execute_in_, error)) {
+        if (!execute_in_.free.empty()) state_->free_keys(execute_in_.free);  // first, as a free_keys before
+        on_execute(execute_in_);
+      }
       execute_in_.tasks.clear();
+      execute_in_.free.clear();
       if (execute_in_.tasks.capacity() > kKeptEntries) std::vector<protocol::ExecuteTask>().swap(execute_in_.tasks);
       break;
     }
@@ -585,6 +589,7 @@ void Worker::carry_out() {
     // allocator may keep them, and a paused worker would stay paused).
     if (options_.memory_limit > 0 && before - store_.memory_bytes() >= (4u << 20)) ::malloc_trim(0);
   }
+  std::optional<Run> here = take_inline_run_locked(out);
   hand_off_runs_locked(out, now, false);
   for (auto& r : out.results) results_out_.push_back(std::move(r));
   acquired_out_.insert(acquired_out_.end(), out.acquired.begin(), out.acquired.end());
@@ -603,6 +608,14 @@ void Worker::carry_out() {
     }
   }
   out.clear();
+  if (here) {
+    // Its result (and what the state starts next) come out as new instructions: sent below.
+    run_inline(std::move(*here));
+    if (silent.empty()) {
+      carry_out();
+      return;
+    }
+  }
   if (!silent.empty()) {
     // Failed at once, as the last request there did; the state tries the next holder or
     // reports the inputs out of reach (a new round of instructions).
@@ -636,10 +649,64 @@ bool Worker::hand_off_runs_locked(WorkerInstructions& out, Clock::time_point now
   return more;
 }
 
-void Worker::finish_on_executor(Completion c) {
+namespace {
+/// True on the I/O thread while it runs a task itself (Worker::run_inline).
+bool& running_inline() {
+  thread_local bool here = false;
+  return here;
+}
+constexpr std::uint32_t kQuickRunsToInline = 8;
+}  // namespace
+
+void Worker::time_function_locked(const std::string& function, std::uint64_t duration_us) {
+  if (options_.config.inline_us == 0) return;
+  FunctionTimes& t = function_times_[function];
+  if (duration_us < options_.config.inline_us) {
+    if (t.quick_runs < kQuickRunsToInline) ++t.quick_runs;
+  } else {
+    t.quick_runs = 0;
+  }
+}
+
+std::optional<Run> Worker::take_inline_run_locked(WorkerInstructions& out) {
+  if (out.run.size() != 1 || options_.config.inline_us == 0) return std::nullopt;
+  const Run& r = out.run.front();
+  // What needs an executor: a time limit (enforced by abandoning the thread), a child process,
+  // a gang's collectives, a GPU stream.
+  if (r.task.timeout_ms > 0 || r.task.isolated || r.task.gang != 0 || !r.devices.empty()) return std::nullopt;
+  auto it = function_times_.find(r.task.function);
+  if (it == function_times_.end() || it->second.never || it->second.quick_runs < kQuickRunsToInline) return std::nullopt;
+  std::optional<Run> here(std::move(out.run.front()));
+  out.run.clear();
+  return here;
+}
+
+void Worker::run_inline(Run run) {
+  const std::string function = run.task.function;
+  running_inline() = true;
+  task::LogBook::instance().task_started(run.task.id, run.task.key);
+  detail::current_task_id() = run.task.id;
+  Completion c = execute(run.task, run.devices, nullptr);
+  detail::current_task_id() = 0;
+  task::LogBook::instance().task_finished(run.task.id);
+  running_inline() = false;
+  FunctionTimes& t = function_times_[function];
+  if (std::exchange(inline_seceded_, false)) t.never = true;
+  if (c.duration_us >= 10 * static_cast<std::uint64_t>(options_.config.inline_us) && !t.never) {
+    // Its quick runs did not tell: from now on it goes to executors, where it blocks no I/O.
+    t.never = true;
+    HERD_LOG(info) << "function " << function << " took " << c.duration_us << " us on the I/O thread; its tasks "
+                   << "run on executors from now on";
+  }
+  time_function_locked(function, c.duration_us);
+  state_->finished(std::move(c));
+}
+
+void Worker::finish_on_executor(Completion c, const std::string& function) {
   bool wake = false;
   {
     std::lock_guard lock(state_mu_);
+    time_function_locked(function, c.duration_us);
     if (!deadlines_.empty()) deadlines_.erase(c.id);
     state_->finished(std::move(c));
     WorkerInstructions& out = state_->out();
@@ -726,7 +793,7 @@ void Worker::executor_loop() {
       }
     }
     if (!seceded_thread()) {
-      finish_on_executor(std::move(c));
+      finish_on_executor(std::move(c), run.task.function);
       continue;
     }
     // Its task seceded: another executor has had its slot since. Through the I/O thread, after
@@ -736,6 +803,7 @@ void Worker::executor_loop() {
       std::lock_guard lock(done_mu_);
       was_empty = done_.empty();
       done_.push_back(std::move(c));
+      seceded_functions_.push_back(run.task.function);
     }
     if (was_empty) wake_io();
     {
@@ -747,6 +815,12 @@ void Worker::executor_loop() {
 }
 
 void Worker::secede_task(TaskId id) {
+  if (running_inline()) {
+    // On the I/O thread (a function that was quick until now): nothing to give back, it ends
+    // soon or the worker is stuck with it. Never here again.
+    inline_seceded_ = true;
+    return;
+  }
   {
     std::lock_guard lock(run_mu_);
     if (!seceded_thread()) {
@@ -779,6 +853,7 @@ void Worker::join_ended_locked() {
 }
 
 void Worker::rejoin_task(TaskId id) {
+  if (running_inline()) return;  // it never left its slot (secede_task)
   auto granted = std::make_shared<std::promise<void>>();
   auto f = granted->get_future();
   {
@@ -1037,9 +1112,11 @@ void Worker::drain_completions() {
   std::vector<Completion> done;
   std::vector<protocol::GangJoinRequest> joins;
   std::vector<SecedeCall> calls;
+  std::vector<std::string> seceded;
   {
     std::lock_guard lock(done_mu_);
     done.swap(done_);
+    seceded.swap(seceded_functions_);
     joins.swap(gang_joins_);
     calls.swap(secede_calls_);
   }
@@ -1057,6 +1134,7 @@ void Worker::drain_completions() {
       }
     }
   }
+  for (const auto& function : seceded) function_times_[function].never = true;  // never on the I/O thread
   for (const auto& join : joins) protocol::send<MessageType::gang_join>(sched_, "", join);
   for (auto& c : done) {
     if (!deadlines_.empty()) deadlines_.erase(c.id);

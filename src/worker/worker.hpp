@@ -17,8 +17,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include <zmq.hpp>
@@ -103,7 +105,15 @@ class Worker {
   void flush_results();
   /// An executor's end of a task (not a seceded one): the state hears of it under state_mu_,
   /// the tasks it starts go to the executors, its result waits for the next batch.
-  void finish_on_executor(Completion c);
+  void finish_on_executor(Completion c, const std::string& function);
+  /// Counts a finished run of `function` towards running it on the I/O thread (state_mu_ held).
+  void time_function_locked(const std::string& function, std::uint64_t duration_us);
+  /// Takes the one run of this turn when it may go on the I/O thread itself (a function known
+  /// to be quicker than HERD_INLINE_US, nothing that needs an executor); state_mu_ held.
+  std::optional<Run> take_inline_run_locked(WorkerInstructions& out);
+  /// Runs it here, as an executor would, and tells the state (its result and next runs go into
+  /// the state's instructions).
+  void run_inline(Run run);
   /// Moves the runs the state started to the executors' queue, with their time limits, and
   /// wakes executors for them (`self`: but one, the calling executor takes one itself);
   /// state_mu_ held. True when that queue is not empty afterwards.
@@ -160,6 +170,7 @@ class Worker {
     std::shared_ptr<std::promise<void>> rejoined;  // null: secede
   };
   std::vector<SecedeCall> secede_calls_;
+  std::vector<std::string> seceded_functions_;  // under done_mu_: ran past a secede (never inline)
   std::map<protocol::TaskId, std::shared_ptr<std::promise<void>>> rejoin_waiters_;  // I/O thread
   std::atomic<bool> io_gone_{false};           // the I/O thread answers no rejoin any more
   std::vector<std::thread::id> ended_threads_;  // under run_mu_: executors that returned (seceded, abandoned)
@@ -175,6 +186,15 @@ class Worker {
   std::string ring_host_;  // where gang members' ring listeners bind
 
   // Under state_mu_.
+  // Run times per function, for running the quickest ones on the I/O thread (run_inline): a
+  // round trip of a tiny task then has no thread hand-off in the worker (bench/README.md,
+  // "Profile: the round trip").
+  struct FunctionTimes {
+    std::uint32_t quick_runs = 0;  // consecutive runs under HERD_INLINE_US
+    bool never = false;            // it seceded, or took long on the I/O thread
+  };
+  std::unordered_map<std::string, FunctionTimes> function_times_;
+  bool inline_seceded_ = false;  // the task running on the I/O thread called secede
   std::vector<protocol::TaskResult> results_out_;
   std::vector<protocol::TaskResult> exec_results_;  // finished by executors, not sent yet
   protocol::ExecuteTasksEvent execute_in_;           // the I/O thread's: execute_tasks decoded

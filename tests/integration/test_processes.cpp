@@ -7,7 +7,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <iostream>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -205,6 +207,68 @@ TEST_CASE("Processes.Placement.CpuTasksDoNotWaitBehindBusyGpuTasks" * doctest::t
   CHECK(::waitpid(c, &status, 0) == c);
   std::filesystem::remove(log + "-g.log");
   std::filesystem::remove(log + "-c.log");
+}
+
+namespace {
+// Whether it ran on the worker's I/O thread: its main thread (Worker::run), not an executor.
+bool on_io_thread() { return ::gettid() == ::getpid(); }
+int where_ms(int ms) {
+  if (ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+  return on_io_thread() ? 1 : 0;
+}
+HERD_TASK(where_ms);
+int where_print(int x) {
+  std::cout << "inline-line-" << x << std::endl;
+  return on_io_thread() ? 1 : 0;
+}
+HERD_TASK(where_print);
+int where_secede(int secede) {
+  if (secede != 0) herd::secede();  // on the I/O thread: nothing to give back, and no hang
+  return on_io_thread() ? 1 : 0;
+}
+HERD_TASK(where_secede);
+// 1 for each of n sequential runs that took the I/O thread.
+std::vector<int> runs_where(herd::Client& client, herd::TaskOptions options, int (*f)(int), int arg, int n) {
+  std::vector<int> where;
+  for (int i = 0; i < n; ++i) where.push_back(client.submit(options, f, arg).result());
+  return where;
+}
+int count(const std::vector<int>& v) { return static_cast<int>(std::count(v.begin(), v.end(), 1)); }
+}  // namespace
+
+// A task of a function whose last 8 runs each took under HERD_INLINE_US runs on the worker's
+// I/O thread when it is the only one to start (no hand-off to an executor and back on a round
+// trip). Not a task with a time limit; not a function that took long there or seceded, ever
+// again; and with HERD_INLINE_US=0, none.
+TEST_CASE("Processes.Inline.QuickFunctionsRunOnTheIoThreadUntilTheyTakeLong" * doctest::timeout(120)) {
+  {
+    herd::Client client{herd::LocalCluster{1}};
+    const auto first = runs_where(client, {}, where_ms, 0, 30);
+    CHECK(first.front() == 0);  // unknown at first: an executor
+    CHECK_MESSAGE(count({first.end() - 10, first.end()}) == 10, "where: ", doctest::toString(first));
+    // Its output is still the task's own.
+    const auto printed = runs_where(client, {}, where_print, 7, 12);
+    auto last = client.submit(where_print, 8);
+    CHECK(last.result() == 1);
+    const std::string text = client.task_output(last).text();
+    CHECK_MESSAGE(text.find("inline-line-8") != std::string::npos, text);
+    CHECK(count(printed) >= 1);
+    // A time limit needs an executor (the thread is abandoned when it passes).
+    CHECK(count(runs_where(client, herd::TaskOptions{}.timeout(30), where_ms, 0, 5)) == 0);
+    // 30 ms on the I/O thread (more than 10x HERD_INLINE_US): executors from then on.
+    CHECK(client.submit(where_ms, 30).result() == 1);
+    CHECK(count(runs_where(client, {}, where_ms, 0, 20)) == 0);
+    // secede() there does nothing (no slot to give back) and hangs nothing; executors after.
+    CHECK(count(runs_where(client, {}, where_secede, 0, 20)) >= 5);
+    CHECK(client.submit(where_secede, 1).result() == 1);
+    CHECK(count(runs_where(client, {}, where_secede, 0, 20)) == 0);
+  }
+  ::setenv("HERD_INLINE_US", "0", 1);
+  {
+    herd::Client client{herd::LocalCluster{1}};
+    CHECK(count(runs_where(client, {}, where_ms, 0, 30)) == 0);
+  }
+  ::unsetenv("HERD_INLINE_US");
 }
 
 TEST_CASE("Processes.SchedulerKilled.WorkerExitsOnItsOwn" * doctest::timeout(60)) {

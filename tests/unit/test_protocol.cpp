@@ -221,6 +221,26 @@ TEST_CASE("Protocol.SubmitTasks.BatchWriterMatchesEncode") {
     CHECK(seen == req.tasks.size());
   }
 
+  // Releases riding along as the second field: read by decode (the struct) and by decode_each
+  // (first, so that a visitor stopping early does not lose them); the buffer is left as it was.
+  const std::vector<TaskId> released = {7, 1ull << 41, 0xffffffffffffull};
+  {
+    SubmitTasksRequest whole;
+    std::string error;
+    REQUIRE_MESSAGE(decode(batch.message(released), whole, error), error);
+    CHECK(whole.tasks.size() == 300);
+    CHECK(whole.released == released);
+    std::vector<TaskId> second;
+    std::size_t seen = 0;
+    CHECK(decode_each<TaskSpec>(batch.message(released), [&](const TaskSpec&) { return ++seen < 2; }, error, {}, &second));
+    CHECK(seen == 2);
+    CHECK(second == released);
+    SubmitTasksRequest plain;
+    REQUIRE(decode(batch.message(), plain, error));
+    CHECK(plain.tasks.size() == 300);
+    CHECK(plain.released.empty());
+  }
+
   // Stopping early, and an empty batch.
   std::size_t visited = 0;
   std::string error;
@@ -280,7 +300,7 @@ TEST_CASE("Protocol.Decode.Malformed") {
   // Not msgpack at all / truncated.
   const char garbage[] = {'\xc1'};  // 0xc1 is never used in msgpack
   CHECK_FALSE(decode(zmq::message_t(garbage, 1), out, error));
-  zmq::message_t whole = encode(SubmitTasksRequest{{TaskSpec{}}});
+  zmq::message_t whole = encode(SubmitTasksRequest{{TaskSpec{}}, {}});
   zmq::message_t cut(whole.data(), whole.size() - 2);
   CHECK_FALSE(decode(cut, out, error));
   CHECK(error.find("truncated") != std::string::npos);
