@@ -203,6 +203,8 @@ class ClientCore {
   // through reader_fd_ when the I/O thread finishes its future (a fetch) or the client closes.
   bool reader_active_ = false;
   bool io_looks_soon_ = false;  // the I/O thread polls for at most 2 ms (a reader is active)
+  bool io_skips_long_ = false;  // it sleeps without the socket for longer (a reader waits long)
+  std::chrono::steady_clock::time_point reader_since_{};
   std::thread::id reader_thread_;
   int reader_fd_ = -1;
   std::vector<std::string> peers_gone_;  // read by a waiting thread: the I/O thread forgets them
@@ -583,6 +585,7 @@ bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const st
   if (reader_active_ || !lost_reason_.empty() || stop_.load()) return false;
   reader_active_ = true;
   reader_thread_ = std::this_thread::get_id();
+  reader_since_ = std::chrono::steady_clock::now();
   lock.unlock();
   bool unread = false;
   {
@@ -631,7 +634,8 @@ bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const st
   }
   lock.lock();
   reader_active_ = false;
-  if (unread || !peers_gone_.empty()) wake_locked();
+  // The I/O thread, asleep without the socket for a long wait, reads it again from now on.
+  if (unread || io_skips_long_ || !peers_gone_.empty()) wake_locked();
   return true;
 }
 
@@ -647,13 +651,18 @@ void ClientCore::io_loop() {
   };
   while (!stop_.load()) {
     // The scheduler's socket is polled unless a waiting thread reads it (read_while_waiting);
-    // then this thread looks again every 2 ms, in case that one stopped.
-    bool skip_sched, readable = false;
+    // then this thread looks again every 2 ms, in case that one stopped (a loop of round trips
+    // has one reader after another), and once a reader has waited 20 ms, at the heartbeat (a
+    // long wait costs no wake-ups: the reader wakes this thread when it stops).
+    bool skip_sched, long_wait, readable = false;
     {
       std::lock_guard sl(sched_mu_);
       {
         std::lock_guard lock(mu_);
-        skip_sched = io_looks_soon_ = reader_active_;
+        skip_sched = reader_active_;
+        long_wait = skip_sched && Clock::now() - reader_since_ > std::chrono::milliseconds(20);
+        io_looks_soon_ = skip_sched && !long_wait;
+        io_skips_long_ = long_wait;
       }
       if (!skip_sched) readable = (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
     }
@@ -664,7 +673,7 @@ void ClientCore::io_loop() {
     const std::size_t first_peer = fetcher_->add_poll_items(items);
     auto wait = std::chrono::milliseconds(config_.heartbeat_ms);
     if (readable) wait = std::chrono::milliseconds(0);
-    if (skip_sched) wait = std::min(wait, std::chrono::milliseconds(2));
+    if (skip_sched && !long_wait) wait = std::min(wait, std::chrono::milliseconds(2));
     try {
       protocol::poll(items, wait);
     } catch (const zmq::error_t& e) {

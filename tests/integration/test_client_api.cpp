@@ -468,3 +468,36 @@ TEST_CASE("ClientApi.Threads.WaitingThreadsReadForEachOther" * doctest::timeout(
     CHECK(big.back() == 'b');
   }
 }
+
+namespace {
+// Voluntary context switches of all of this process's threads so far: how often they slept.
+long voluntary_switches() {
+  long total = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "status");
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0) total += std::stol(line.substr(24));
+    }
+  }
+  return total;
+}
+}  // namespace
+
+// A thread waiting long for a future costs the client no wake-ups beyond the heartbeats: the
+// I/O thread, which looks every 2 ms while waits are short (a loop of round trips), sleeps at
+// the heartbeat once a wait passes 20 ms (a client waiting hours on a login node shared with
+// others), and the result still arrives at once.
+TEST_CASE("ClientApi.Wait.LongWaitIsQuiet" * doctest::timeout(60)) {
+  herd::Client client{herd::LocalCluster{1}};
+  CHECK(client.submit(api_inc, 1).result() == 2);
+  auto f = client.submit(api_sleep_ms, 2000);
+  const long before = voluntary_switches();
+  const auto t0 = Clock::now();
+  CHECK(f.result() == 2000);
+  const double waited = seconds_since(t0);
+  const long slept = voluntary_switches() - before;
+  MESSAGE("waited " << waited << " s; the client's threads slept " << slept << " times");
+  CHECK(waited < 3.0);
+  CHECK(slept < 100);  // every 2 ms would be ~1,000
+}
