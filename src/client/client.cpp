@@ -114,8 +114,8 @@ class ClientCore {
   /// have taken the socket's signal of a message that came meanwhile, for which that thread,
   /// polling the socket's descriptor, would then not wake: it is woken.
   void tell_reader_if_unread();
-  /// Receives and handles what the scheduler sent, up to `max` messages (sched_mu_ held).
-  void read_scheduler(std::size_t max);
+  /// Receives and handles everything the scheduler sent (sched_mu_ held; the I/O thread).
+  void read_scheduler();
   /// A submit that comes alone (none in the last 50 us, no wake-up pending) is sent by the
   /// submitting thread, unless the I/O thread has the socket now (mu_ held; released).
   void send_or_wake(std::unique_lock<std::mutex>& lock);
@@ -539,10 +539,10 @@ void ClientCore::tell_reader_if_unread() {
   if (reader_active_) notify_locked();
 }
 
-void ClientCore::read_scheduler(std::size_t max) {
-  // ZMQ_EVENTS first: an empty non-blocking receive still costs libzmq a poll(2) and a
-  // getpid(2), on the round trip's path (bench/README.md).
-  for (std::size_t n = 0; n < max && (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; ++n) {
+void ClientCore::read_scheduler() {
+  // Until ZMQ_EVENTS says the queue is empty: that ask (a poll(2) inside libzmq, as an empty
+  // receive would be) also leaves the socket's descriptor armed for the next message.
+  while ((sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0) {
     auto msg = protocol::try_receive(sched_, false);
     if (!msg) break;
     heard();
@@ -699,7 +699,7 @@ void ClientCore::io_loop() {
         protocol::send(sched_, "", MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
       }
       if (!reader) {
-        read_scheduler(SIZE_MAX);
+        read_scheduler();
       } else {
         tell_reader_if_unread();
       }

@@ -352,6 +352,7 @@ int Worker::run() {
       if (e.num() != EINTR) throw;
     }
     turn.lock();
+    inlined_this_turn_ = false;
     // Wake-ups only say "look at the completion queue".
     if (items[2].revents & ZMQ_POLLIN) {
       std::uint64_t n;
@@ -669,7 +670,9 @@ void Worker::time_function_locked(const std::string& function, std::uint64_t dur
 }
 
 std::optional<Run> Worker::take_inline_run_locked(WorkerInstructions& out) {
-  if (out.run.size() != 1 || options_.config.inline_us == 0) return std::nullopt;
+  // One a turn: the task after it (a queue of quick ones on a one-slot worker) goes to an
+  // executor, so the I/O thread is back at its sockets after one quick task, not a batch.
+  if (out.run.size() != 1 || options_.config.inline_us == 0 || inlined_this_turn_) return std::nullopt;
   const Run& r = out.run.front();
   // What needs an executor: a time limit (enforced by abandoning the thread), a child process,
   // a gang's collectives, a GPU stream.
@@ -678,6 +681,7 @@ std::optional<Run> Worker::take_inline_run_locked(WorkerInstructions& out) {
   if (it == function_times_.end() || it->second.never || it->second.quick_runs < kQuickRunsToInline) return std::nullopt;
   std::optional<Run> here(std::move(out.run.front()));
   out.run.clear();
+  inlined_this_turn_ = true;
   return here;
 }
 

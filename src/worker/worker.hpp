@@ -195,6 +195,7 @@ class Worker {
   };
   std::unordered_map<std::string, FunctionTimes> function_times_;
   bool inline_seceded_ = false;  // the task running on the I/O thread called secede
+  bool inlined_this_turn_ = false;  // at most one task a turn on the I/O thread
   std::vector<protocol::TaskResult> results_out_;
   std::vector<protocol::TaskResult> exec_results_;  // finished by executors, not sent yet
   protocol::ExecuteTasksEvent execute_in_;           // the I/O thread's: execute_tasks decoded

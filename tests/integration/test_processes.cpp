@@ -263,6 +263,17 @@ TEST_CASE("Processes.Inline.QuickFunctionsRunOnTheIoThreadUntilTheyTakeLong" * d
     CHECK(client.submit(where_secede, 1).result() == 1);
     CHECK(count(runs_where(client, {}, where_secede, 0, 20)) == 0);
   }
+  {
+    // A one-slot worker sent a batch of quick tasks: one a turn on the I/O thread, the rest on
+    // the executor (which takes the next itself), so the I/O thread is back at its sockets after
+    // each (and does not recurse through the batch).
+    herd::Client client{herd::LocalCluster{1, 1}};
+    CHECK(count({runs_where(client, {}, where_ms, 0, 30)}) >= 10);
+    const auto where = client.gather(client.map(where_ms, std::vector<int>(2000, 0)));
+    REQUIRE(where.size() == 2000);
+    MESSAGE(count(where) << " of 2000 on the I/O thread");
+    CHECK(count(where) < 1000);
+  }
   ::setenv("HERD_INLINE_US", "0", 1);
   {
     herd::Client client{herd::LocalCluster{1}};
