@@ -114,8 +114,17 @@ class ClientCore {
   /// have taken the socket's signal of a message that came meanwhile, for which that thread,
   /// polling the socket's descriptor, would then not wake: it is woken.
   void tell_reader_if_unread();
+  /// Whether a message from the scheduler waits (sched_mu_ held). The ask (a poll(2) inside
+  /// libzmq, as an empty receive would be) also leaves the socket's descriptor armed for the
+  /// next message.
+  bool sched_unread() { return (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; }
+  /// Receives and handles one message from the scheduler, if one waits (sched_mu_ held).
+  bool read_one();
   /// Receives and handles everything the scheduler sent (sched_mu_ held; the I/O thread).
-  void read_scheduler();
+  void read_scheduler() {
+    while (read_one()) {
+    }
+  }
   /// A submit that comes alone (none in the last 50 us, no wake-up pending) is sent by the
   /// submitting thread, unless the I/O thread has the socket now (mu_ held; released).
   void send_or_wake(std::unique_lock<std::mutex>& lock);
@@ -534,20 +543,18 @@ void ClientCore::send_outbox(bool io_thread) {
 }
 
 void ClientCore::tell_reader_if_unread() {
-  if ((sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) == 0) return;
+  if (!sched_unread()) return;
   std::lock_guard lock(mu_);
   if (reader_active_) notify_locked();
 }
 
-void ClientCore::read_scheduler() {
-  // Until ZMQ_EVENTS says the queue is empty: that ask (a poll(2) inside libzmq, as an empty
-  // receive would be) also leaves the socket's descriptor armed for the next message.
-  while ((sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0) {
-    auto msg = protocol::try_receive(sched_, false);
-    if (!msg) break;
-    heard();
-    handle_scheduler(*msg);
-  }
+bool ClientCore::read_one() {
+  if (!sched_unread()) return false;
+  auto msg = protocol::try_receive(sched_, false);
+  if (!msg) return false;
+  heard();
+  handle_scheduler(*msg);
+  return true;
 }
 
 void ClientCore::send_or_wake(std::unique_lock<std::mutex>& lock) {
@@ -568,7 +575,7 @@ void ClientCore::send_or_wake(std::unique_lock<std::mutex>& lock) {
   send_outbox(false);
   // A send can take the socket's signal of a message that came meanwhile: whoever polls it
   // would not wake for that one.
-  const bool unread = (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+  const bool unread = sched_unread();
   sl.unlock();
   lock.lock();
   if (unread) {
@@ -594,14 +601,7 @@ bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const st
     for (;;) {
       // One message at a time, and out as soon as it is done: a message after it is left to the
       // I/O thread (its next turn asks the socket), not looked for here (a system call).
-      bool got = false;
-      if ((sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0) {
-        if (auto msg = protocol::try_receive(sched_, false)) {
-          heard();
-          handle_scheduler(*msg);
-          got = true;
-        }
-      }
+      const bool got = read_one();
       {
         std::lock_guard l(mu_);
         if (done() || !lost_reason_.empty() || stop_.load()) break;
@@ -630,7 +630,7 @@ bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const st
       std::lock_guard l(mu_);
       soon = io_looks_soon_;
     }
-    unread = !soon && (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+    unread = !soon && sched_unread();
   }
   lock.lock();
   reader_active_ = false;
@@ -664,7 +664,7 @@ void ClientCore::io_loop() {
         io_looks_soon_ = skip_sched && !long_wait;
         io_skips_long_ = long_wait;
       }
-      if (!skip_sched) readable = (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+      if (!skip_sched) readable = sched_unread();
     }
     items.assign({{nullptr, wake_fd_, ZMQ_POLLIN, 0}});
     if (!skip_sched) items.push_back({nullptr, sched_fd_, ZMQ_POLLIN, 0});
