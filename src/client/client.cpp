@@ -276,7 +276,7 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   hello.name = options.name.empty() ? hostname() + ":" + std::to_string(::getpid()) : options.name;
   hello.host = hostname();
   hello.pid = ::getpid();
-  protocol::send(sched_, "", MessageType::hello_request, protocol::encode(hello));
+  protocol::send<MessageType::hello_request>(sched_, "", hello);
   zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
   const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   bool connected = false;
@@ -294,13 +294,13 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
     }
     if (const std::string why = handshake.failure(); !why.empty()) throw ConnectionError(why);
     auto msg = protocol::try_receive(sched_, false);
-    if (!msg || msg->frames.size() < 2) continue;
+    if (!msg) continue;
     std::string error;
-    auto type = protocol::parse_header(msg->frames[0], error);
+    auto type = protocol::parse_header(*msg, error);
     if (!type) throw ConnectionError("the peer at " + address_ + " is not a herd scheduler: " + error);
     if (*type != MessageType::hello_reply) continue;
     protocol::HelloReply reply;
-    if (!protocol::decode(msg->frames[1], reply, error)) {
+    if (!protocol::decode<MessageType::hello_reply>(*msg, reply, error)) {
       throw ConnectionError("bad hello reply from " + address_ + ": " + error);
     }
     if (!reply.ok) throw ConnectionError("scheduler at " + address_ + " refused the client: " + reply.error);
@@ -483,7 +483,7 @@ void ClientCore::send_outbox(bool io_thread) {
     if (req.nbytes > 0) {  // a big one, served from here: the scheduler learns where
       req.source = scatter_source();
       if (!req.source.empty()) {
-        protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req));
+        protocol::send<MessageType::scatter_data>(sched_, "", req);
         continue;
       }
       req.nbytes = 0;  // no data port: through the scheduler after all
@@ -492,7 +492,7 @@ void ClientCore::send_outbox(bool io_thread) {
     }
     std::vector<zmq::message_t> payload;
     payload.push_back(data::zero_copy(bytes));
-    protocol::send(sched_, "", MessageType::scatter_data, protocol::encode(req), std::move(payload));
+    protocol::send<MessageType::scatter_data>(sched_, "", req, std::move(payload));
   }
   // Releases ride with the last submissions when nothing else goes between them (one message,
   // not two, on a round trip's path): the scheduler takes them after those tasks.
@@ -501,8 +501,7 @@ void ClientCore::send_outbox(bool io_thread) {
   if (!submits.empty()) {
     for (std::size_t i = 0; i < submits.size(); ++i) {
       const bool last = i + 1 == submits.size();
-      protocol::send(sched_, "", MessageType::submit_tasks,
-                     last && release_with_submits ? submits[i].message(releases) : submits[i].message());
+      protocol::send(sched_, "", last && release_with_submits ? submits[i].message(releases) : submits[i].message());
     }
     if (release_with_submits) releases.clear();
     std::lock_guard lock(mu_);
@@ -513,30 +512,30 @@ void ClientCore::send_outbox(bool io_thread) {
     }
   }
   for (const auto& req : replicates) {  // after the scatters and submissions they name
-    protocol::send(sched_, "", MessageType::replicate, protocol::encode(req));
+    protocol::send<MessageType::replicate>(sched_, "", req);
   }
   if (!fire_and_forget.empty()) {  // after the submissions, before any release of them
-    protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
+    protocol::send<MessageType::fire_and_forget>(sched_, "", protocol::KeysEvent{fire_and_forget});
   }
   if (!cancels.empty()) {
-    protocol::send(sched_, "", MessageType::cancel_tasks, protocol::encode(protocol::KeysEvent{cancels}));
+    protocol::send<MessageType::cancel_tasks>(sched_, "", protocol::KeysEvent{cancels});
   }
   if (!force_cancels.empty()) {
-    protocol::send(sched_, "", MessageType::force_cancel_tasks, protocol::encode(protocol::KeysEvent{force_cancels}));
+    protocol::send<MessageType::force_cancel_tasks>(sched_, "", protocol::KeysEvent{force_cancels});
   }
   if (!releases.empty()) {
-    protocol::send(sched_, "", MessageType::release_keys, protocol::encode(protocol::KeysEvent{releases}));
+    protocol::send<MessageType::release_keys>(sched_, "", protocol::KeysEvent{releases});
   }
   for (const auto& req : scales) {
-    protocol::send(sched_, "", MessageType::scale_pool, protocol::encode(req));
+    protocol::send<MessageType::scale_pool>(sched_, "", req);
   }
   for (const auto& req : campaigns) {  // after the submissions: a campaign just submitted is there
     protocol::send<MessageType::campaign_request>(sched_, "", req);
   }
   for (const auto& req : statuses) {
-    protocol::send(sched_, "", MessageType::status_request, protocol::encode(req));
+    protocol::send<MessageType::status_request>(sched_, "", req);
   }
-  for (const auto& req : logs) protocol::send(sched_, "", MessageType::logs_request, protocol::encode(req));
+  for (const auto& req : logs) protocol::send<MessageType::logs_request>(sched_, "", req);
   // After this turn's submissions: a task submitted before restart() is cancelled by it.
   for (const auto& req : restarts) protocol::send<MessageType::restart_request>(sched_, "", req);
   for (auto& [address, ids] : fetches) fetcher_->request(address, std::move(ids), std::chrono::steady_clock::now());
@@ -696,7 +695,7 @@ void ClientCore::io_loop() {
       }
       if (now - last_beat >= std::chrono::milliseconds(config_.heartbeat_ms)) {
         last_beat = now;
-        protocol::send(sched_, "", MessageType::heartbeat, protocol::encode(protocol::HeartbeatEvent{}));
+        protocol::send<MessageType::heartbeat>(sched_, "", protocol::HeartbeatEvent{});
       }
       if (!reader) {
         read_scheduler();
@@ -739,11 +738,11 @@ void ClientCore::io_loop() {
         }
       }
       std::lock_guard sl(sched_mu_);
-      for (auto& batch : submits) protocol::send(sched_, "", MessageType::submit_tasks, batch.message());
+      for (auto& batch : submits) protocol::send(sched_, "", batch.message());
       if (!fire_and_forget.empty()) {
-        protocol::send(sched_, "", MessageType::fire_and_forget, protocol::encode(protocol::KeysEvent{fire_and_forget}));
+        protocol::send<MessageType::fire_and_forget>(sched_, "", protocol::KeysEvent{fire_and_forget});
       }
-      protocol::send(sched_, "", MessageType::goodbye, protocol::encode(protocol::GoodbyeEvent{"client closed"}));
+      protocol::send<MessageType::goodbye>(sched_, "", protocol::GoodbyeEvent{"client closed"});
     } catch (const zmq::error_t&) {
     }
   }
@@ -814,7 +813,7 @@ void ClientCore::on_scatter_inline(const protocol::ScatterInlineEvent& ev) {
 
 void ClientCore::handle_scheduler(protocol::Received& msg) {
   std::string error;
-  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
+  auto type = protocol::parse_header(msg, error);
   if (!type) {
     HERD_LOG(warning) << "bad message from the scheduler: " << error;
     return;
@@ -822,7 +821,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
   switch (*type) {
     case MessageType::task_updates: {
       protocol::TaskUpdatesEvent ev;
-      if (!protocol::decode(msg.frames[1], ev, error)) break;
+      if (!protocol::decode(msg.body(), ev, error)) break;
       std::lock_guard lock(mu_);
       apply_updates_locked(ev);
       break;
@@ -834,7 +833,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::campaign_reply: {
       protocol::CampaignReply reply;
-      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      if (!protocol::decode(msg.body(), reply, error)) break;
       std::lock_guard lock(mu_);
       auto it = campaign_replies_.find(reply.request_id);
       if (it == campaign_replies_.end()) break;  // the caller gave up
@@ -866,7 +865,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::cluster_state: {
       protocol::ClusterStateEvent ev;
-      if (!protocol::decode(msg.frames[1], ev, error)) break;
+      if (!protocol::decode(msg.body(), ev, error)) break;
       std::lock_guard lock(mu_);
       n_workers_ = static_cast<int>(ev.workers);
       pools_ = std::move(ev.pools);
@@ -875,7 +874,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::scale_reply: {
       protocol::ScalePoolReply reply;
-      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      if (!protocol::decode(msg.body(), reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = scale_replies_.find(reply.request_id); it != scale_replies_.end()) it->second = reply;
       notify_locked();
@@ -883,7 +882,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::restart_reply: {
       protocol::RestartReply reply;
-      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      if (!protocol::decode(msg.body(), reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = restart_replies_.find(reply.request_id); it != restart_replies_.end()) it->second = reply;
       notify_locked();
@@ -891,7 +890,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::status_reply: {
       protocol::StatusReply reply;
-      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      if (!protocol::decode(msg.body(), reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = status_replies_.find(reply.request_id); it != status_replies_.end()) {
         it->second = std::move(reply);
@@ -901,7 +900,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::peers_gone: {
       protocol::PeersGoneEvent ev;
-      if (protocol::decode(msg.frames[1], ev, error)) {
+      if (protocol::decode(msg.body(), ev, error)) {
         // The fetcher is the I/O thread's own (this may be a waiting user thread).
         std::lock_guard lock(mu_);
         for (auto& a : ev.addresses) peers_gone_.push_back(std::move(a));
@@ -911,7 +910,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::logs_reply: {
       protocol::LogsReply reply;
-      if (!protocol::decode(msg.frames[1], reply, error)) break;
+      if (!protocol::decode(msg.body(), reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = logs_replies_.find(reply.request_id); it != logs_replies_.end()) it->second = std::move(reply);
       notify_locked();
@@ -919,14 +918,14 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::shutdown: {
       protocol::GoodbyeEvent bye;
-      (void)protocol::decode(msg.frames[1], bye, error);
+      (void)protocol::decode(msg.body(), bye, error);
       std::lock_guard lock(mu_);
       lose_all_locked("scheduler at " + address_ + " shut down: " + bye.reason);
       break;
     }
     case MessageType::error: {
       protocol::ErrorEvent ev;
-      (void)protocol::decode(msg.frames[1], ev, error);
+      (void)protocol::decode(msg.body(), ev, error);
       HERD_LOG(error) << "scheduler refused a message: " << ev.message;
       break;
     }

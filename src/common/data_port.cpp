@@ -111,7 +111,7 @@ void DataServer::serve(const std::function<PayloadPtr(TaskId)>& lookup, int max)
     auto msg = protocol::try_receive(socket_, true);
     if (!msg) return;
     std::string error;
-    auto type = msg->frames.size() >= 2 ? protocol::parse_header(msg->frames[0], error) : std::nullopt;
+    auto type = protocol::parse_header(*msg, error);
     protocol::GetDataRequest req;
     if (!type || *type != MessageType::get_data_request ||
         !protocol::decode<MessageType::get_data_request>(*msg, req, error)) {
@@ -302,15 +302,14 @@ void DataClient::lane_unreachable(std::uint64_t request_id, const std::string& w
 void DataClient::on_message(const std::string& address, protocol::Received& msg, const DataEvents& events,
                             Clock::time_point now) {
   std::string error;
-  const MessageType type = msg.frames.empty() ? MessageType::error
-                          : protocol::parse_header(msg.frames[0], error).value_or(MessageType::error);
+  const MessageType type = protocol::parse_header(msg, error).value_or(MessageType::error);
   if (type == MessageType::get_data_reply) {
     on_reply(address, msg, events, now);
     return;
   }
   if (type == MessageType::data_chunk) {
     protocol::DataChunkEvent chunk;
-    if (!protocol::decode<MessageType::data_chunk>(msg, chunk, error) || msg.frames.size() != 3) {
+    if (!protocol::decode<MessageType::data_chunk>(msg, chunk, error) || msg.payloads.size() != 1) {
       HERD_LOG(warning) << "bad data chunk from " << address << ": " << (error.empty() ? "no payload" : error);
       return;
     }
@@ -318,7 +317,7 @@ void DataClient::on_message(const std::string& address, protocol::Received& msg,
     if (it == requests_.end() || it->second.address != address) return;
     Request& r = it->second;
     auto s = r.streams.find(chunk.id);
-    const zmq::message_t& frame = msg.frames[2];
+    const zmq::message_t& frame = msg.payloads[0];
     if (s == r.streams.end() || chunk.offset != s->second.received ||
         chunk.offset + frame.size() > s->second.buffer->size()) {
       fail(chunk.request_id, "a chunk out of order or out of bounds for " + std::to_string(chunk.id), events);
@@ -349,8 +348,8 @@ void DataClient::on_reply(const std::string& address, protocol::Received& msg, c
   auto it = requests_.find(reply.request_id);
   if (it == requests_.end() || it->second.address != address) return;  // answered after we gave up on it
   Request& r = it->second;
-  if (msg.frames.size() != 2 + reply.found.size()) {
-    fail(reply.request_id, "a data reply with " + std::to_string(msg.frames.size() - 2) + " payloads for " +
+  if (msg.payloads.size() != reply.found.size()) {
+    fail(reply.request_id, "a data reply with " + std::to_string(msg.payloads.size()) + " payloads for " +
                                std::to_string(reply.found.size()) + " results",
          events);
     return;
@@ -364,7 +363,7 @@ void DataClient::on_reply(const std::string& address, protocol::Received& msg, c
   r.replied = true;
   r.waiting.clear();
   for (std::size_t i = 0; i < reply.found.size(); ++i) {
-    events.found(address, reply.found[i], std::make_shared<MessagePayload>(std::move(msg.frames[2 + i])));
+    events.found(address, reply.found[i], std::make_shared<MessagePayload>(std::move(msg.payloads[i])));
   }
   for (TaskId id : reply.missing) events.missing(address, id);
   std::vector<LaneReceiver::Item> items;

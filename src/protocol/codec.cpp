@@ -8,13 +8,10 @@
 
 namespace herd::protocol {
 
-zmq::message_t make_header(MessageType type) {
-  zmq::message_t m(kHeaderSize);
-  auto* p = static_cast<char*>(m.data());
-  std::memcpy(p, kMagic, 4);
-  p[4] = static_cast<char>(kProtocolVersion);
-  p[5] = static_cast<char>(type);
-  return m;
+void write_header(char* out, MessageType type) {
+  std::memcpy(out, kMagic, 4);
+  out[4] = static_cast<char>(kProtocolVersion);
+  out[5] = static_cast<char>(type);
 }
 
 namespace {
@@ -26,12 +23,12 @@ constexpr std::pair<MessageType, const char*> kTypes[] = {
 };
 }  // namespace
 
-std::optional<MessageType> parse_header(const zmq::message_t& frame, std::string& error) {
-  if (frame.size() != kHeaderSize || std::memcmp(frame.data(), kMagic, 4) != 0) {
-    error = "not a herd message (bad header frame of " + std::to_string(frame.size()) + " bytes)";
+std::optional<MessageType> parse_header(const void* data, std::size_t size, std::string& error) {
+  if (size < kHeaderSize || std::memcmp(data, kMagic, 4) != 0) {
+    error = "not a herd message (no herd header in a frame of " + std::to_string(size) + " bytes)";
     return std::nullopt;
   }
-  const auto* p = static_cast<const unsigned char*>(frame.data());
+  const auto* p = static_cast<const unsigned char*>(data);
   if (p[4] != kProtocolVersion) {
     error = "protocol version " + std::to_string(p[4]) + " is not supported (this is version " +
             std::to_string(kProtocolVersion) + ")";
@@ -70,15 +67,21 @@ bool decode_object(const void* data, std::size_t size, msgpack::object_handle& o
   return false;
 }
 
+namespace {
+constexpr std::size_t kBatchCount = kHeaderSize + 2;  // where the array32's count starts
+}  // namespace
+
 void BatchWriter::clear() {
-  // fixarray of 1 (the struct), then array32 with the count patched in by message(): msgpack
-  // readers accept a wider-than-needed length.
-  bytes_.assign({static_cast<char>(0x91), static_cast<char>(0xdd), 0, 0, 0, 0});
+  // The header, a fixarray of 1 (the struct), then array32 with the count patched in by
+  // message(): msgpack readers accept a wider-than-needed length.
+  bytes_.resize(kHeaderSize);
+  write_header(bytes_.data(), type_);
+  bytes_.insert(bytes_.end(), {static_cast<char>(0x91), static_cast<char>(0xdd), 0, 0, 0, 0});
   count_ = 0;
 }
 
 zmq::message_t BatchWriter::message(const std::vector<std::uint64_t>& after) {
-  for (int i = 0; i < 4; ++i) bytes_[2 + i] = static_cast<char>((count_ >> (24 - 8 * i)) & 0xff);
+  for (int i = 0; i < 4; ++i) bytes_[kBatchCount + i] = static_cast<char>((count_ >> (24 - 8 * i)) & 0xff);
   if (after.empty()) return zmq::message_t(bytes_.data(), bytes_.size());
   msgpack::sbuffer tail;
   msgpack::pack(tail, after);
@@ -86,15 +89,14 @@ zmq::message_t BatchWriter::message(const std::vector<std::uint64_t>& after) {
   auto* out = static_cast<char*>(m.data());
   std::memcpy(out, bytes_.data(), bytes_.size());
   std::memcpy(out + bytes_.size(), tail.data(), tail.size());
-  out[0] = static_cast<char>(0x92);  // fixarray(2): the elements, then `after`
+  out[kHeaderSize] = static_cast<char>(0x92);  // fixarray(2): the elements, then `after`
   return m;
 }
 
-void send(zmq::socket_t& socket, const std::string& identity, MessageType type,
-          zmq::message_t body, std::vector<zmq::message_t> payloads) {
+void send(zmq::socket_t& socket, const std::string& identity, zmq::message_t message,
+          std::vector<zmq::message_t> payloads) {
   if (!identity.empty()) socket.send(zmq::buffer(identity), zmq::send_flags::sndmore);
-  socket.send(make_header(type), zmq::send_flags::sndmore);
-  socket.send(std::move(body), payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
+  socket.send(std::move(message), payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore);
   for (std::size_t i = 0; i < payloads.size(); ++i) {
     socket.send(std::move(payloads[i]),
                 i + 1 == payloads.size() ? zmq::send_flags::none : zmq::send_flags::sndmore);
@@ -113,14 +115,17 @@ std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
   bool more = part.more();
   if (router) {
     r.identity.assign(static_cast<const char*>(part.data()), part.size());
+    if (!more) return r;  // an identity alone: no message (the caller reports the empty header)
+    (void)socket.recv(r.message, zmq::recv_flags::none);  // the rest of a multipart is here
+    more = r.message.more();
   } else {
-    r.frames.push_back(std::move(part));
+    r.message = std::move(part);
   }
   while (more) {
     zmq::message_t next;
-    (void)socket.recv(next, zmq::recv_flags::none);  // rest of a multipart is already here
+    (void)socket.recv(next, zmq::recv_flags::none);
     more = next.more();
-    r.frames.push_back(std::move(next));
+    r.payloads.push_back(std::move(next));
   }
   return r;
 }

@@ -25,31 +25,53 @@ struct UnpackLimits {
   std::size_t depth = 32;          // nesting
 };
 
-/// Header frame: "HERD" <version> <type>.
-zmq::message_t make_header(MessageType type);
+/// Bytes to decode: a view, such as a received message's body (after its header).
+struct Bytes {
+  const void* data = nullptr;
+  std::size_t size = 0;
+  Bytes() = default;
+  Bytes(const void* d, std::size_t n) : data(d), size(n) {}
+  Bytes(const zmq::message_t& m) : data(m.data()), size(m.size()) {}  // NOLINT: a view of all of it
+};
 
-/// Parses a header frame; on failure returns nullopt and says why in `error`.
-std::optional<MessageType> parse_header(const zmq::message_t& frame, std::string& error);
+/// Writes the header "HERD" <version> <type> (kHeaderSize bytes) to `out`.
+void write_header(char* out, MessageType type);
 
-/// Packs a body without an intermediate copy: the sbuffer's memory is handed to ZeroMQ.
+/// Parses the header at the start of a message; on failure returns nullopt and says why in
+/// `error`.
+std::optional<MessageType> parse_header(const void* data, std::size_t size, std::string& error);
+inline std::optional<MessageType> parse_header(const zmq::message_t& message, std::string& error) {
+  return parse_header(message.data(), message.size(), error);
+}
+
+/// Header and body in one frame, packed without an intermediate copy: the sbuffer's memory is
+/// handed to ZeroMQ.
 template <typename T>
-zmq::message_t encode(const T& body) {
+zmq::message_t encode(MessageType type, const T& body) {
   msgpack::sbuffer buffer(256);
+  char header[kHeaderSize];
+  write_header(header, type);
+  buffer.write(header, kHeaderSize);
   msgpack::pack(buffer, body);
   const std::size_t size = buffer.size();
   char* data = buffer.release();
   return zmq::message_t(data, size, [](void* p, void*) { std::free(p); }, nullptr);
 }
 
-/// Unpacks `frame` into `out`; returns false with a reason on malformed input.
+/// Message T with its body; the body's type is checked against HERD_MESSAGES.
+template <MessageType T>
+zmq::message_t encode(const BodyOf<T>& body) {
+  return encode(T, body);
+}
+
+/// Unpacks `data` into `out`; returns false with a reason on malformed input.
 bool decode_object(const void* data, std::size_t size, msgpack::object_handle& out,
                    std::string& error, const UnpackLimits& limits = {});
 
 template <typename T>
-bool decode(const zmq::message_t& frame, T& out, std::string& error,
-            const UnpackLimits& limits = {}) {
+bool decode(Bytes body, T& out, std::string& error, const UnpackLimits& limits = {}) {
   msgpack::object_handle handle;
-  if (!decode_object(frame.data(), frame.size(), handle, error, limits)) return false;
+  if (!decode_object(body.data, body.size, handle, error, limits)) return false;
   try {
     handle.get().convert(out);
     return true;
@@ -59,13 +81,14 @@ bool decode(const zmq::message_t& frame, T& out, std::string& error,
   }
 }
 
-/// A body of the form [[e0, e1, ...]] (a positional struct whose one field is a vector, such
-/// as SubmitTasksRequest), packed one element at a time into a buffer that is kept and reused:
+/// A message whose body has the form [[e0, e1, ...]] (a positional struct whose one field is a
+/// vector, such as SubmitTasksRequest), packed one element at a time into a buffer that is kept
+/// and reused:
 /// the client packs each task as it is submitted, with no TaskSpec left waiting in a queue and
 /// no fresh memory per batch. Decoders see the same bytes as encode(SubmitTasksRequest{...}).
 class BatchWriter {
  public:
-  BatchWriter() { clear(); }
+  explicit BatchWriter(MessageType type = MessageType::submit_tasks) : type_(type) { clear(); }
   template <typename T>
   void add(const T& element) {
     msgpack::packer<BatchWriter> pk(*this);
@@ -75,8 +98,8 @@ class BatchWriter {
   std::uint32_t count() const { return count_; }
   std::size_t size() const { return bytes_.size(); }
   std::size_t capacity() const { return bytes_.capacity(); }
-  /// The body, as a message (a copy: the buffer stays here for the next batch); `after`, when
-  /// not empty, as the body's second field (SubmitTasksRequest::released).
+  /// The message, header and body (a copy: the buffer stays here for the next batch); `after`,
+  /// when not empty, as the body's second field (SubmitTasksRequest::released).
   zmq::message_t message(const std::vector<std::uint64_t>& after = {});
   /// Empties it, keeping its memory.
   void clear();
@@ -84,8 +107,9 @@ class BatchWriter {
   void write(const char* data, std::size_t n) { bytes_.insert(bytes_.end(), data, data + n); }
 
  private:
-  std::vector<char> bytes_;  // fixarray(1), array32(count_), elements...
+  std::vector<char> bytes_;  // header, fixarray(1), array32(count_), elements...
   std::uint32_t count_ = 0;
+  MessageType type_;
 };
 
 /// Decodes a body [[e0, e1, ...], rest...] element by element into one reused T and calls f(t)
@@ -93,10 +117,10 @@ class BatchWriter {
 /// converts that into `*second` first. Nothing else per element is kept, so a batch of tasks
 /// costs the scheduler no vector of specs. False with a reason on malformed input.
 template <typename T, typename F, typename S = std::vector<std::uint64_t>>
-bool decode_each(const zmq::message_t& frame, F&& f, std::string& error, const UnpackLimits& limits = {},
+bool decode_each(Bytes body_bytes, F&& f, std::string& error, const UnpackLimits& limits = {},
                  S* second = nullptr) {
   msgpack::object_handle handle;
-  if (!decode_object(frame.data(), frame.size(), handle, error, limits)) return false;
+  if (!decode_object(body_bytes.data, body_bytes.size, handle, error, limits)) return false;
   const msgpack::object& body = handle.get();
   if (body.type != msgpack::type::ARRAY || body.via.array.size < 1 ||
       body.via.array.ptr[0].type != msgpack::type::ARRAY) {
@@ -126,22 +150,36 @@ bool decode_each(const zmq::message_t& frame, F&& f, std::string& error, const U
   return true;
 }
 
-/// Sends [identity?][header][body][payloads...]; identity is skipped when empty.
-void send(zmq::socket_t& socket, const std::string& identity, MessageType type,
-          zmq::message_t body, std::vector<zmq::message_t> payloads = {});
+/// Sends [identity?][message][payloads...]; identity is skipped when empty. `message` is a
+/// header and body from encode() or BatchWriter::message().
+void send(zmq::socket_t& socket, const std::string& identity, zmq::message_t message,
+          std::vector<zmq::message_t> payloads = {});
 
 /// Sends message T with its body; the body's type is checked against HERD_MESSAGES.
 template <MessageType T>
 void send(zmq::socket_t& socket, const std::string& identity, const BodyOf<T>& body,
           std::vector<zmq::message_t> payloads = {}) {
-  send(socket, identity, T, encode(body), std::move(payloads));
+  send(socket, identity, encode(T, body), std::move(payloads));
 }
 
 /// One received multipart message, identity split off for ROUTER sockets.
 struct Received {
   std::string identity;
-  std::vector<zmq::message_t> frames;  // header, body, payloads
+  zmq::message_t message;               // header and body
+  std::vector<zmq::message_t> payloads;  // the frames after it
+  /// The body: the message's bytes after its header (empty when it has none).
+  Bytes body() const {
+    return message.size() < kHeaderSize
+               ? Bytes()
+               : Bytes(static_cast<const char*>(message.data()) + kHeaderSize, message.size() - kHeaderSize);
+  }
 };
+
+/// The type in a received message's header; nullopt with a reason when it is not a herd
+/// message of this version.
+inline std::optional<MessageType> parse_header(const Received& msg, std::string& error) {
+  return parse_header(msg.message, error);
+}
 
 /// Receives one whole multipart message without blocking; nullopt when none is queued.
 std::optional<Received> try_receive(zmq::socket_t& socket, bool router);
@@ -158,15 +196,15 @@ int poll(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout)
 
 std::string to_string(MessageType type);
 
-/// Decodes the body (frame 1) of a received message as T's body; false with a reason when the
-/// message has no body or the body does not match.
+/// Decodes the body of a received message as T's body; false with a reason when the message
+/// has no body or the body does not match.
 template <MessageType T>
 bool decode(const Received& msg, BodyOf<T>& out, std::string& error) {
-  if (msg.frames.size() < 2) {
+  if (msg.message.size() <= kHeaderSize) {
     error = to_string(T) + " without a body";
     return false;
   }
-  return decode(msg.frames[1], out, error);
+  return decode(msg.body(), out, error);
 }
 
 }  // namespace herd::protocol

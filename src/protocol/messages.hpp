@@ -5,9 +5,10 @@
 // connect to it with a DEALER.
 //
 // Framing, byte-exact (ZeroMQ multipart; the ROUTER side sees an identity frame first):
-//   frame 0  header, 6 bytes: 'H' 'E' 'R' 'D' <version: uint8 = kProtocolVersion> <MessageType>
-//   frame 1  body: one msgpack object, the struct named for the MessageType below
-//   frame 2+ payloads: raw bytes (msgpack-encoded task results), only for messages that say so;
+//   frame 0  header and body in one frame (one frame fewer to seal, send and open per message):
+//              bytes 0-5  'H' 'E' 'R' 'D' <version: uint8 = kProtocolVersion> <MessageType>
+//              bytes 6-   body: one msgpack object, the struct named for the MessageType below
+//   frame 1+ payloads: raw bytes (msgpack-encoded task results), only for messages that say so;
 //            kept out of the body so large results are sent and received without a copy.
 //
 // Encoding choices: structs that are rare (hello) use MSGPACK_DEFINE_MAP so fields can be
@@ -25,7 +26,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 6;
+inline constexpr std::uint8_t kProtocolVersion = 7;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 

@@ -211,11 +211,7 @@ const std::string* Scheduler::identity_of(Role role, std::uint32_t id) const {
 
 void Scheduler::handle(protocol::Received& msg, const Now& now) {
   std::string error;
-  if (msg.frames.size() < 2) {
-    drop_peer(msg.identity, "message with " + std::to_string(msg.frames.size()) + " frames");
-    return;
-  }
-  const auto type = protocol::parse_header(msg.frames[0], error);
+  const auto type = protocol::parse_header(msg, error);
   if (!type) {
     drop_peer(msg.identity, error);
     return;
@@ -327,7 +323,7 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       // A SubmitTasksRequest, read one TaskSpec at a time (no vector of specs to allocate).
       std::vector<protocol::TaskId> released;
       (void)protocol::decode_each<protocol::TaskSpec>(
-          msg.frames[1],
+          msg.body(),
           [&](const protocol::TaskSpec& spec) {
             const bool journaled = journal_ && !spec.key.empty() && journal_->contains(spec.key);
             const std::vector<char>* done = journaled ? journal_->find(spec.key) : nullptr;
@@ -366,12 +362,12 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
     case MessageType::scatter_data: {
       protocol::ScatterRequest req;
       if (!protocol::decode<MessageType::scatter_data>(msg, req, error)) break;
-      if (msg.frames.size() != (req.source.empty() ? 3u : 2u)) {
+      if (msg.payloads.size() != (req.source.empty() ? 1u : 0u)) {
         error = req.source.empty() ? "scatter_data needs exactly one payload frame"
                                    : "scatter_data with a source carries no payload frame";
         break;
       }
-      (void)state_.scatter(id, req, req.source.empty() ? std::move(msg.frames[2]) : zmq::message_t(), error);
+      (void)state_.scatter(id, req, req.source.empty() ? std::move(msg.payloads[0]) : zmq::message_t(), error);
       break;
     }
     case MessageType::replicate: {

@@ -270,7 +270,7 @@ bool Worker::connect() {
   if (const char* pool = std::getenv("HERD_POOL")) hello.pool = pool;
   hello.end_time = end_time_;
   hello.memory_limit = options_.memory_limit;
-  protocol::send(sched_, "", MessageType::hello_request, protocol::encode(hello));
+  protocol::send<MessageType::hello_request>(sched_, "", hello);
   zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.config.connect_timeout_ms);
   while (Clock::now() < deadline && !g_stop.load()) {
@@ -286,10 +286,10 @@ bool Worker::connect() {
     auto msg = protocol::try_receive(sched_, false);
     if (!msg) continue;
     std::string error;
-    auto type = msg->frames.size() >= 2 ? protocol::parse_header(msg->frames[0], error) : std::nullopt;
+    auto type = protocol::parse_header(*msg, error);
     if (!type || *type != MessageType::hello_reply) continue;
     protocol::HelloReply reply;
-    if (!protocol::decode(msg->frames[1], reply, error)) {
+    if (!protocol::decode<MessageType::hello_reply>(*msg, reply, error)) {
       HERD_LOG(error) << "bad hello reply from " << options_.scheduler << ": " << error;
       return false;
     }
@@ -449,7 +449,7 @@ int Worker::run() {
 
 void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
   std::string error;
-  auto type = msg.frames.size() >= 2 ? protocol::parse_header(msg.frames[0], error) : std::nullopt;
+  auto type = protocol::parse_header(msg, error);
   if (!type) {
     HERD_LOG(error) << "malformed message from the scheduler: " << error;
     return;
@@ -503,8 +503,8 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
       if (!protocol::decode<MessageType::put_data>(msg, ev, error)) break;
       if (!ev.source.empty()) {
         state_->put_from(ev.id, ev.source);  // a big scatter, fetched from its client's data port
-      } else if (msg.frames.size() == 3) {
-        auto bytes = std::make_shared<const data::MessagePayload>(std::move(msg.frames[2]));
+      } else if (msg.payloads.size() == 1) {
+        auto bytes = std::make_shared<const data::MessagePayload>(std::move(msg.payloads[0]));
         const std::uint64_t n = bytes->size();
         store_.put(ev.id, std::move(bytes));
         spill_to_target();
@@ -1265,7 +1265,7 @@ void Worker::goodbye(const std::string& reason) {
     }
     while (auto msg = protocol::try_receive(sched_, false)) {
       std::string error;
-      auto type = msg->frames.empty() ? std::nullopt : protocol::parse_header(msg->frames[0], error);
+      auto type = protocol::parse_header(*msg, error);
       if (type && *type == MessageType::shutdown) return;
     }
   }

@@ -35,9 +35,7 @@ bool hello_answered(zmq::socket_t& s, const std::string& address, std::chrono::m
   s.connect(address);
   proto::HelloRequest h;
   h.role = static_cast<std::uint8_t>(proto::Role::client);
-  zmq::message_t header = proto::make_header(proto::MessageType::hello_request);
-  s.send(header, zmq::send_flags::sndmore);
-  s.send(proto::encode(h), zmq::send_flags::none);
+  s.send(proto::encode<proto::MessageType::hello_request>(h), zmq::send_flags::none);
   std::vector<zmq::message_t> reply;
   return zmq::recv_multipart(s, std::back_inserter(reply)).has_value();
 }

@@ -102,17 +102,16 @@ TEST_CASE("OtherUser.DataPort.NoResultsWithoutTheKey" * doctest::timeout(90) * d
   proto::GetDataRequest req;
   req.request_id = 7;
   req.ids = {id};
-  const std::string header = as_string(proto::make_header(proto::MessageType::get_data_request));
-  const std::string body = as_string(proto::encode(req));
+  const std::string message = as_string(proto::encode<proto::MessageType::get_data_request>(req));
   const auto keys = herd::security::cluster_keys();
   REQUIRE(keys.has_value());
 
   // Another user: plain ZeroMQ, then CURVE with a key of its own (even knowing the server's
   // public key). No reply; the second is told its key was refused.
-  const auto plain = run_as_other({"zmq", data_port, hex(header), hex(body)});
+  const auto plain = run_as_other({"zmq", data_port, hex(message)});
   INFO(plain.out);
   CHECK(plain.get("reply") == "none");
-  const auto curve = run_as_other({"zmq", data_port, hex(header), hex(body), "--curve", keys->server_public});
+  const auto curve = run_as_other({"zmq", data_port, hex(message), "--curve", keys->server_public});
   INFO(curve.out);
   CHECK(curve.get("reply") == "none");
   CHECK(curve.get("handshake") == "auth-failed");
@@ -124,14 +123,15 @@ TEST_CASE("OtherUser.DataPort.NoResultsWithoutTheKey" * doctest::timeout(90) * d
   s.set(zmq::sockopt::rcvtimeo, 10000);
   herd::security::make_client(s, *keys);
   s.connect(data_port);
-  s.send(zmq::buffer(header), zmq::send_flags::sndmore);
-  s.send(zmq::buffer(body), zmq::send_flags::none);
+  s.send(zmq::buffer(message), zmq::send_flags::none);
   std::vector<zmq::message_t> reply;
   REQUIRE(zmq::recv_multipart(s, std::back_inserter(reply)).has_value());
-  REQUIRE(reply.size() == 3);  // header, body, one payload
+  REQUIRE(reply.size() == 2);  // header and body, one payload
+  proto::Received received;
+  received.message = std::move(reply[0]);
   proto::GetDataReply r;
   std::string error;
-  REQUIRE(proto::decode(reply[1], r, error));
+  REQUIRE(proto::decode<proto::MessageType::get_data_reply>(received, r, error));
   CHECK(r.found == std::vector<proto::TaskId>{id});
 }
 

@@ -9,9 +9,30 @@
 using namespace herd::protocol;
 
 namespace {
+/// A body alone, without a header.
+template <typename T>
+zmq::message_t pack(const T& in) {
+  msgpack::sbuffer b;
+  msgpack::pack(b, in);
+  return zmq::message_t(b.data(), b.size());
+}
+
+/// A message of nothing but a header.
+zmq::message_t make_header(MessageType type) {
+  zmq::message_t m(kHeaderSize);
+  write_header(static_cast<char*>(m.data()), type);
+  return m;
+}
+
+/// The body of a whole message (header and body).
+Bytes body_of(const zmq::message_t& m) {
+  REQUIRE(m.size() >= kHeaderSize);
+  return {static_cast<const char*>(m.data()) + kHeaderSize, m.size() - kHeaderSize};
+}
+
 template <typename T>
 T round_trip(const T& in) {
-  zmq::message_t m = encode(in);
+  zmq::message_t m = pack(in);
   T out;
   std::string error;
   REQUIRE_MESSAGE(decode(m, out, error), error);
@@ -29,11 +50,33 @@ TEST_CASE("Protocol.Header.RoundTrip") {
   CHECK(*type == MessageType::submit_tasks);
 }
 
+TEST_CASE("Protocol.Message.HeaderAndBodyInOneFrame") {
+  // Wire protocol 7: one frame per message, its first six bytes the header.
+  KeysEvent ev{{1, 2, 1ull << 45}};
+  zmq::message_t m = encode<MessageType::release_keys>(ev);
+  std::string error;
+  REQUIRE(parse_header(m, error) == MessageType::release_keys);
+  const zmq::message_t alone = pack(ev);
+  REQUIRE(m.size() == kHeaderSize + alone.size());
+  CHECK(std::memcmp(static_cast<const char*>(m.data()) + kHeaderSize, alone.data(), alone.size()) == 0);
+  Received r;
+  r.message = std::move(m);
+  KeysEvent back;
+  REQUIRE_MESSAGE(decode<MessageType::release_keys>(r, back, error), error);
+  CHECK(back.ids == ev.ids);
+  // A header with no body.
+  r.message = make_header(MessageType::release_keys);
+  CHECK_FALSE(decode<MessageType::release_keys>(r, back, error));
+  CHECK(error == "release_keys without a body");
+  r.message = zmq::message_t(3);
+  CHECK(r.body().size == 0);
+}
+
 TEST_CASE("Protocol.Header.Rejects") {
   std::string error;
   zmq::message_t short_frame(3);
   CHECK_FALSE(parse_header(short_frame, error));
-  CHECK(error.find("bad header") != std::string::npos);
+  CHECK(error.find("no herd header") != std::string::npos);
 
   zmq::message_t h = make_header(MessageType::heartbeat);
   static_cast<unsigned char*>(h.data())[4] = 99;  // version
@@ -204,10 +247,11 @@ TEST_CASE("Protocol.SubmitTasks.BatchWriterMatchesEncode") {
     zmq::message_t m = batch.message();
     SubmitTasksRequest whole;
     std::string error;
-    REQUIRE_MESSAGE(decode(m, whole, error), error);
+    REQUIRE(parse_header(m, error) == MessageType::submit_tasks);
+    REQUIRE_MESSAGE(decode(body_of(m), whole, error), error);
     REQUIRE(whole.tasks.size() == req.tasks.size());
     std::size_t seen = 0;
-    CHECK(decode_each<TaskSpec>(m, [&](const TaskSpec& t) {
+    CHECK(decode_each<TaskSpec>(body_of(m), [&](const TaskSpec& t) {
       const TaskSpec& want = req.tasks[seen];
       CHECK(t.id == want.id);
       CHECK(t.function == want.function);
@@ -227,16 +271,19 @@ TEST_CASE("Protocol.SubmitTasks.BatchWriterMatchesEncode") {
   {
     SubmitTasksRequest whole;
     std::string error;
-    REQUIRE_MESSAGE(decode(batch.message(released), whole, error), error);
+    const zmq::message_t with = batch.message(released);
+    REQUIRE(parse_header(with, error) == MessageType::submit_tasks);
+    REQUIRE_MESSAGE(decode(body_of(with), whole, error), error);
     CHECK(whole.tasks.size() == 300);
     CHECK(whole.released == released);
     std::vector<TaskId> second;
     std::size_t seen = 0;
-    CHECK(decode_each<TaskSpec>(batch.message(released), [&](const TaskSpec&) { return ++seen < 2; }, error, {}, &second));
+    CHECK(decode_each<TaskSpec>(body_of(with), [&](const TaskSpec&) { return ++seen < 2; }, error, {}, &second));
     CHECK(seen == 2);
     CHECK(second == released);
     SubmitTasksRequest plain;
-    REQUIRE(decode(batch.message(), plain, error));
+    const zmq::message_t without = batch.message();
+    REQUIRE(decode(body_of(without), plain, error));
     CHECK(plain.tasks.size() == 300);
     CHECK(plain.released.empty());
   }
@@ -244,11 +291,13 @@ TEST_CASE("Protocol.SubmitTasks.BatchWriterMatchesEncode") {
   // Stopping early, and an empty batch.
   std::size_t visited = 0;
   std::string error;
-  CHECK(decode_each<TaskSpec>(batch.message(), [&](const TaskSpec&) { return ++visited < 5; }, error));
+  const zmq::message_t all = batch.message();
+  CHECK(decode_each<TaskSpec>(body_of(all), [&](const TaskSpec&) { return ++visited < 5; }, error));
   CHECK(visited == 5);
   batch.clear();
   SubmitTasksRequest empty;
-  REQUIRE(decode(batch.message(), empty, error));
+  const zmq::message_t none = batch.message();
+  REQUIRE(decode(body_of(none), empty, error));
   CHECK(empty.tasks.empty());
 }
 
@@ -256,21 +305,23 @@ TEST_CASE("Protocol.SubmitTasks.DecodeEachRejectsBadElements") {
   std::string error;
   auto visit = [](const TaskSpec&) { return true; };
   // Not [[...]]: a bare string, and an array whose first field is not an array.
-  CHECK_FALSE(decode_each<TaskSpec>(encode(std::string("tasks")), visit, error));
+  CHECK_FALSE(decode_each<TaskSpec>(pack(std::string("tasks")), visit, error));
   CHECK(error.find("does not match") != std::string::npos);
-  CHECK_FALSE(decode_each<TaskSpec>(encode(std::vector<int>{1, 2}), visit, error));
+  CHECK_FALSE(decode_each<TaskSpec>(pack(std::vector<int>{1, 2}), visit, error));
   CHECK(error.find("does not match") != std::string::npos);
   // A good element, then one that is a number: the error names the element.
   BatchWriter batch;
   batch.add(TaskSpec{});
   batch.add(42);
   std::size_t seen = 0;
-  CHECK_FALSE(decode_each<TaskSpec>(batch.message(), [&](const TaskSpec&) { return ++seen > 0; }, error));
+  const zmq::message_t bad = batch.message();
+  CHECK_FALSE(decode_each<TaskSpec>(body_of(bad), [&](const TaskSpec&) { return ++seen > 0; }, error));
   CHECK(seen == 1);
   CHECK(error.find("element 1") != std::string::npos);
   // Truncated bytes.
   zmq::message_t m = batch.message();
-  CHECK_FALSE(decode_each<TaskSpec>(zmq::message_t(m.data(), m.size() - 1), visit, error));
+  const zmq::message_t cut(m.data(), m.size() - 1);
+  CHECK_FALSE(decode_each<TaskSpec>(body_of(cut), visit, error));
   CHECK(error.find("truncated") != std::string::npos);
 }
 
@@ -300,13 +351,13 @@ TEST_CASE("Protocol.Decode.Malformed") {
   // Not msgpack at all / truncated.
   const char garbage[] = {'\xc1'};  // 0xc1 is never used in msgpack
   CHECK_FALSE(decode(zmq::message_t(garbage, 1), out, error));
-  zmq::message_t whole = encode(SubmitTasksRequest{{TaskSpec{}}, {}});
+  zmq::message_t whole = pack(SubmitTasksRequest{{TaskSpec{}}, {}});
   zmq::message_t cut(whole.data(), whole.size() - 2);
   CHECK_FALSE(decode(cut, out, error));
   CHECK(error.find("truncated") != std::string::npos);
 
   // Wrong shape: a string where a struct is expected.
-  zmq::message_t str = encode(std::string("hello"));
+  zmq::message_t str = pack(std::string("hello"));
   CHECK_FALSE(decode(str, out, error));
   CHECK(error.find("does not match") != std::string::npos);
 
