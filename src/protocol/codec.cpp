@@ -145,7 +145,7 @@ int poll(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout)
       size = sizeof events;
       if (zmq_getsockopt(item.socket, ZMQ_EVENTS, &events, &size) != 0) throw zmq::error_t();
       if ((events & ZMQ_POLLIN) != 0 && (item.events & ZMQ_POLLIN) != 0) {
-        item.revents = ZMQ_POLLIN;
+        item.revents = ZMQ_POLLIN | kQueued;
         ++ready;
       }
       fds[i] = {fd, POLLIN, 0};
@@ -168,7 +168,7 @@ int poll(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout)
     zmq::pollitem_t& item = items[i];
     const short r = fds[i].revents;
     if (item.socket != nullptr) {
-      if (r != 0) item.revents = ZMQ_POLLIN;  // perhaps only commands: the reader finds out
+      if (r != 0) item.revents |= ZMQ_POLLIN;  // perhaps only commands: the reader finds out
     } else {
       if (r & POLLIN) item.revents |= ZMQ_POLLIN;
       if (r & POLLOUT) item.revents |= ZMQ_POLLOUT;

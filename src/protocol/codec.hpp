@@ -194,6 +194,12 @@ std::optional<Received> try_receive(zmq::socket_t& socket, bool router);
 /// items may only ask for ZMQ_POLLIN. Returns the number of items with events; 0 on EINTR.
 int poll(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout);
 
+/// Set in a socket item's revents by poll(), beside ZMQ_POLLIN, when the socket had a message
+/// queued before poll() looked at the descriptors (its ZMQ_EVENTS said so): a backlog. Without
+/// one, a loop may read one message and go on: the next poll() asks ZMQ_EVENTS anyway, and the
+/// receive that would find the queue empty costs libzmq a poll(2) and a getpid(2).
+inline constexpr short kQueued = 0x100;
+
 std::string to_string(MessageType type);
 
 /// Decodes the body of a received message as T's body; false with a reason when the message

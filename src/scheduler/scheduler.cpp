@@ -149,12 +149,15 @@ int Scheduler::run() {
       }
     }
     // Drain what is queued, bounded by count and time so the timers below still run under a flood.
+    // Woken for one message (no backlog), read that one: the next poll sees any other.
     const auto turn_start = Clock::now();
+    const bool backlog = (items[0].revents & protocol::kQueued) != 0;
     Now t = now();
     for (int n = 0; n < kMaxMessagesPerTurn; ++n) {
       auto msg = protocol::try_receive(socket_, true);
       if (!msg) break;
       handle(*msg, t);
+      if (!backlog) break;
       if ((n & 63) == 63) {
         t = now();
         if (t.mono - turn_start > kMaxTurnReading) break;

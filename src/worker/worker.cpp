@@ -370,12 +370,15 @@ int Worker::run() {
     }
     bool shutdown = false;
     // Not when only the eventfd woke us: an empty non-blocking receive costs libzmq a poll(2)
-    // and a getpid(2), on the round trip's path (bench/README.md).
+    // and a getpid(2), on the round trip's path (bench/README.md). For the same reason, one
+    // message when it woke us, all when there is a backlog (protocol::kQueued).
+    const bool backlog = (items[0].revents & protocol::kQueued) != 0;
     for (int n = 0; n < 1000 && (items[0].revents & ZMQ_POLLIN) != 0; ++n) {
       auto msg = protocol::try_receive(sched_, false);
       if (!msg) break;
       last_from_scheduler_ = Clock::now();
       on_scheduler_message(*msg, shutdown);
+      if (!backlog || shutdown) break;
     }
     if (shutdown) break;
     if ((items[1].revents & ZMQ_POLLIN) != 0) data_->serve([this](TaskId id) { return store_.get(id); });
