@@ -124,16 +124,19 @@ class LaneReceiver {
   std::string step(short revents, std::size_t budget, std::vector<Item>& done, bool& unreachable);
   /// Bytes received since the last call (progress for the fetcher's timeout).
   std::uint64_t take_progress() { return std::exchange(progress_, 0); }
-  bool finished() const { return current_ >= items_.size(); }
-  /// The results not complete yet, in order.
+  bool finished() const { return delivered_ >= items_.size(); }
+  /// The results not complete yet (not all received, or not all opened), in order.
   std::vector<const Item*> unfinished() const;
   /// "host:port", for messages.
   const std::string& where() const { return where_; }
 
  private:
   enum class State { connecting, hello, receiving };
-  std::string receive(std::size_t budget, std::vector<Item>& done);
-  void complete_current(std::vector<Item>& done);
+  class Opener;  // opens sealed records on a thread of its own while the next ones arrive
+  std::string receive(std::size_t budget);
+  void complete_current();
+  /// Moves the results received and opened, in order, to `done`; "" or why a record failed.
+  std::string deliver(std::vector<Item>& done);
 
   int fd_ = -1;
   int connect_error_ = 0;  // connect() failed at once
@@ -143,7 +146,9 @@ class LaneReceiver {
   std::size_t hello_sent_ = 0;
   std::unique_ptr<aead::RecordCipher> cipher_;
   std::vector<Item> items_;
-  std::size_t current_ = 0;
+  std::size_t current_ = 0;    // the result being received
+  std::size_t delivered_ = 0;  // the first result not moved to `done` yet (received, perhaps not opened)
+  std::unique_ptr<Opener> opener_;  // sealed lanes of several records; else records open inline
   // The record being read (sealed lanes): header, body (into the buffer), tag.
   unsigned char header_[aead::kHeader] = {};
   std::size_t header_have_ = 0;
