@@ -148,21 +148,23 @@ void LaneServer::accept_loop() {
       (void)!::read(wake_fd_, &n, sizeof n);
     }
     const auto now = Clock::now();
+    // The hellos first, while `pending` is still what was polled (fds[2 + i] is pending[i]);
+    // then the new connections, polled from the next turn on.
+    for (std::size_t i = 0; i < pending.size(); ++i) {
+      if ((fds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+      on_hello(pending[i]);
+    }
     if (fds[0].revents & POLLIN) {
       for (;;) {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;  // EAGAIN, or a connection reset before we took it
         if (pending.size() >= kMaxPending) {  // a flood: a random old one makes room
           const std::size_t victim = static_cast<std::size_t>(aead::random_bytes(1)[0]) % pending.size();
-          ::close(pending[victim].fd);
+          tcp::close_fd(pending[victim].fd);
           pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(victim));
         }
         pending.push_back({fd, {}, now + std::min<Clock::duration>(kHelloTimeout, timeout_)});
       }
-    }
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      if ((fds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      on_hello(pending[i]);
     }
     for (auto it = pending.begin(); it != pending.end();) {
       if (it->fd >= 0 && now >= it->deadline) tcp::close_fd(it->fd);
