@@ -821,7 +821,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
   switch (*type) {
     case MessageType::task_updates: {
       protocol::TaskUpdatesEvent ev;
-      if (!protocol::decode(msg.body(), ev, error)) break;
+      if (!protocol::decode<MessageType::task_updates>(msg, ev, error)) break;
       std::lock_guard lock(mu_);
       apply_updates_locked(ev);
       break;
@@ -833,7 +833,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::campaign_reply: {
       protocol::CampaignReply reply;
-      if (!protocol::decode(msg.body(), reply, error)) break;
+      if (!protocol::decode<MessageType::campaign_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
       auto it = campaign_replies_.find(reply.request_id);
       if (it == campaign_replies_.end()) break;  // the caller gave up
@@ -865,7 +865,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::cluster_state: {
       protocol::ClusterStateEvent ev;
-      if (!protocol::decode(msg.body(), ev, error)) break;
+      if (!protocol::decode<MessageType::cluster_state>(msg, ev, error)) break;
       std::lock_guard lock(mu_);
       n_workers_ = static_cast<int>(ev.workers);
       pools_ = std::move(ev.pools);
@@ -874,7 +874,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::scale_reply: {
       protocol::ScalePoolReply reply;
-      if (!protocol::decode(msg.body(), reply, error)) break;
+      if (!protocol::decode<MessageType::scale_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = scale_replies_.find(reply.request_id); it != scale_replies_.end()) it->second = reply;
       notify_locked();
@@ -882,7 +882,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::restart_reply: {
       protocol::RestartReply reply;
-      if (!protocol::decode(msg.body(), reply, error)) break;
+      if (!protocol::decode<MessageType::restart_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = restart_replies_.find(reply.request_id); it != restart_replies_.end()) it->second = reply;
       notify_locked();
@@ -890,7 +890,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::status_reply: {
       protocol::StatusReply reply;
-      if (!protocol::decode(msg.body(), reply, error)) break;
+      if (!protocol::decode<MessageType::status_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = status_replies_.find(reply.request_id); it != status_replies_.end()) {
         it->second = std::move(reply);
@@ -900,7 +900,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::peers_gone: {
       protocol::PeersGoneEvent ev;
-      if (protocol::decode(msg.body(), ev, error)) {
+      if (protocol::decode<MessageType::peers_gone>(msg, ev, error)) {
         // The fetcher is the I/O thread's own (this may be a waiting user thread).
         std::lock_guard lock(mu_);
         for (auto& a : ev.addresses) peers_gone_.push_back(std::move(a));
@@ -910,7 +910,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::logs_reply: {
       protocol::LogsReply reply;
-      if (!protocol::decode(msg.body(), reply, error)) break;
+      if (!protocol::decode<MessageType::logs_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
       if (auto it = logs_replies_.find(reply.request_id); it != logs_replies_.end()) it->second = std::move(reply);
       notify_locked();
@@ -918,14 +918,14 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     }
     case MessageType::shutdown: {
       protocol::GoodbyeEvent bye;
-      (void)protocol::decode(msg.body(), bye, error);
+      (void)protocol::decode<MessageType::shutdown>(msg, bye, error);
       std::lock_guard lock(mu_);
       lose_all_locked("scheduler at " + address_ + " shut down: " + bye.reason);
       break;
     }
     case MessageType::error: {
       protocol::ErrorEvent ev;
-      (void)protocol::decode(msg.body(), ev, error);
+      (void)protocol::decode<MessageType::error>(msg, ev, error);
       HERD_LOG(error) << "scheduler refused a message: " << ev.message;
       break;
     }
