@@ -2,6 +2,7 @@
 
 #include <cxxabi.h>
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <time.h>
@@ -325,7 +326,12 @@ int Worker::run() {
     monitor_ = std::thread([this] { memory_monitor(); });
     monitor_.detach();  // the process leaves with _exit; nothing to join
   }
+  if (options_.config.inline_us > 0) std::thread([this] { relief_watch(); }).detach();  // as the monitor
   last_from_scheduler_ = Clock::now();
+  return io_loop();
+}
+
+int Worker::io_loop() {
   std::vector<zmq::pollitem_t> items;
   int exit_code = 0;
   // The state is ours for the whole turn, except while we wait in poll (executors finishing
@@ -443,6 +449,15 @@ int Worker::run() {
         hb.paused = pause_reason_;
       }
       protocol::send<MessageType::heartbeat>(sched_, "", hb);
+    }
+    if (inline_next_) {
+      Run run = std::move(*inline_next_);
+      inline_next_.reset();
+      if (!run_inline(std::move(run), turn)) {
+        // Another thread has the loop now, and ends the process when it ends (leave_process).
+        for (;;) ::pause();
+      }
+      carry_out();  // its result, and what the state starts next
     }
   }
   if (g_stop.load()) goodbye("worker stopped by signal");
@@ -593,7 +608,9 @@ void Worker::carry_out() {
     // allocator may keep them, and a paused worker would stay paused).
     if (options_.memory_limit > 0 && before - store_.memory_bytes() >= (4u << 20)) ::malloc_trim(0);
   }
-  std::optional<Run> here = take_inline_run_locked(out);
+  // The turn's run for the I/O thread waits for the turn's end (io_loop), where nothing of the
+  // turn is left to do if another thread has to take the loop meanwhile.
+  if (auto here = take_inline_run_locked(out)) inline_next_ = std::move(here);
   hand_off_runs_locked(out, now, false);
   for (auto& r : out.results) results_out_.push_back(std::move(r));
   acquired_out_.insert(acquired_out_.end(), out.acquired.begin(), out.acquired.end());
@@ -612,14 +629,6 @@ void Worker::carry_out() {
     }
   }
   out.clear();
-  if (here) {
-    // Its result (and what the state starts next) come out as new instructions: sent below.
-    run_inline(std::move(*here));
-    if (silent.empty()) {
-      carry_out();
-      return;
-    }
-  }
   if (!silent.empty()) {
     // Failed at once, as the last request there did; the state tries the next holder or
     // reports the inputs out of reach (a new round of instructions).
@@ -659,6 +668,14 @@ bool& running_inline() {
   thread_local bool here = false;
   return here;
 }
+/// The task running on this thread's I/O turn called secede.
+bool& inline_seceded() {
+  thread_local bool seceded = false;
+  return seceded;
+}
+/// How long a task may hold the I/O thread before another thread takes the loop (a fifth of
+/// the default heartbeat: heartbeats, the data port and the other slots barely notice).
+constexpr auto kReliefAfter = std::chrono::milliseconds(100);
 constexpr std::uint32_t kQuickRunsToInline = 8;
 }  // namespace
 
@@ -688,8 +705,18 @@ std::optional<Run> Worker::take_inline_run_locked(WorkerInstructions& out) {
   return here;
 }
 
-void Worker::run_inline(Run run) {
+bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
   const std::string function = run.task.function;
+  std::uint64_t seq;
+  {
+    std::lock_guard lock(relief_mu_);
+    seq = inline_seq_ = ++inline_count_;
+    inline_since_ = Clock::now();
+    inline_function_ = &function;
+  }
+  // The state is free meanwhile, as while the loop waits in poll: executors end their tasks,
+  // and a relief takes the loop.
+  turn.unlock();
   running_inline() = true;
   task::LogBook::instance().task_started(run.task.id, run.task.key);
   detail::current_task_id() = run.task.id;
@@ -697,8 +724,25 @@ void Worker::run_inline(Run run) {
   detail::current_task_id() = 0;
   task::LogBook::instance().task_finished(run.task.id);
   running_inline() = false;
+  const bool seceded = std::exchange(inline_seceded(), false);
+  bool relieved;
+  {
+    std::lock_guard lock(relief_mu_);
+    relieved = relieved_seq_ == seq;
+    inline_seq_ = 0;
+    inline_function_ = nullptr;
+  }
+  if (relieved) {
+    {
+      std::lock_guard lock(state_mu_);
+      function_times_[function].never = true;
+    }
+    finish_on_executor(std::move(c), function, false);
+    return false;
+  }
+  turn.lock();
   FunctionTimes& t = function_times_[function];
-  if (std::exchange(inline_seceded_, false)) t.never = true;
+  if (seceded) t.never = true;
   if (c.duration_us >= 10 * static_cast<std::uint64_t>(options_.config.inline_us) && !t.never) {
     // Its quick runs did not tell: from now on it goes to executors, where it blocks no I/O.
     t.never = true;
@@ -707,9 +751,27 @@ void Worker::run_inline(Run run) {
   }
   time_function_locked(function, c.duration_us);
   state_->finished(std::move(c));
+  return true;
 }
 
-void Worker::finish_on_executor(Completion c, const std::string& function) {
+void Worker::relief_watch() {
+  for (;;) {
+    std::this_thread::sleep_for(kReliefAfter / 2);
+    std::lock_guard lock(relief_mu_);
+    if (inline_seq_ == 0 || relieved_seq_ == inline_seq_) continue;
+    const auto ran = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - inline_since_);
+    if (ran < kReliefAfter) continue;
+    relieved_seq_ = inline_seq_;
+    HERD_LOG(warning) << "a task of " << *inline_function_ << " has held the I/O thread for " << ran.count()
+                      << " ms: another thread takes the sockets, and its tasks run on executors from now on";
+    std::thread([this] {
+      ::pthread_setname_np(::pthread_self(), "herd-io");
+      leave_process(*this, io_loop());
+    }).detach();
+  }
+}
+
+void Worker::finish_on_executor(Completion c, const std::string& function, bool takes_next) {
   bool wake = false;
   {
     std::lock_guard lock(state_mu_);
@@ -718,7 +780,7 @@ void Worker::finish_on_executor(Completion c, const std::string& function) {
     state_->finished(std::move(c));
     WorkerInstructions& out = state_->out();
     const auto now = Clock::now();
-    const bool more = hand_off_runs_locked(out, now, true);  // this thread takes the next one itself
+    const bool more = hand_off_runs_locked(out, now, takes_next);  // this thread takes the next one itself?
     for (auto& r : out.results) exec_results_.push_back(std::move(r));
     out.results.clear();
     if (!out.empty()) wake = true;  // what only the I/O thread does (a rejoin granted...)
@@ -823,9 +885,9 @@ void Worker::executor_loop() {
 
 void Worker::secede_task(TaskId id) {
   if (running_inline()) {
-    // On the I/O thread (a function that was quick until now): nothing to give back, it ends
-    // soon or the worker is stuck with it. Never here again.
-    inline_seceded_ = true;
+    // On the I/O thread (a function that was quick until now): nothing to give back; if it
+    // takes long, a relief takes the loop (relief_watch). Never there again.
+    inline_seceded() = true;
     return;
   }
   {
@@ -1289,16 +1351,19 @@ std::uint64_t Worker::rss_bytes() const {
   return all;
 }
 
-int run_worker(WorkerOptions options) {
+void leave_process(Worker& w, int rc) {
   // Tasks may still be running when the scheduler lets us go, and a C++ thread cannot be
   // interrupted: leave without joining them (or running static destructors under them).
-  auto* w = new Worker(std::move(options));
-  const int rc = w->run();
   kill_isolated_children();  // they would die with this process anyway (PR_SET_PDEATHSIG): now
-  w->remove_local_files();  // spilled results: nobody can ask for them any more
+  w.remove_local_files();  // spilled results: nobody can ask for them any more
   std::fflush(nullptr);
   task::LogBook::instance().stop_capture();  // what is still in the capture pipes reaches the log files
   ::_exit(rc);
+}
+
+int run_worker(WorkerOptions options) {
+  auto* w = new Worker(std::move(options));  // never destroyed: see leave_process
+  leave_process(*w, w->run());
 }
 
 }  // namespace herd::worker

@@ -57,7 +57,9 @@ class Worker {
  public:
   explicit Worker(WorkerOptions options);
   ~Worker();
-  /// Connects, registers, serves until the scheduler says stop or is lost. Exit code.
+  /// Connects, registers, serves until the scheduler says stop or is lost. Exit code. Returns
+  /// on the thread that ends the loop: this one, or after a relief (relief_watch) another one,
+  /// which ends the process itself (leave_process).
   int run();
   /// Stops every worker of this process (a signal handler may call it: it sets a flag).
   static void request_stop();
@@ -105,15 +107,27 @@ class Worker {
   void flush_results();
   /// An executor's end of a task (not a seceded one): the state hears of it under state_mu_,
   /// the tasks it starts go to the executors, its result waits for the next batch.
-  void finish_on_executor(Completion c, const std::string& function);
+  /// `takes_next`: this executor takes one of the runs it starts itself (not a relieved I/O
+  /// thread: run_inline).
+  void finish_on_executor(Completion c, const std::string& function, bool takes_next = true);
   /// Counts a finished run of `function` towards running it on the I/O thread (state_mu_ held).
   void time_function_locked(const std::string& function, std::uint64_t duration_us);
   /// Takes the one run of this turn when it may go on the I/O thread itself (a function known
   /// to be quicker than HERD_INLINE_US, nothing that needs an executor); state_mu_ held.
   std::optional<Run> take_inline_run_locked(WorkerInstructions& out);
-  /// Runs it here, as an executor would, and tells the state (its result and next runs go into
-  /// the state's instructions).
-  void run_inline(Run run);
+  /// Runs it here, as an executor would, with the state let go meanwhile (`turn`), and tells
+  /// the state (its result and next runs go into the state's instructions). False when it ran
+  /// so long that another thread took the loop meanwhile (relief_watch): the task was finished
+  /// as an executor finishes one, and `turn` is not held.
+  bool run_inline(Run run, std::unique_lock<std::mutex>& turn);
+  /// The I/O thread's loop: sockets, the state's turns, heartbeats. Exit code.
+  int io_loop();
+  /// A task of a function that was quick until now, then blocks (a cache miss, a slow file
+  /// system): on the I/O thread it would stop heartbeats, the data port and every other slot,
+  /// and past HERD_TIMEOUT_MS the scheduler would count the worker lost and run its tasks again.
+  /// This thread looks every kReliefAfter / 2; a run on the I/O thread older than kReliefAfter
+  /// gets a fresh thread for the loop, and its own thread ends the task as an executor would.
+  void relief_watch();
   /// Moves the runs the state started to the executors' queue, with their time limits, and
   /// wakes executors for them (`self`: but one, the calling executor takes one itself);
   /// state_mu_ held. True when that queue is not empty afterwards.
@@ -194,8 +208,16 @@ class Worker {
     bool never = false;            // it seceded, or took long on the I/O thread
   };
   std::unordered_map<std::string, FunctionTimes> function_times_;
-  bool inline_seceded_ = false;  // the task running on the I/O thread called secede
   bool inlined_this_turn_ = false;  // at most one task a turn on the I/O thread
+  std::optional<Run> inline_next_;  // the run this turn gives the I/O thread, at the turn's end
+
+  // The run on the I/O thread now, for relief_watch (under relief_mu_).
+  std::mutex relief_mu_;
+  std::uint64_t inline_seq_ = 0;  // 0: none
+  std::uint64_t inline_count_ = 0;
+  Clock::time_point inline_since_;
+  const std::string* inline_function_ = nullptr;
+  std::uint64_t relieved_seq_ = 0;  // that run's thread no longer has the loop
   std::vector<protocol::TaskResult> results_out_;
   std::vector<protocol::TaskResult> exec_results_;  // finished by executors, not sent yet
   protocol::ExecuteTasksEvent execute_in_;           // the I/O thread's: execute_tasks decoded
@@ -212,5 +234,8 @@ class Worker {
 };
 
 int run_worker(WorkerOptions options);
+/// The end of a worker process, from the thread whose loop ended (Worker::run): its isolated
+/// children killed, its spilled results removed, its output flushed, then _exit.
+[[noreturn]] void leave_process(Worker& w, int rc);
 
 }  // namespace herd::worker
