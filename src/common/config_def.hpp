@@ -26,7 +26,8 @@ HERD_CONFIG(result_batch_us, std::uint32_t, 1000, "HERD_RESULT_BATCH_US",
 HERD_CONFIG(inline_us, std::uint32_t, 100, "HERD_INLINE_US",
             "a task of a function whose last 8 runs on a worker each took less than this runs on "
             "that worker's I/O thread when it is the only one to start, saving the hand-off to an "
-            "executor thread and back (microseconds; 0 = never)")
+            "executor thread and back; one that then holds the thread for 100 ms hands the "
+            "sockets to a fresh one (microseconds; 0 = never)")
 HERD_CONFIG(allowed_failures, std::uint32_t, 3, "HERD_ALLOWED_FAILURES",
             "worker deaths a task may be present at; one more and it fails (Dask's allowed-failures)")
 HERD_CONFIG(drain_grace_ms, std::uint32_t, 20000, "HERD_DRAIN_GRACE_MS",
