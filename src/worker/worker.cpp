@@ -328,15 +328,18 @@ int Worker::run() {
   }
   if (options_.config.inline_us > 0) std::thread([this] { relief_watch(); }).detach();  // as the monitor
   last_from_scheduler_ = Clock::now();
-  return io_loop();
+  return io_loop("");
 }
 
-int Worker::io_loop() {
+int Worker::io_loop(const std::string& relieved) {
   std::vector<zmq::pollitem_t> items;
   int exit_code = 0;
   // The state is ours for the whole turn, except while we wait in poll (executors finishing
   // tasks take it then).
   std::unique_lock turn(state_mu_);
+  // Taken over from a run of `relieved` that blocked: the function's next tasks would block this
+  // thread too, before that run ends and says so.
+  if (!relieved.empty()) function_times_[relieved].never = true;
   while (!g_stop.load()) {
     items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0},
                   {static_cast<void*>(data_->socket()), 0, ZMQ_POLLIN, 0},
@@ -764,9 +767,9 @@ void Worker::relief_watch() {
     relieved_seq_ = inline_seq_;
     HERD_LOG(warning) << "a task of " << *inline_function_ << " has held the I/O thread for " << ran.count()
                       << " ms: another thread takes the sockets, and its tasks run on executors from now on";
-    std::thread([this] {
+    std::thread([this, function = *inline_function_] {
       ::pthread_setname_np(::pthread_self(), "herd-io");
-      leave_process(*this, io_loop());
+      leave_process(*this, io_loop(function));
     }).detach();
   }
 }

@@ -120,8 +120,9 @@ class Worker {
   /// so long that another thread took the loop meanwhile (relief_watch): the task was finished
   /// as an executor finishes one, and `turn` is not held.
   bool run_inline(Run run, std::unique_lock<std::mutex>& turn);
-  /// The I/O thread's loop: sockets, the state's turns, heartbeats. Exit code.
-  int io_loop();
+  /// The I/O thread's loop: sockets, the state's turns, heartbeats. Exit code. `relieved`: the
+  /// function whose blocked run this thread took the loop from (relief_watch), or empty.
+  int io_loop(const std::string& relieved);
   /// A task of a function that was quick until now, then blocks (a cache miss, a slow file
   /// system): on the I/O thread it would stop heartbeats, the data port and every other slot,
   /// and past HERD_TIMEOUT_MS the scheduler would count the worker lost and run its tasks again.

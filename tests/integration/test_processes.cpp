@@ -310,6 +310,13 @@ int quick_then_blocks(int ms, std::string marker) {
 HERD_TASK(quick_then_blocks);
 int quick_then_blocks_too(int ms, std::string marker) { return quick_then_blocks(ms, std::move(marker)); }
 HERD_TASK(quick_then_blocks_too);
+int threads_named(pid_t pid, const std::string& name) {
+  int n = 0;
+  for (const auto& t : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    n += read_file(t.path().string() + "/comm") == name + "\n" ? 1 : 0;
+  }
+  return n;
+}
 }  // namespace
 
 // A function quick until now that then blocks starts on the worker's I/O thread (it cannot
@@ -339,11 +346,15 @@ TEST_CASE("Processes.Inline.ATaskThatBlocksTheIoThreadIsRelieved" * doctest::tim
       const auto t0 = std::chrono::steady_clock::now();
       auto blocker = client.submit(f, 3000, marker);  // twice the scheduler's timeout
       REQUIRE(eventually([&] { return read_file(marker).size() == 4u * static_cast<std::size_t>(round); }, 20s));
-      // The other slot: 20 tasks while it blocks (the loop is another thread's by now).
+      // The other slot: 20 tasks while it blocks (the loop is another thread's by now), and
+      // another run of the same function, which goes to an executor (not to block the new
+      // I/O thread in turn).
       std::vector<int> zeros(20, 0);
       const auto others = client.gather(client.map(where_ms, zeros));
       CHECK(others.size() == 20);
+      CHECK(client.submit(f, 300, marker + "-again").result() == 0);
       CHECK_FALSE(blocker.done());
+      CHECK(threads_named(*workers.begin(), "herd-io") == round);  // one relief per blocked run
       CHECK(blocker.result() == 1);  // it started on the I/O thread
       MESSAGE("blocked " << std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() << " s");
       CHECK(read_file(marker).size() == 4u * static_cast<std::size_t>(round));  // once
@@ -359,6 +370,7 @@ TEST_CASE("Processes.Inline.ATaskThatBlocksTheIoThreadIsRelieved" * doctest::tim
     return true;
   }, 15s));
   std::filesystem::remove(marker);
+  std::filesystem::remove(marker + "-again");
 }
 
 TEST_CASE("Processes.SchedulerKilled.WorkerExitsOnItsOwn" * doctest::timeout(60)) {
