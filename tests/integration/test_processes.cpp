@@ -79,12 +79,7 @@ TEST_CASE("Processes.KilledClient.NoOrphans" * doctest::timeout(60)) {
   CHECK(tree.size() == 3);
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
-  const bool all_gone = eventually([&] {
-    for (pid_t p : tree) {
-      if (alive(p)) return false;
-    }
-    return true;
-  }, 20s);
+  const bool all_gone = eventually([&] { return none_alive(tree); }, 20s);
   CHECK(all_gone);
   std::filesystem::remove(flag);
   std::filesystem::remove(flag + ".log");
@@ -128,12 +123,7 @@ TEST_CASE("Processes.CliScheduler.GenericWorkersLoadTaskLibrary" * doctest::time
   int status = 0;
   ::waitpid(sched, &status, 0);
   CHECK(WIFEXITED(status));
-  CHECK(eventually([&] {
-    for (pid_t p : workers) {
-      if (alive(p)) return false;
-    }
-    return true;
-  }, 10s));
+  CHECK(eventually([&] { return none_alive(workers); }, 10s));
   std::filesystem::remove(log);
 }
 
@@ -363,12 +353,7 @@ TEST_CASE("Processes.Inline.ATaskThatBlocksTheIoThreadIsRelieved" * doctest::tim
     }
   }
   cluster.close();
-  CHECK(eventually([&] {
-    for (pid_t p : workers) {
-      if (alive(p)) return false;
-    }
-    return true;
-  }, 15s));
+  CHECK(eventually([&] { return none_alive(workers); }, 15s));
   std::filesystem::remove(marker);
   std::filesystem::remove(marker + "-again");
 }

@@ -59,6 +59,13 @@ inline bool alive(pid_t pid) {
   return st && st->second != 'Z';
 }
 
+inline bool none_alive(const std::set<pid_t>& pids) {
+  for (pid_t p : pids) {
+    if (alive(p)) return false;
+  }
+  return true;
+}
+
 inline std::uint64_t rss_bytes(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
   std::string line;
