@@ -736,10 +736,7 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
     inline_function_ = nullptr;
   }
   if (relieved) {
-    {
-      std::lock_guard lock(state_mu_);
-      function_times_[function].never = true;
-    }
+    // The new loop has marked the function for executors (io_loop).
     finish_on_executor(std::move(c), function, false);
     return false;
   }
