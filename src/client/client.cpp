@@ -316,6 +316,11 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   sched_fd_ = sched_.get(zmq::sockopt::fd);
   heard();
   fetcher_ = std::make_unique<data::DataClient>(context_, auth_, std::chrono::milliseconds(config_.timeout_ms));
+  // Results of up to 64 MiB are received into pages the last ones of about their size left
+  // faulted in (a gather loop's second result onwards costs no page faults); bigger ones are
+  // handed over to their values page by page instead (future.hpp). Not in a worker's process
+  // (get_client): there the memory limit counts every page, and the worker keeps nothing.
+  if (!detail::worker_hooks()) data::Buffer::keep_for_reuse(std::size_t{64} << 20);
   fetcher_->take_lanes(config_.data_lanes != 0);
   io_ = std::thread([this] { io_loop(); });
   io_id_ = io_.get_id();

@@ -240,11 +240,27 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
   tcp::set_liveness(fd);
 
   std::unique_ptr<aead::RecordCipher> cipher;
-  std::vector<unsigned char> stage;
+  std::unique_ptr<unsigned char[]> stage;
   if (offer.cipher != aead::kCipherNone) {
     cipher = std::make_unique<aead::RecordCipher>(offer.cipher, offer.key);
-    stage.resize(aead::kHeader + kLaneRecord + aead::kTag);
+    {
+      std::lock_guard lock(mutex_);
+      if (!stages_.empty()) {
+        stage = std::move(stages_.back());
+        stages_.pop_back();
+      }
+    }
+    if (!stage) stage.reset(new unsigned char[aead::kHeader + kLaneRecord + aead::kTag]);
   }
+  struct GiveBack {  // the stage goes back for the next transfer, however this one ends
+    LaneServer& server;
+    std::unique_ptr<unsigned char[]>& stage;
+    ~GiveBack() {
+      if (!stage) return;
+      std::lock_guard lock(server.mutex_);
+      if (server.stages_.size() < 4) server.stages_.push_back(std::move(stage));
+    }
+  } give_back{*this, stage};
   std::uint64_t total = 0, sent = 0;
   for (const auto& p : offer.payloads) total += p->size();
   for (const auto& p : offer.payloads) {
@@ -255,8 +271,8 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
       std::size_t n;
       if (cipher) {
         n = std::min(kLaneRecord, size - off);
-        cipher->seal(data + off, n, stage.data());
-        ok = send_all(fd, reinterpret_cast<const char*>(stage.data()), aead::kHeader + n + aead::kTag);
+        cipher->seal(data + off, n, stage.get());
+        ok = send_all(fd, reinterpret_cast<const char*>(stage.get()), aead::kHeader + n + aead::kTag);
       } else {
         n = std::min(kMaxSend, size - off);
         ok = send_all(fd, data + off, n);

@@ -608,3 +608,89 @@ TEST_CASE("DataPort.Buffer.PagesLentSliceBySliceLeaveTheValueRight" * doctest::t
     CHECK(std::memcmp(source->data() + offset + size - 1, &expected.back(), 1) == 0);
   }
 }
+
+TEST_CASE("DataPort.Buffer.KeptBuffersAreReusedWithinTheirLimits" * doctest::timeout(60)) {
+  // What a client does (Buffer::keep_for_reuse): buffers let go are kept, up to the limit, for
+  // the next one of about their size. Off again at the end (the setting is the process's).
+  struct Off {
+    ~Off() { data::Buffer::keep_for_reuse(0); }
+  } off;
+  const std::size_t mib = 1 << 20;
+  data::Buffer::keep_for_reuse(40 * mib);
+  const char* first;
+  {
+    auto a = data::Buffer::allocate(16 * mib + 100);
+    std::memset(a->mutable_data(), 1, a->size());
+    first = a->data();
+  }
+  {
+    auto small = data::Buffer::allocate(8 * mib);  // far smaller: not given the kept 16 MiB
+    CHECK(small->data() != first);
+    auto b = data::Buffer::allocate(16 * mib);  // a little smaller: the kept one
+    CHECK(b->data() == first);
+    CHECK(b->size() == 16 * mib);
+    std::memset(b->mutable_data(), 2, b->size());  // all of it writable
+    // Kept buffers lend no pages and give none back: copied out, they stay whole.
+    std::vector<char> out(mib);
+    b->recycle(0, mib, out.data(), out.size());
+    b->release_prefix(2 * mib);
+    CHECK(b->data()[0] == 2);
+    CHECK(b->data()[2 * mib - 1] == 2);
+  }
+  {
+    auto big = data::Buffer::allocate(41 * mib);  // over the limit: mapped afresh, unmapped after
+    CHECK(big->data() != first);
+  }
+  const char* second;
+  {
+    // Both kept buffers are taken: the 8 MiB one and the 16 MiB one (24 MiB kept in all).
+    auto c = data::Buffer::allocate(16 * mib);
+    auto d = data::Buffer::allocate(8 * mib);
+    CHECK(c->data() == first);
+    second = d->data();
+    auto e = data::Buffer::allocate(30 * mib);  // kept too when let go: 54 MiB, over 40
+    (void)e;
+  }
+  {
+    // Let go in the order e, d, c: keeping c (after e and d, 54 MiB) put the oldest, e, out.
+    auto c = data::Buffer::allocate(30 * mib);
+    CHECK(c->data() != first);
+    auto d = data::Buffer::allocate(8 * mib);
+    CHECK(d->data() == second);
+    auto e = data::Buffer::allocate(16 * mib);
+    CHECK(e->data() == first);
+  }
+  data::Buffer::keep_for_reuse(0);  // off: everything kept is let go, nothing kept from now
+  auto g = data::Buffer::allocate(16 * mib);
+  std::memset(g->mutable_data(), 3, g->size());
+}
+
+TEST_CASE("DataPort.Lane.ResultsReceivedIntoAKeptBufferArriveWhole" * doctest::timeout(60)) {
+  // Two results of one size, fetched one after the other on sealed lanes: the second is read
+  // and opened in the pages the first was received into, and carries its own bytes, not the
+  // first's.
+  struct Off {
+    ~Off() { data::Buffer::keep_for_reuse(0); }
+  } off;
+  data::Buffer::keep_for_reuse(std::size_t{64} << 20);
+  const auto keys = test_keys();
+  Port port(keys);
+  port.with_lanes(true);
+  const std::size_t size = 3 * data::kLaneRecord + 7;
+  port.store[1] = pattern(size, 1);
+  port.store[2] = pattern(size, 2);
+  port.start();
+  Fetcher f(5000ms, keys);
+  f.client.request(port.address, {1}, std::chrono::steady_clock::now());
+  f.run(30s);
+  REQUIRE(f.got.count(1) == 1);
+  CHECK(same(f.got.at(1), port.store.at(1)));
+  const char* where = f.got.at(1)->data();
+  f.got.clear();  // the first result let go: its buffer is kept
+  f.client.request(port.address, {2}, std::chrono::steady_clock::now());
+  f.run(30s);
+  CHECK(f.failed.empty());
+  REQUIRE(f.got.count(2) == 1);
+  CHECK(f.got.at(2)->data() == where);
+  CHECK(same(f.got.at(2), port.store.at(2)));
+}
