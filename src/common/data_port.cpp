@@ -45,13 +45,12 @@ class KeptBuffers {
     limit_ = bytes;
     trim(std::chrono::steady_clock::now());
   }
-  std::size_t limit() {
+  /// A kept mapping of at least `mapped` bytes and not much more, or nullptr; `keep`: whether
+  /// a buffer of that size is kept when let go.
+  char* take(std::size_t mapped, std::size_t& got, bool& keep) {
     std::lock_guard lock(mu_);
-    return limit_;
-  }
-  /// A kept mapping of at least `mapped` bytes and not much more, or nullptr.
-  char* take(std::size_t mapped, std::size_t& got) {
-    std::lock_guard lock(mu_);
+    keep = mapped <= limit_;
+    if (!keep) return nullptr;
     trim(std::chrono::steady_clock::now());
     auto best = kept_.end();
     for (auto it = kept_.begin(); it != kept_.end(); ++it) {
@@ -110,11 +109,9 @@ void Buffer::keep_for_reuse(std::size_t bytes) { kept_buffers().limit(bytes); }
 std::unique_ptr<Buffer> Buffer::allocate(std::size_t size) {
   if (size >= kMapBytes) {
     const std::size_t mapped = (size + page_size() - 1) / page_size() * page_size();
-    const bool kept = mapped <= kept_buffers().limit();
     std::size_t got = 0;
-    if (kept) {
-      if (char* p = kept_buffers().take(mapped, got)) return std::unique_ptr<Buffer>(new Buffer(p, size, got, true));
-    }
+    bool kept = false;
+    if (char* p = kept_buffers().take(mapped, got, kept)) return std::unique_ptr<Buffer>(new Buffer(p, size, got, true));
     void* p = ::mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     return std::unique_ptr<Buffer>(new Buffer(static_cast<char*>(p), size, mapped, kept));
