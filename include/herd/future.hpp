@@ -27,6 +27,7 @@
 #include <msgpack.hpp>
 
 #include "herd/detail/client_core.hpp"
+#include "herd/detail/scratch_zone.hpp"
 #include "herd/error.hpp"
 
 namespace herd {
@@ -160,9 +161,10 @@ class Future {
         // Strings and binaries reference the payload (alive until we return) instead of being
         // copied into msgpack's zone first: a 1 GiB result costs its bytes and its value, not
         // a third copy in between.
-        msgpack::object_handle handle = msgpack::unpack(
-            payload.data(), payload.size(), [](msgpack::type::object_type, std::size_t, void*) { return true; });
-        return handle.get().as<T>();
+        detail::ScratchZone zone;
+        const msgpack::object object = msgpack::unpack(
+            zone.get(), payload.data(), payload.size(), [](msgpack::type::object_type, std::size_t, void*) { return true; });
+        return object.as<T>();
       } catch (const std::exception& e) {
         detail::throw_decode_error(*state_, typeid(T).name(), e.what());
       }

@@ -44,11 +44,11 @@ std::optional<MessageType> parse_header(const void* data, std::size_t size, std:
   return static_cast<MessageType>(t);
 }
 
-bool decode_object(const void* data, std::size_t size, msgpack::object_handle& out,
+bool decode_object(const void* data, std::size_t size, msgpack::zone& zone, msgpack::object& out,
                    std::string& error, const UnpackLimits& l) {
   try {
     std::size_t offset = 0;
-    out = msgpack::unpack(static_cast<const char*>(data), size, offset, nullptr, nullptr,
+    out = msgpack::unpack(zone, static_cast<const char*>(data), size, offset, nullptr, nullptr,
                           msgpack::unpack_limit(l.array, l.map, l.str, l.bin, l.ext, l.depth));
     if (offset != size) {
       error = "trailing bytes after the msgpack body";

@@ -11,6 +11,7 @@
 
 #include <zmq.hpp>
 
+#include "herd/detail/scratch_zone.hpp"
 #include "protocol/messages.hpp"
 
 namespace herd::protocol {
@@ -64,16 +65,18 @@ zmq::message_t encode(const BodyOf<T>& body) {
   return encode(T, body);
 }
 
-/// Unpacks `data` into `out`; returns false with a reason on malformed input.
-bool decode_object(const void* data, std::size_t size, msgpack::object_handle& out,
+/// Unpacks `data` into `out`, allocated in `zone` (valid while the zone is not cleared);
+/// returns false with a reason on malformed input.
+bool decode_object(const void* data, std::size_t size, msgpack::zone& zone, msgpack::object& out,
                    std::string& error, const UnpackLimits& limits = {});
 
 template <typename T>
 bool decode(Bytes body, T& out, std::string& error, const UnpackLimits& limits = {}) {
-  msgpack::object_handle handle;
-  if (!decode_object(body.data, body.size, handle, error, limits)) return false;
+  detail::ScratchZone zone;
+  msgpack::object object;
+  if (!decode_object(body.data, body.size, zone.get(), object, error, limits)) return false;
   try {
-    handle.get().convert(out);
+    object.convert(out);
     return true;
   } catch (const std::exception& e) {
     error = std::string("message body does not match its type: ") + e.what();
@@ -119,9 +122,9 @@ class BatchWriter {
 template <typename T, typename F, typename S = std::vector<std::uint64_t>>
 bool decode_each(Bytes body_bytes, F&& f, std::string& error, const UnpackLimits& limits = {},
                  S* second = nullptr) {
-  msgpack::object_handle handle;
-  if (!decode_object(body_bytes.data, body_bytes.size, handle, error, limits)) return false;
-  const msgpack::object& body = handle.get();
+  detail::ScratchZone zone;
+  msgpack::object body;
+  if (!decode_object(body_bytes.data, body_bytes.size, zone.get(), body, error, limits)) return false;
   if (body.type != msgpack::type::ARRAY || body.via.array.size < 1 ||
       body.via.array.ptr[0].type != msgpack::type::ARRAY) {
     error = "message body does not match its type: expected [[elements...]]";

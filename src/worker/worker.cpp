@@ -26,6 +26,7 @@
 #include "common/net.hpp"
 #include "common/process.hpp"
 #include "common/util.hpp"
+#include "herd/detail/scratch_zone.hpp"
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
 #include "task/log_capture.hpp"
@@ -989,9 +990,9 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
     return c;
   }
   try {
-    msgpack::object_handle args_handle = msgpack::unpack(task.args.data(), task.args.size());
-    msgpack::object args = args_handle.get();
-    std::vector<msgpack::object_handle> inputs;
+    // The arguments and the inputs share one zone, lent for the run (a fresh one mallocs 8 KiB).
+    detail::ScratchZone zone;
+    msgpack::object args = msgpack::unpack(zone.get(), task.args.data(), task.args.size());
     std::vector<data::PayloadPtr> keep;
     for (const auto& ref : task.refs) {
       data::PayloadPtr bytes = store_.get(ref.id);
@@ -1001,10 +1002,10 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
         return c;
       }
       // Referencing the stored bytes (kept alive below), not copying strings and binaries.
-      inputs.push_back(msgpack::unpack(bytes->data(), bytes->size(),
-                                       [](msgpack::type::object_type, std::size_t, void*) { return true; }));
+      const msgpack::object input = msgpack::unpack(zone.get(), bytes->data(), bytes->size(),
+                                                    [](msgpack::type::object_type, std::size_t, void*) { return true; });
       keep.push_back(std::move(bytes));
-      if (!substitute(args, ref, inputs.back().get())) {
+      if (!substitute(args, ref, input)) {
         throw std::invalid_argument("argument reference does not match the arguments");
       }
     }

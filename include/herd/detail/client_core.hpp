@@ -1,5 +1,5 @@
 #pragma once
-// The non-template half of Client and Future: implemented in src/api/client.cpp. Users never
+// The non-template half of Client and Future: implemented in src/client/client.cpp. Users never
 // name anything here.
 
 #include <chrono>
