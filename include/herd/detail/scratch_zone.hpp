@@ -30,7 +30,7 @@ class ScratchZone {
       zone_->clear();
       auto& free = pool();
       if (free.size() < kKept) free.push_back(std::move(zone_));
-    } catch (...) {  // a full pool's push_back: the zone is freed instead
+    } catch (...) {  // push_back out of memory: the zone is freed instead (a full pool frees it too)
     }
   }
   ScratchZone(const ScratchZone&) = delete;
