@@ -7,8 +7,13 @@
 #   HERD_CMAKE_ARGS="-D..." scripts/setup.sh
 #   HERD_EXTRA_PACKAGES="..."           more Debian packages to install (scripts/test.sh: the tests')
 #   HERD_REQUIRE_WERROR=1               warnings are errors, whatever the compiler (scripts/test.sh)
+#   HERD_PGO=1 scripts/setup.sh         a profile-guided build (GCC) in ./build-pgo: built instrumented,
+#                                       trained on herd_bench (round trips, a map, a tree; ~1 min),
+#                                       built again from the counts. Twice the build time; the
+#                                       figures in bench/README.md say what it gains
 set -euo pipefail
 cd "$(dirname "$0")/.."
+if [ "${HERD_PGO:-0}" = 1 ]; then BUILD_DIR=${BUILD_DIR:-build-pgo}; fi
 BUILD_DIR=${BUILD_DIR:-build}
 
 # shellcheck disable=SC2206  # HERD_EXTRA_PACKAGES is a list of words
@@ -39,5 +44,26 @@ cmake -S . -B "$BUILD_DIR" "${args[@]}" >/dev/null
 # nothing changes there; with another compiler, asking for it changes the flags (one rebuild).
 if [ "${HERD_REQUIRE_WERROR:-0}" = 1 ] && ! grep -q '^HERD_WERROR_ACTIVE:INTERNAL=ON$' "$BUILD_DIR/CMakeCache.txt"; then
   cmake -S . -B "$BUILD_DIR" -DHERD_WERROR=ON >/dev/null
+fi
+if [ "${HERD_PGO:-0}" = 1 ]; then
+  # Counts from an earlier source would not match this one: train afresh each time.
+  profile="$(cd "$BUILD_DIR" && pwd)/pgo-profile"
+  rm -rf "$profile"
+  cmake -S . -B "$BUILD_DIR" -DHERD_PGO=GENERATE -DHERD_PGO_DIR="$profile" >/dev/null
+  cmake --build "$BUILD_DIR" -j "$(nproc)" --target herd_bench
+  echo "herd setup: training the profile-guided build (herd_bench latency, throughput, tree)"
+  bench="$BUILD_DIR/bench/herd_bench"
+  for run in "latency --rounds 3000" "throughput --tasks 20000 --repeat 1" "tree --leaves 2048 --repeat 1"; do
+    # shellcheck disable=SC2086  # $run is the workload's words
+    if ! timeout 300 "$bench" $run >/dev/null; then
+      echo "herd setup: the training run 'herd_bench $run' failed; the profile-guided build needs it" >&2
+      exit 1
+    fi
+  done
+  if ! compgen -G "$profile/*.gcda" >/dev/null; then
+    echo "herd setup: the training wrote no counts under $profile" >&2
+    exit 1
+  fi
+  cmake -S . -B "$BUILD_DIR" -DHERD_PGO=USE >/dev/null
 fi
 cmake --build "$BUILD_DIR" -j "$(nproc)"

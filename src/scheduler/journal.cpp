@@ -332,9 +332,10 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
     ++lost_;
     return appended_;
   }
-  rec.head.resize(8 + prefix.size());
+  rec.head.reserve(8 + prefix.size());
+  rec.head.resize(8);
   put_u32(rec.head.data(), static_cast<std::uint32_t>(body));
-  std::memcpy(rec.head.data() + 8, prefix.data(), prefix.size());
+  rec.head.insert(rec.head.end(), prefix.data(), prefix.data() + prefix.size());
   auto bytes = std::make_shared<const std::vector<char>>(std::move(result));
   rec.bytes = bytes;
 
