@@ -39,6 +39,13 @@ if command -v ccache >/dev/null; then
 fi
 # shellcheck disable=SC2206  # HERD_CMAKE_ARGS is words on purpose, after ours so that they win
 args=(-G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo ${HERD_CMAKE_ARGS:-})
+if [ "${HERD_PGO:-0}" = 1 ]; then
+  # Counts from an earlier source would not match this one: instrumented, and trained afresh.
+  mkdir -p "$BUILD_DIR"
+  profile="$(cd "$BUILD_DIR" && pwd)/pgo-profile"
+  rm -rf "$profile"
+  args+=(-DHERD_PGO=GENERATE -DHERD_PGO_DIR="$profile")
+fi
 cmake -S . -B "$BUILD_DIR" "${args[@]}" >/dev/null
 # HERD_WERROR=AUTO (the default) has -Werror with GCC 12, the compiler of the first build too, so
 # nothing changes there; with another compiler, asking for it changes the flags (one rebuild).
@@ -46,10 +53,6 @@ if [ "${HERD_REQUIRE_WERROR:-0}" = 1 ] && ! grep -q '^HERD_WERROR_ACTIVE:INTERNA
   cmake -S . -B "$BUILD_DIR" -DHERD_WERROR=ON >/dev/null
 fi
 if [ "${HERD_PGO:-0}" = 1 ]; then
-  # Counts from an earlier source would not match this one: train afresh each time.
-  profile="$(cd "$BUILD_DIR" && pwd)/pgo-profile"
-  rm -rf "$profile"
-  cmake -S . -B "$BUILD_DIR" -DHERD_PGO=GENERATE -DHERD_PGO_DIR="$profile" >/dev/null
   cmake --build "$BUILD_DIR" -j "$(nproc)" --target herd_bench
   echo "herd setup: training the profile-guided build (herd_bench latency, throughput, tree)"
   bench="$BUILD_DIR/bench/herd_bench"
