@@ -17,6 +17,8 @@
 //                                                         loopback TCP (bench/allreduce.cpp)
 //   herd_bench all --small                                everything, small sizes (CI smoke)
 #include <dirent.h>
+#include <fcntl.h>
+#include <sys/wait.h>
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -119,36 +121,105 @@ void throughput(int tasks, int workers, int repeat) {
   }
 }
 
-/// p50 of zmq_round_trip's raw relay over `rounds` (0 when it is not built or did not answer).
-double relay_p50(int rounds) {
-  const auto relay = std::filesystem::path(herd::process::self_executable()).parent_path() / "zmq_round_trip";
-  if (!std::filesystem::exists(relay)) return 0;
-  const std::string cmd = relay.string() + " relay " + (herd::security::auth_off() ? "plain " : "curve ") +
-                          std::to_string(rounds);  // it asks the kernel for a free port
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (p == nullptr) return 0;
-  char line[512] = {0};
-  std::string out;
-  while (std::fgets(line, sizeof line, p) != nullptr) out += line;
-  ::pclose(p);
-  const auto at = out.find("\"p50_us\":");
-  return at == std::string::npos ? 0 : std::atof(out.c_str() + at + 9);
+/// zmq_round_trip's raw relay (client -> scheduler -> worker -> scheduler -> client, three
+/// processes, CURVE as herd's sockets), kept running in `serve` mode so that blocks of its
+/// round trips can alternate with herd's in short turns. Not usable (ok() false) when the
+/// program is not built next to this one or does not start.
+class Relay {
+ public:
+  Relay() {
+    const auto exe = std::filesystem::path(herd::process::self_executable()).parent_path() / "zmq_round_trip";
+    if (!std::filesystem::exists(exe)) return;
+    int to[2], from[2];
+    if (::pipe2(to, O_CLOEXEC) != 0) return;
+    if (::pipe2(from, O_CLOEXEC) != 0) {
+      ::close(to[0]);
+      ::close(to[1]);
+      return;
+    }
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::dup2(to[0], 0);
+      ::dup2(from[1], 1);
+      const std::string path = exe.string();
+      const char* argv[] = {path.c_str(), "relay", herd::security::auth_off() ? "plain" : "curve", "serve", nullptr};
+      ::execv(path.c_str(), const_cast<char* const*>(argv));
+      ::_exit(127);
+    }
+    ::close(to[0]);
+    ::close(from[1]);
+    if (pid_ < 0) {
+      ::close(to[1]);
+      ::close(from[0]);
+      return;
+    }
+    in_ = ::fdopen(to[1], "w");
+    out_ = ::fdopen(from[0], "r");
+    std::string line;
+    ok_ = in_ != nullptr && out_ != nullptr && read_line(line) && line == "ready";
+  }
+  ~Relay() {
+    if (in_ != nullptr) std::fclose(in_);  // end of input: the relay stops
+    if (out_ != nullptr) std::fclose(out_);
+    if (pid_ > 0) ::waitpid(pid_, nullptr, 0);
+  }
+  Relay(const Relay&) = delete;
+  Relay& operator=(const Relay&) = delete;
+
+  bool ok() const { return ok_; }
+  /// `n` round trips; their times (µs) appended to `us`. False (and not ok() from then on)
+  /// when the relay did not answer them.
+  bool run(int n, std::vector<double>& us) {
+    if (!ok_) return false;
+    std::fprintf(in_, "%d\n", n);
+    std::fflush(in_);
+    std::string line;
+    std::vector<double> got;
+    if (read_line(line)) {
+      std::istringstream words(line);
+      for (double v; words >> v;) got.push_back(v);
+    }
+    ok_ = got.size() == static_cast<std::size_t>(n);
+    if (ok_) us.insert(us.end(), got.begin(), got.end());
+    return ok_;
+  }
+
+ private:
+  bool read_line(std::string& line) {
+    line.clear();
+    for (int c; (c = std::fgetc(out_)) != EOF;) {
+      if (c == '\n') return true;
+      line.push_back(static_cast<char>(c));
+    }
+    return false;
+  }
+  pid_t pid_ = -1;
+  FILE* in_ = nullptr;
+  FILE* out_ = nullptr;
+  bool ok_ = false;
+};
+
+double median_of(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t m = v.size();
+  return m % 2 == 1 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
 }
 
 void latency(int rounds) {
   herd::Client client{herd::LocalCluster{1, 1}};
   for (int i = 0; i < 100; ++i) client.submit(noop, i).result();
-  // Beside it, in the same run: raw libzmq over the same hops (client -> scheduler -> worker ->
-  // scheduler -> client, three processes, CURVE as herd's sockets), from zmq_round_trip, built
-  // next to this program. The ratio is what herd's own work adds to the transport. The two take
-  // turns, four blocks each (relay first), so that both see the same minutes of a shared machine.
-  constexpr int kBlocks = 4;
-  std::vector<double> us;
-  std::vector<double> relay_blocks;
-  int next = 0;
-  for (int b = 0; b < kBlocks; ++b) {
-    const int n = rounds / kBlocks + (b < rounds % kBlocks ? 1 : 0);
-    if (const double r = relay_p50(std::max(n, 1)); r > 0) relay_blocks.push_back(r);
+  // Beside it, in the same run: raw libzmq over the same hops (Relay). The ratio is what herd's
+  // own work adds to the transport. The two take turns in blocks of 50 round trips (the relay
+  // first), so that both see the same seconds of a shared machine, whose speed changes from
+  // one second to the next (a relay's p50 ranged 390-2,300 µs between runs of one minute).
+  constexpr int kBlock = 50;
+  Relay relay;
+  std::vector<double> us, relay_us;
+  int blocks = 0;
+  for (int next = 0; next < rounds;) {
+    const int n = std::min(kBlock, rounds - next);
+    if (relay.run(n, relay_us)) ++blocks;
     for (int i = 0; i < n; ++i, ++next) {
       auto t0 = Clock::now();
       client.submit(noop, next).result();
@@ -157,15 +228,10 @@ void latency(int rounds) {
   }
   std::sort(us.begin(), us.end());
   auto pct = [&](double p) { return us[static_cast<std::size_t>(p * static_cast<double>(us.size() - 1))]; };
-  double relay = 0;  // the median of the blocks' p50s
-  if (!relay_blocks.empty()) {
-    std::sort(relay_blocks.begin(), relay_blocks.end());
-    const std::size_t m = relay_blocks.size();
-    relay = m % 2 == 1 ? relay_blocks[m / 2] : (relay_blocks[m / 2 - 1] + relay_blocks[m / 2]) / 2;
-  }
+  const double relay_p50 = median_of(relay_us);
   emit("round_trip", {{"rounds", rounds}, {"p50_us", pct(0.5)}, {"p99_us", pct(0.99)}, {"max_us", us.back()},
-                      {"relay_p50_us", relay}, {"relay_blocks", static_cast<int>(relay_blocks.size())},
-                      {"p50_over_relay", relay > 0 ? pct(0.5) / relay : 0.0}});
+                      {"relay_p50_us", relay_p50}, {"relay_blocks", blocks},
+                      {"p50_over_relay", relay_p50 > 0 ? pct(0.5) / relay_p50 : 0.0}});
 }
 
 void tree(int leaves, int workers, int repeat) {

@@ -5,9 +5,14 @@
 //   direct: client DEALER <-> echo ROUTER: 2 TCP hops.
 // Built with the benchmarks (it needs only libzmq):
 //   build/bench/zmq_round_trip relay curve 2000      # MODE plain|curve ROUNDS [PORT]
+//   build/bench/zmq_round_trip relay curve serve     # blocks of round trips on demand (stdin)
 // (without PORT: a free one, asked of the kernel; a bind that fails, or a peer silent for 10 s,
 // ends it with an error rather than a hang).
 // Prints {"mode":...,"curve":0|1,"p50_us":...,"p99_us":...} after 100 warm-up round trips.
+// HERD_RELAY_WORK_US="C,S,W" (relay only) adds C, S and W microseconds of busy work per round
+// trip to the client, the relay and the echo's thread (the relay's half before each of its two
+// sends): a relay that does as much as herd's threads do, to see what a microsecond of work
+// on the path costs the round trip (bench/README.md, "What herd's work costs the round trip").
 #include <zmq.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -23,6 +28,9 @@
 #include <string>
 static char spub[41], ssec[41], cpub[41], csec[41];
 static bool curve = false;
+static double work_c = 0, work_s = 0, work_w = 0;  // HERD_RELAY_WORK_US
+static void busy(double us){ if(us<=0) return; const auto t0=std::chrono::steady_clock::now();
+  while(std::chrono::duration<double,std::micro>(std::chrono::steady_clock::now()-t0).count()<us){} }
 static void as_server(void* s){ if(!curve) return; int one=1; zmq_setsockopt(s,ZMQ_CURVE_SERVER,&one,4); zmq_setsockopt(s,ZMQ_CURVE_SECRETKEY,ssec,40);}
 static int free_port(){ int fd=socket(AF_INET,SOCK_STREAM,0); sockaddr_in a{}; a.sin_family=AF_INET; a.sin_addr.s_addr=htonl(INADDR_LOOPBACK);
   socklen_t n=sizeof a; if(fd<0||bind(fd,(sockaddr*)&a,n)!=0||getsockname(fd,(sockaddr*)&a,&n)!=0){perror("zmq_round_trip: free port"); exit(1);} close(fd); return ntohs(a.sin_port);}
@@ -30,7 +38,12 @@ static void must_bind(void* s,const char* ep){ if(zmq_bind(s,ep)!=0){fprintf(std
 static void as_client(void* s){ if(!curve) return; zmq_setsockopt(s,ZMQ_CURVE_SERVERKEY,spub,40); zmq_setsockopt(s,ZMQ_CURVE_PUBLICKEY,cpub,40); zmq_setsockopt(s,ZMQ_CURVE_SECRETKEY,csec,40);}
 int main(int argc,char**argv){
   std::string mode = argc>1?argv[1]:"relay"; curve = argc>2 && std::string(argv[2])=="curve";
-  int rounds = argc>3?atoi(argv[3]):2000;
+  const bool serve = argc>3 && std::string(argv[3])=="serve";  // ROUNDS "serve": blocks on demand (below)
+  int rounds = argc>3 && !serve ? atoi(argv[3]) : 2000;
+  if (!serve && rounds < 1) { fprintf(stderr, "zmq_round_trip: ROUNDS must be a positive number or 'serve'\n"); return 2; }
+  if (const char* w = getenv("HERD_RELAY_WORK_US")) {
+    if (sscanf(w, "%lf,%lf,%lf", &work_c, &work_s, &work_w) != 3 || work_c < 0 || work_s < 0 || work_w < 0) {
+      fprintf(stderr, "zmq_round_trip: HERD_RELAY_WORK_US must be C,S,W (microseconds, >= 0), not '%s'\n", w); return 2; } }
   zmq_curve_keypair(spub,ssec); zmq_curve_keypair(cpub,csec);
   const std::string eps = "tcp://127.0.0.1:" + (argc>4 ? std::string(argv[4]) : std::to_string(free_port())); const char* ep=eps.c_str();
   if (mode=="relay") {
@@ -40,12 +53,12 @@ int main(int argc,char**argv){
       while(true){ char id[256]; int il=zmq_recv(r,id,256,0); int n=zmq_recv(r,buf,512,0);
         if(n==1&&buf[0]=='W'){memcpy(wid,id,il);wl=il;continue;}
         if(n==1&&buf[0]=='Q'){zmq_send(r,wid,wl,ZMQ_SNDMORE); zmq_send(r,"Q",1,0); usleep(50000); break;}
-        if(n>0&&buf[0]=='c'){memcpy(cid,id,il);cl=il; zmq_send(r,wid,wl,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} else {zmq_send(r,cid,cl,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} }
+        busy(work_s/2); if(n>0&&buf[0]=='c'){memcpy(cid,id,il);cl=il; zmq_send(r,wid,wl,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} else {zmq_send(r,cid,cl,ZMQ_SNDMORE); zmq_send(r,buf,n,0);} }
       _exit(0);}
     usleep(100000);
     if (fork()==0){ prctl(PR_SET_PDEATHSIG,SIGKILL); // worker
       void* ctx=zmq_ctx_new(); void* d=zmq_socket(ctx,ZMQ_DEALER); as_client(d); zmq_connect(d,ep); zmq_send(d,"W",1,0);
-      char buf[512]; while(true){int n=zmq_recv(d,buf,512,0); if(n<=1)break; buf[0]='w'; zmq_send(d,buf,n,0);} _exit(0);}
+      char buf[512]; while(true){int n=zmq_recv(d,buf,512,0); if(n<=1)break; buf[0]='w'; busy(work_w); zmq_send(d,buf,n,0);} _exit(0);}
     usleep(200000);
   } else {
     if (fork()==0){ prctl(PR_SET_PDEATHSIG,SIGKILL); void* ctx=zmq_ctx_new(); void* r=zmq_socket(ctx,ZMQ_ROUTER); as_server(r); must_bind(r,ep);
@@ -54,9 +67,25 @@ int main(int argc,char**argv){
   }
   void* ctx=zmq_ctx_new(); void* d=zmq_socket(ctx,ZMQ_DEALER); as_client(d); int ms=10000; zmq_setsockopt(d,ZMQ_RCVTIMEO,&ms,sizeof ms); zmq_connect(d,ep);
   char msg[64]; memset(msg,'c',64); char buf[512]; std::vector<double> us;
-  for(int i=0;i<rounds+100;i++){ auto t0=std::chrono::steady_clock::now(); zmq_send(d,msg,48,0); if(zmq_recv(d,buf,512,0)<0){fprintf(stderr,"zmq_round_trip: no echo within 10 s\n"); return 1;}
-    if(i>=100) us.push_back(std::chrono::duration<double,std::micro>(std::chrono::steady_clock::now()-t0).count()); }
-  std::sort(us.begin(),us.end());
-  printf("{\"mode\":\"%s\",\"curve\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",mode.c_str(),curve,us[us.size()/2],us[us.size()*99/100]);
+  auto round_trips=[&](int n,bool keep){ for(int i=0;i<n;i++){ auto t0=std::chrono::steady_clock::now(); busy(work_c); zmq_send(d,msg,48,0);
+      if(zmq_recv(d,buf,512,0)<0){fprintf(stderr,"zmq_round_trip: no echo within 10 s\n"); exit(1);}
+      if(keep) us.push_back(std::chrono::duration<double,std::micro>(std::chrono::steady_clock::now()-t0).count()); } };
+  round_trips(100,false);  // warm-up
+  if (serve) {
+    // Blocks on demand, so that another program can interleave its own round trips with these
+    // in short turns: a line "N" on stdin runs N round trips and answers one line of their
+    // times in µs; end of input (or 0) stops. "ready" says the warm-up is done.
+    printf("ready\n"); fflush(stdout);
+    int n=0;
+    while (scanf("%d",&n)==1 && n>0) {
+      us.clear(); round_trips(n,true);
+      for (std::size_t i=0;i<us.size();i++) printf(i?" %.1f":"%.1f",us[i]);
+      printf("\n"); fflush(stdout);
+    }
+  } else {
+    round_trips(rounds,true);
+    std::sort(us.begin(),us.end());
+    printf("{\"mode\":\"%s\",\"curve\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",mode.c_str(),curve,us[us.size()/2],us[us.size()*99/100]);
+  }
   zmq_send(d,"Q",1,0); while (wait(nullptr) > 0) {}
   return 0; }
