@@ -12,7 +12,8 @@
 // HERD_RELAY_WORK_US="C,S,W" (relay only) adds C, S and W microseconds of busy work per round
 // trip to the client, the relay and the echo's thread (the relay's half before each of its two
 // sends): a relay that does as much as herd's threads do, to see what a microsecond of work
-// on the path costs the round trip (bench/README.md, "What herd's work costs the round trip").
+// on the path costs the round trip (bench/README.md, "The relay in turns, and what herd's work
+// costs the round trip").
 #include <zmq.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
