@@ -199,11 +199,11 @@ class Relay {
   bool ok_ = false;
 };
 
-double median_of(std::vector<double> v) {
+/// The sample at floor(p·(n−1)) of `v` once sorted (0 when there is none).
+double percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const std::size_t m = v.size();
-  return m % 2 == 1 ? v[m / 2] : (v[m / 2 - 1] + v[m / 2]) / 2;
+  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
 }
 
 void latency(int rounds) {
@@ -226,12 +226,10 @@ void latency(int rounds) {
       us.push_back(seconds_since(t0) * 1e6);
     }
   }
-  std::sort(us.begin(), us.end());
-  auto pct = [&](double p) { return us[static_cast<std::size_t>(p * static_cast<double>(us.size() - 1))]; };
-  const double relay_p50 = median_of(relay_us);
-  emit("round_trip", {{"rounds", rounds}, {"p50_us", pct(0.5)}, {"p99_us", pct(0.99)}, {"max_us", us.back()},
+  const double p50 = percentile(us, 0.5), relay_p50 = percentile(relay_us, 0.5);
+  emit("round_trip", {{"rounds", rounds}, {"p50_us", p50}, {"p99_us", percentile(us, 0.99)}, {"max_us", us.back()},
                       {"relay_p50_us", relay_p50}, {"relay_blocks", blocks},
-                      {"p50_over_relay", relay_p50 > 0 ? pct(0.5) / relay_p50 : 0.0}});
+                      {"p50_over_relay", relay_p50 > 0 ? p50 / relay_p50 : 0.0}});
 }
 
 void tree(int leaves, int workers, int repeat) {
