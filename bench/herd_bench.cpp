@@ -123,7 +123,7 @@ void throughput(int tasks, int workers, int repeat) {
 
 /// zmq_round_trip's raw relay (client -> scheduler -> worker -> scheduler -> client, three
 /// processes, CURVE as herd's sockets), kept running in `serve` mode so that blocks of its
-/// round trips can alternate with herd's in short turns. Not usable (ok() false) when the
+/// round trips can alternate with herd's in short turns. Its run() answers false when the
 /// program is not built next to this one or does not start.
 class Relay {
  public:
@@ -131,6 +131,10 @@ class Relay {
     const auto exe = std::filesystem::path(herd::process::self_executable()).parent_path() / "zmq_round_trip";
     if (!std::filesystem::exists(exe)) return;
     int to[2], from[2];
+    // Everything the child needs is made before fork: this process has threads, so the child
+    // may only dup2 and exec (no allocation) until it runs the relay.
+    const std::string path = exe.string();
+    const char* argv[] = {path.c_str(), "relay", herd::security::auth_off() ? "plain" : "curve", "serve", nullptr};
     if (::pipe2(to, O_CLOEXEC) != 0) return;
     if (::pipe2(from, O_CLOEXEC) != 0) {
       ::close(to[0]);
@@ -141,8 +145,6 @@ class Relay {
     if (pid_ == 0) {
       ::dup2(to[0], 0);
       ::dup2(from[1], 1);
-      const std::string path = exe.string();
-      const char* argv[] = {path.c_str(), "relay", herd::security::auth_off() ? "plain" : "curve", "serve", nullptr};
       ::execv(path.c_str(), const_cast<char* const*>(argv));
       ::_exit(127);
     }
@@ -166,9 +168,8 @@ class Relay {
   Relay(const Relay&) = delete;
   Relay& operator=(const Relay&) = delete;
 
-  bool ok() const { return ok_; }
-  /// `n` round trips; their times (µs) appended to `us`. False (and not ok() from then on)
-  /// when the relay did not answer them.
+  /// `n` round trips; their times (µs) appended to `us`. False when the relay did not start or
+  /// did not answer them (and from then on).
   bool run(int n, std::vector<double>& us) {
     if (!ok_) return false;
     std::fprintf(in_, "%d\n", n);
@@ -199,11 +200,10 @@ class Relay {
   bool ok_ = false;
 };
 
-/// The sample at floor(p·(n−1)) of `v` once sorted (0 when there is none).
-double percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[static_cast<std::size_t>(p * static_cast<double>(v.size() - 1))];
+/// The sample at floor(p·(n−1)) of `sorted` (0 when there is none).
+double percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  return sorted[static_cast<std::size_t>(p * static_cast<double>(sorted.size() - 1))];
 }
 
 void latency(int rounds) {
@@ -226,6 +226,8 @@ void latency(int rounds) {
       us.push_back(seconds_since(t0) * 1e6);
     }
   }
+  std::sort(us.begin(), us.end());
+  std::sort(relay_us.begin(), relay_us.end());
   const double p50 = percentile(us, 0.5), relay_p50 = percentile(relay_us, 0.5);
   emit("round_trip", {{"rounds", rounds}, {"p50_us", p50}, {"p99_us", percentile(us, 0.99)}, {"max_us", us.back()},
                       {"relay_p50_us", relay_p50}, {"relay_blocks", blocks},
