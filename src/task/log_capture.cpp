@@ -295,6 +295,8 @@ void LogBook::stop_capture() {
 
 TaskId LogBook::current_task() { return t_current; }
 
+void LogBook::task_returned() { t_current = 0; }
+
 void LogBook::task_started(TaskId id, const std::string& key) {
   Impl& m = impl();
   t_current = id;

@@ -55,6 +55,10 @@ class LogBook {
   /// Executor hooks: a task starts / ends on this thread.
   void task_started(protocol::TaskId id, const std::string& key);
   void task_finished(protocol::TaskId id);
+  /// The task's function has returned on this thread: what the thread logs from now on is not
+  /// the task's. Its captured output is still credited to it until task_finished, which may
+  /// come later (the worker's I/O thread calls it once the task's result is sent).
+  static void task_returned();
   /// The task running on this thread (0 = none).
   static protocol::TaskId current_task();
 

@@ -342,9 +342,11 @@ int Worker::io_loop(const std::string& relieved) {
   // thread too, before that run ends and says so.
   if (!relieved.empty()) function_times_[relieved].never = true;
   while (!g_stop.load()) {
-    items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0},
-                  {static_cast<void*>(data_->socket()), 0, ZMQ_POLLIN, 0},
-                  {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
+    // The data port's socket, asked only when something may be queued there unsignalled: an
+    // idle port costs libzmq a poll(2) and a getpid(2) a turn otherwise (the round trip's path).
+    zmq::pollitem_t data_item{static_cast<void*>(data_->socket()), 0, ZMQ_POLLIN, 0};
+    if (data_quiet_) data_item = {nullptr, data_->socket().get(zmq::sockopt::fd), ZMQ_POLLIN, 0};
+    items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0}, data_item, {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
     const std::size_t first_peer = fetcher_->add_poll_items(items);
     auto wait = std::chrono::milliseconds(options_.config.heartbeat_ms);
     for (const auto& [id, deadline] : deadlines_) {  // a time limit is kept within ~10 ms
@@ -391,7 +393,10 @@ int Worker::io_loop(const std::string& relieved) {
       if (!backlog || shutdown) break;
     }
     if (shutdown) break;
-    if ((items[1].revents & ZMQ_POLLIN) != 0) data_->serve([this](TaskId id) { return store_.get(id); });
+    // Its descriptor fired (commands or a message) or it was asked and had one: serve, and ask
+    // it again next turn; else it stays quiet (its descriptor says when that changes).
+    data_quiet_ = (items[1].revents & ZMQ_POLLIN) == 0;
+    if (!data_quiet_) data_->serve([this](TaskId id) { return store_.get(id); });
     const auto now = Clock::now();
     fetcher_->receive(items, first_peer, fetch_events_, now);
     fetcher_->expire(now, fetch_events_);
@@ -462,6 +467,7 @@ int Worker::io_loop(const std::string& relieved) {
         for (;;) ::pause();
       }
       carry_out();  // its result, and what the state starts next
+      if (inline_log_open_ != 0) task::LogBook::instance().task_finished(std::exchange(inline_log_open_, 0));
     }
   }
   if (g_stop.load()) goodbye("worker stopped by signal");
@@ -726,7 +732,7 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
   detail::current_task_id() = run.task.id;
   Completion c = execute(run.task, run.devices, nullptr);
   detail::current_task_id() = 0;
-  task::LogBook::instance().task_finished(run.task.id);
+  task::LogBook::task_returned();
   running_inline() = false;
   const bool seceded = std::exchange(inline_seceded(), false);
   bool relieved;
@@ -738,6 +744,7 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
   }
   if (relieved) {
     // The new loop has marked the function for executors (io_loop).
+    task::LogBook::instance().task_finished(run.task.id);
     finish_on_executor(std::move(c), function, false);
     return false;
   }
@@ -752,6 +759,7 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
   }
   time_function_locked(function, c.duration_us);
   state_->finished(std::move(c));
+  inline_log_open_ = run.task.id;  // finished in the log once its result is out (io_loop)
   return true;
 }
 

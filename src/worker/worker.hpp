@@ -211,6 +211,13 @@ class Worker {
   std::unordered_map<std::string, FunctionTimes> function_times_;
   bool inlined_this_turn_ = false;  // at most one task a turn on the I/O thread
   std::optional<Run> inline_next_;  // the run this turn gives the I/O thread, at the turn's end
+  // The inline run whose log bookkeeping (LogBook::task_finished: a flush, a poll(2) of the
+  // capture pipes) waits until its result is sent, off the round trip's path; 0 when none.
+  // Still within the turn, so a logs query (a later turn) sees the task's output complete.
+  protocol::TaskId inline_log_open_ = 0;
+  // The data port's socket had nothing queued when last asked (ZMQ_EVENTS) and nothing has
+  // touched it since: the next turn polls its descriptor alone, without asking again.
+  bool data_quiet_ = false;
 
   // The run on the I/O thread now, for relief_watch (under relief_mu_).
   std::mutex relief_mu_;
