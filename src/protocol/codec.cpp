@@ -2,8 +2,12 @@
 
 #include <poll.h>
 
+#include <algorithm>
+#include <array>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <utility>
 
 namespace herd::protocol {
@@ -21,6 +25,12 @@ constexpr std::pair<MessageType, const char*> kTypes[] = {
     HERD_MESSAGES(HERD_MESSAGE_NAME)
 #undef HERD_MESSAGE_NAME
 };
+// The same, by number: parse_header() looks a type up once per message received.
+constexpr auto kKnownType = [] {
+  std::array<bool, 256> known{};
+  for (const auto& entry : kTypes) known[static_cast<std::uint8_t>(entry.first)] = true;
+  return known;
+}();
 }  // namespace
 
 std::optional<MessageType> parse_header(const void* data, std::size_t size, std::string& error) {
@@ -35,9 +45,7 @@ std::optional<MessageType> parse_header(const void* data, std::size_t size, std:
     return std::nullopt;
   }
   const auto t = p[5];
-  bool known = false;
-  for (const auto& entry : kTypes) known = known || static_cast<std::uint8_t>(entry.first) == t;
-  if (!known) {
+  if (!kKnownType[t]) {
     error = "unknown message type " + std::to_string(t);
     return std::nullopt;
   }
@@ -67,6 +75,25 @@ bool decode_object(const void* data, std::size_t size, msgpack::zone& zone, msgp
   return false;
 }
 
+WriteBuffer::WriteBuffer(std::size_t capacity) {
+  if (capacity > 0) grow(capacity);
+}
+
+void WriteBuffer::grow(std::size_t n) {
+  const std::size_t want = std::max(2 * capacity_, size_ + n);
+  char* bigger = static_cast<char*>(std::realloc(data_, want));
+  if (bigger == nullptr) throw std::bad_alloc();
+  data_ = bigger;
+  capacity_ = want;
+}
+
+zmq::message_t WriteBuffer::release() {
+  zmq::message_t m(data_, size_, [](void* p, void*) { std::free(p); }, nullptr);
+  data_ = nullptr;
+  size_ = capacity_ = 0;
+  return m;
+}
+
 namespace {
 constexpr std::size_t kBatchCount = kHeaderSize + 2;  // where the array32's count starts
 }  // namespace
@@ -74,14 +101,16 @@ constexpr std::size_t kBatchCount = kHeaderSize + 2;  // where the array32's cou
 void BatchWriter::clear() {
   // The header, a fixarray of 1 (the struct), then array32 with the count patched in by
   // message(): msgpack readers accept a wider-than-needed length.
-  bytes_.resize(kHeaderSize);
-  write_header(bytes_.data(), type_);
-  bytes_.insert(bytes_.end(), {static_cast<char>(0x91), static_cast<char>(0xdd), 0, 0, 0, 0});
+  char start[kHeaderSize + 6] = {0, 0, 0, 0, 0, 0, static_cast<char>(0x91), static_cast<char>(0xdd), 0, 0, 0, 0};
+  static_assert(kHeaderSize == 6, "the batch's fixed start follows the header");
+  write_header(start, type_);
+  bytes_.clear();
+  bytes_.write(start, sizeof start);
   count_ = 0;
 }
 
 zmq::message_t BatchWriter::message(const std::vector<std::uint64_t>& after) {
-  for (int i = 0; i < 4; ++i) bytes_[kBatchCount + i] = static_cast<char>((count_ >> (24 - 8 * i)) & 0xff);
+  for (int i = 0; i < 4; ++i) bytes_.data()[kBatchCount + i] = static_cast<char>((count_ >> (24 - 8 * i)) & 0xff);
   if (after.empty()) return zmq::message_t(bytes_.data(), bytes_.size());
   msgpack::sbuffer tail;
   msgpack::pack(tail, after);
