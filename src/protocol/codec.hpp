@@ -119,15 +119,10 @@ inline DirectReader direct_reader(Bytes body, const UnpackLimits& l) {
   return DirectReader(body.data, body.size, l.array, l.map, l.str, l.bin, l.depth);
 }
 
+/// decode() by msgpack-c alone (unpack into a zone, then convert): the direct path's fallback,
+/// and what test_direct_reader compares it with.
 template <typename T>
-bool decode(Bytes body, T& out, std::string& error, const UnpackLimits& limits = {}) {
-  if constexpr (kDirectDecode<T>) {
-    // Into `out` as convert would; where it gives up, convert below writes every field the
-    // body has again, over what it left.
-    DirectReader reader = direct_reader(body, limits);
-    reader.read(out);
-    if (reader.ok() && reader.at_end()) return true;
-  }
+bool decode_msgpack(Bytes body, T& out, std::string& error, const UnpackLimits& limits = {}) {
   detail::ScratchZone zone;
   msgpack::object object;
   if (!decode_object(body.data, body.size, zone.get(), object, error, limits)) return false;
@@ -138,6 +133,18 @@ bool decode(Bytes body, T& out, std::string& error, const UnpackLimits& limits =
     error = std::string("message body does not match its type: ") + e.what();
     return false;
   }
+}
+
+template <typename T>
+bool decode(Bytes body, T& out, std::string& error, const UnpackLimits& limits = {}) {
+  if constexpr (kDirectDecode<T>) {
+    // Into `out` as convert would; where it gives up, convert writes every field the body has
+    // again, over what it left.
+    DirectReader reader = direct_reader(body, limits);
+    reader.read(out);
+    if (reader.ok() && reader.at_end()) return true;
+  }
+  return decode_msgpack(body, out, error, limits);
 }
 
 /// A message whose body has the form [[e0, e1, ...]] (a positional struct whose one field is a
@@ -212,11 +219,8 @@ bool decode_each_direct(Bytes body, F& f, const UnpackLimits& limits, S* second)
 /// converts that into `*second` first. Nothing else per element is kept, so a batch of tasks
 /// costs the scheduler no vector of specs. False with a reason on malformed input.
 template <typename T, typename F, typename S = std::vector<std::uint64_t>>
-bool decode_each(Bytes body_bytes, F&& f, std::string& error, const UnpackLimits& limits = {},
-                 S* second = nullptr) {
-  if constexpr (kDirectDecode<T>) {
-    if (decode_each_direct<T>(body_bytes, f, limits, second)) return true;
-  }
+bool decode_each_msgpack(Bytes body_bytes, F&& f, std::string& error, const UnpackLimits& limits = {},
+                         S* second = nullptr) {
   detail::ScratchZone zone;
   msgpack::object body;
   if (!decode_object(body_bytes.data, body_bytes.size, zone.get(), body, error, limits)) return false;
@@ -246,6 +250,16 @@ bool decode_each(Bytes body_bytes, F&& f, std::string& error, const UnpackLimits
     if (!f(element)) return true;
   }
   return true;
+}
+
+/// decode_each_direct, or where it gives up, decode_each_msgpack (msgpack-c alone).
+template <typename T, typename F, typename S = std::vector<std::uint64_t>>
+bool decode_each(Bytes body_bytes, F&& f, std::string& error, const UnpackLimits& limits = {},
+                 S* second = nullptr) {
+  if constexpr (kDirectDecode<T>) {
+    if (decode_each_direct<T>(body_bytes, f, limits, second)) return true;
+  }
+  return decode_each_msgpack<T>(body_bytes, f, error, limits, second);
 }
 
 /// Sends [identity?][message][payloads...]; identity is skipped when empty. `message` is a
