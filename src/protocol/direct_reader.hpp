@@ -37,7 +37,6 @@ class DirectReader {
   /// False once it gave up; what it wrote into the value is then partial.
   bool ok() const { return ok_; }
   bool at_end() const { return p_ == end_; }
-  const unsigned char* position() const { return p_; }
 
   template <typename T>
   void read(T& v) {
