@@ -20,7 +20,7 @@ out=${OUT:-/tmp/herd-rt-cg}
 toggles=()
 for f in 'herd::scheduler::Scheduler::handle(*' 'herd::scheduler::Scheduler::flush(*' \
          'herd::scheduler::SchedulerState::schedule(*' 'herd::scheduler::SchedulerState::tick(*' \
-         'herd::protocol::try_receive(*' 'herd::protocol::poll(*' \
+         'herd::protocol::try_receive(*' 'herd::protocol::receive(*' 'herd::protocol::poll(*' \
          'herd::worker::Worker::on_scheduler_message(*' 'herd::worker::Worker::carry_out(*' \
          'herd::worker::Worker::run_inline(*' 'herd::worker::Worker::flush_results(*' \
          'herd::worker::Worker::drain_completions(*' 'herd::task::LogBook::task_finished(*' \

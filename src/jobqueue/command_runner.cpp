@@ -17,12 +17,14 @@ struct CommandRunner::Shared {
   std::size_t running = 0;
   bool stop = false;
   int efd = -1;
+  std::function<void()> hook;  // set_wake_hook; cleared when the runner goes
   ~Shared() {
     if (efd >= 0) ::close(efd);
   }
-  void wake() {
+  void wake() {  // mu held
     const std::uint64_t one = 1;
     (void)!::write(efd, &one, sizeof one);
+    if (hook) hook();
   }
 };
 
@@ -37,6 +39,7 @@ CommandRunner::CommandRunner(std::size_t threads) : shared_(std::make_shared<Sha
 CommandRunner::~CommandRunner() {
   std::unique_lock lock(shared_->mu);
   shared_->stop = true;
+  shared_->hook = nullptr;  // its target goes with the loop that owns this runner
   shared_->queue.clear();  // not started: dropped
   shared_->work_cv.notify_all();
   // Running work gets a moment to finish; a command that hangs longer is left to its own
@@ -90,6 +93,11 @@ bool CommandRunner::wait_idle(std::chrono::milliseconds timeout) {
 }
 
 int CommandRunner::wake_fd() const { return shared_->efd; }
+
+void CommandRunner::set_wake_hook(std::function<void()> hook) {
+  std::lock_guard lock(shared_->mu);
+  shared_->hook = std::move(hook);
+}
 
 std::size_t CommandRunner::in_flight() const {
   std::lock_guard lock(shared_->mu);

@@ -49,6 +49,10 @@ class CommandRunner {
   bool wait_idle(std::chrono::milliseconds timeout);
   /// Readable (eventfd) while continuations wait for drain().
   int wake_fd() const;
+  /// Also calls `hook` (on whichever thread finished the work, under the runner's lock: it must
+  /// be quick and take no lock the loop holds while it posts) whenever wake_fd() is signalled,
+  /// until this runner is destroyed: for a loop that sleeps on something other than wake_fd().
+  void set_wake_hook(std::function<void()> hook);
   /// Work queued or running, not yet drained.
   std::size_t in_flight() const;
 

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 #include <utility>
 
@@ -132,13 +133,17 @@ void send(zmq::socket_t& socket, const std::string& identity, zmq::message_t mes
   }
 }
 
-std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
+namespace {
+
+/// One whole multipart message, waiting as `flags` say for its first part; nullopt when none
+/// came (or a signal interrupted the wait: the caller's loop comes back).
+std::optional<Received> receive_with(zmq::socket_t& socket, bool router, zmq::recv_flags flags) {
   Received r;
   zmq::message_t part;
   try {
-    if (!socket.recv(part, zmq::recv_flags::dontwait)) return std::nullopt;
+    if (!socket.recv(part, flags)) return std::nullopt;
   } catch (const zmq::error_t& e) {
-    if (e.num() == EINTR) return std::nullopt;  // a signal: the caller's loop comes back
+    if (e.num() == EINTR) return std::nullopt;
     throw;
   }
   bool more = part.more();
@@ -157,6 +162,18 @@ std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
     r.payloads.push_back(std::move(next));
   }
   return r;
+}
+
+}  // namespace
+
+std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
+  return receive_with(socket, router, zmq::recv_flags::dontwait);
+}
+
+std::optional<Received> receive(zmq::socket_t& socket, bool router, std::chrono::milliseconds timeout) {
+  const int ms = static_cast<int>(std::clamp<std::int64_t>(timeout.count(), 0, std::numeric_limits<int>::max()));
+  socket.set(zmq::sockopt::rcvtimeo, ms);  // an option's field: no system call
+  return receive_with(socket, router, zmq::recv_flags::none);
 }
 
 int poll(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout) {

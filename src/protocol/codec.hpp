@@ -296,6 +296,13 @@ inline std::optional<MessageType> parse_header(const Received& msg, std::string&
 /// Receives one whole multipart message without blocking; nullopt when none is queued.
 std::optional<Received> try_receive(zmq::socket_t& socket, bool router);
 
+/// Receives one whole multipart message, waiting up to `timeout` inside libzmq (its receive
+/// timeout, which this sets); nullopt when none came or a signal interrupted the wait. For a
+/// loop whose every wake-up arrives on this one socket: libzmq then makes the fewest system
+/// calls a message can cost (one poll(2) to sleep, one to find its command queue empty), half
+/// of what poll() below and a non-blocking receive cost together.
+std::optional<Received> receive(zmq::socket_t& socket, bool router, std::chrono::milliseconds timeout);
+
 /// zmq::poll with fewer system calls, for the event loops: one poll(2) on the sockets' ZMQ_FDs
 /// and the plain descriptors, after asking each socket its ZMQ_EVENTS once (so a message already
 /// queued, whose signal was taken, is not slept on). zmq_poll polls twice and asks every socket

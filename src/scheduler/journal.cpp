@@ -168,7 +168,7 @@ std::uint32_t Journal::crc32(const char* data, std::size_t size) {
   return c.checksum();
 }
 
-Journal::Journal(std::string path, Options options) : path_(std::move(path)), options_(options) {
+Journal::Journal(std::string path, Options options) : path_(std::move(path)), options_(std::move(options)) {
   lock();
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (fd_ < 0) {
@@ -482,6 +482,7 @@ bool Journal::wait_durable(std::chrono::milliseconds timeout) {
 void Journal::wake() {
   const std::uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof one);
+  if (options_.on_wake) options_.on_wake();
 }
 
 std::string Journal::status() const {

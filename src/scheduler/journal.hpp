@@ -45,6 +45,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -76,6 +77,9 @@ class Journal {
     /// Records kept in memory while the disk refuses them; past this, new records are not
     /// journaled (they are counted in lost(): recomputed after a restart, never wrong).
     std::size_t max_behind_bytes = std::size_t{512} << 20;
+    /// Called (from the writer's, the reader's or the caller's thread) whenever wake_fd() is
+    /// signalled: for a loop that sleeps on something other than wake_fd(). Quick, no locks.
+    std::function<void()> on_wake;
   };
   /// A damaged stretch of the file that loading skipped.
   struct Skipped {

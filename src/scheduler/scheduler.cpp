@@ -1,10 +1,12 @@
 #include "scheduler/scheduler.hpp"
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <optional>
 #include <random>
 
 #include "common/logging.hpp"
@@ -63,9 +65,16 @@ Scheduler::Scheduler(SchedulerOptions options)
     : options_(std::move(options)), auth_(security::Auth::for_server(context_)),
       socket_(context_, zmq::socket_type::router), scheduler_id_(random_id()), state_(state_options(options_)) {
   auth_.server(socket_);
+  socket_.set(zmq::sockopt::maxmsgsize, options_.config.max_message_bytes);
+  socket_.set(zmq::sockopt::sndhwm, 0);  // batches are few; never drop one silently
+  socket_.set(zmq::sockopt::rcvhwm, 0);
+  socket_.set(zmq::sockopt::linger, 1000);
+  waker_ = std::make_unique<Waker>(context_, socket_);
+  commands_.set_wake_hook([w = waker_.get()] { w->wake(); });
   if (!options_.journal.empty()) {
     Journal::Options jo;
     jo.memory_bytes = options_.config.journal_memory_bytes;
+    jo.on_wake = [w = waker_.get()] { w->wake(); };
     journal_ = std::make_unique<Journal>(options_.journal, jo);
     HERD_LOG(info) << "journal " << journal_->path() << ": " << journal_->size() << " finished tasks"
                    << (journal_->dropped_bytes() ? ", " + std::to_string(journal_->dropped_bytes()) +
@@ -86,11 +95,24 @@ Scheduler::Scheduler(SchedulerOptions options)
     state_.restore_done();
     if (restored > 0) HERD_LOG(info) << "journal: " << restored << " campaign tasks restored";
   }
-  socket_.set(zmq::sockopt::maxmsgsize, options_.config.max_message_bytes);
-  socket_.set(zmq::sockopt::sndhwm, 0);  // batches are few; never drop one silently
-  socket_.set(zmq::sockopt::rcvhwm, 0);
-  socket_.set(zmq::sockopt::linger, 1000);
 }
+
+Scheduler::Waker::Waker(zmq::context_t& context, zmq::socket_t& router) : socket_(context, zmq::socket_type::dealer) {
+  // Per context, so one name serves every scheduler in a process (tests run several).
+  const char* endpoint = "inproc://herd-scheduler-wake";
+  router.bind(endpoint);
+  socket_.set(zmq::sockopt::routing_id, kIdentity);
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.connect(endpoint);
+}
+
+void Scheduler::Waker::wake() {
+  if (pending_.exchange(true)) return;  // one is on its way; run() has not read it yet
+  std::lock_guard lock(mu_);
+  (void)socket_.send(zmq::const_buffer(), zmq::send_flags::dontwait);
+}
+
+void Scheduler::Waker::woken() { pending_.store(false); }
 
 Scheduler::~Scheduler() {
   http_.reset();  // the dashboard thread stops before the state it shows goes away
@@ -125,48 +147,54 @@ Pool* Scheduler::find_pool(const std::string& name) {
 
 int Scheduler::run() {
   HERD_LOG(info) << "scheduler " << scheduler_id_ << " listening at " << address_;
-  std::vector<zmq::pollitem_t> items = {{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0}};
-  if (options_.parent_fd >= 0) items.push_back({nullptr, options_.parent_fd, ZMQ_POLLIN, 0});
-  // Answers from the batch system and the journal's writer wake the loop (drained below and in
-  // flush()): nothing on the loop waits for either.
-  const std::size_t commands_item = items.size();
-  items.push_back({nullptr, commands_.wake_fd(), ZMQ_POLLIN, 0});
-  if (journal_) items.push_back({nullptr, journal_->wake_fd(), ZMQ_POLLIN, 0});
+  // Whatever finished before this loop woke nobody yet: look once.
+  commands_.drain();
+  if (journal_) drain_journal();
+  Clock::time_point last_parent_look{};
   while (!g_stop.load()) {
-    try {
-      // With a dashboard, wake at least every 250 ms to see whether a request wants a snapshot.
-      const auto wait = std::chrono::milliseconds(
-          http_ ? std::min<std::int64_t>(options_.config.heartbeat_ms, 250) : static_cast<std::int64_t>(options_.config.heartbeat_ms));
-      protocol::poll(items, wait);
-    } catch (const zmq::error_t& e) {
-      if (e.num() != EINTR) throw;
-    }
-    if (options_.parent_fd >= 0 && (items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) {
-      char b;
-      if (::read(options_.parent_fd, &b, 1) <= 0) {
-        HERD_LOG(info) << "owner process is gone; shutting down";
-        break;
-      }
-    }
-    // Drain what is queued, bounded by count and time so the timers below still run under a flood.
-    // Woken for one message (no backlog), read that one: the next poll sees any other.
+    // Every wake-up comes on the socket (other threads' through waker_), so the loop sleeps in
+    // its receive. At least every 250 ms with a dashboard (a request may want a snapshot) or an
+    // owner (its pipe is looked at then).
+    const bool look_often = http_ || options_.parent_fd >= 0;
+    const auto wait = std::chrono::milliseconds(look_often ? std::min<std::int64_t>(options_.config.heartbeat_ms, 250)
+                                                          : static_cast<std::int64_t>(options_.config.heartbeat_ms));
     const auto turn_start = Clock::now();
-    const bool backlog = (items[0].revents & protocol::kQueued) != 0;
+    std::optional<protocol::Received> msg = protocol::receive(socket_, true, wait);
     Now t = now();
-    for (int n = 0; n < kMaxMessagesPerTurn; ++n) {
-      auto msg = protocol::try_receive(socket_, true);
-      if (!msg) break;
-      handle(*msg, t);
+    // Read on while messages are queued, bounded by count and time so the timers below still
+    // run under a flood. A receive that came back within 10 µs did not sleep: a backlog. Else
+    // one message a turn: the next receive finds another already queued without a system
+    // call, where asking for one more now costs libzmq a poll(2) and a getpid(2) when none is.
+    const bool backlog = msg && t.mono - turn_start < std::chrono::microseconds(10);
+    bool woken = false;
+    for (int n = 0; msg && n < kMaxMessagesPerTurn; ++n) {
+      if (msg->identity == Waker::kIdentity) {
+        woken = true;
+        waker_->woken();  // before the drains below: a wake after this sends again
+      } else {
+        handle(*msg, t);
+      }
       if (!backlog) break;
       if ((n & 63) == 63) {
         t = now();
         if (t.mono - turn_start > kMaxTurnReading) break;
       }
+      msg = protocol::try_receive(socket_, true);
     }
     t = now();
-    // The batch system's answers (they update the pools; see step_pools): only when its eventfd
-    // says so (an empty read is a system call on every turn, on a round trip's path).
-    if ((items[commands_item].revents & ZMQ_POLLIN) != 0) commands_.drain();
+    if (options_.parent_fd >= 0 && t.mono - last_parent_look >= std::chrono::milliseconds(250)) {
+      last_parent_look = t.mono;
+      pollfd owner{options_.parent_fd, POLLIN, 0};
+      char b;
+      if (::poll(&owner, 1, 0) > 0 && ::read(options_.parent_fd, &b, 1) <= 0) {
+        HERD_LOG(info) << "owner process is gone; shutting down";
+        break;
+      }
+    }
+    // The batch system's answers (they update the pools; see step_pools): only when woken for
+    // them (an empty read is a system call on every turn, on a round trip's path). The
+    // journal's are drained by flush().
+    if (woken) commands_.drain();
     state_.tick(t);
     if (t.mono - last_pool_step_ >= std::chrono::milliseconds(200)) {
       last_pool_step_ = t.mono;

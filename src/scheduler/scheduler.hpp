@@ -9,12 +9,15 @@
 // load many tasks share one frame on every hop.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -108,10 +111,28 @@ class Scheduler {
   void expire_logs_queries();
   void finish_logs_query(std::uint64_t id);
 
+  /// Wakes run() from another thread: one empty message to socket_ from an inproc peer (bound
+  /// and connected in the constructor), at most one in flight. run() sleeps inside the
+  /// socket's own receive, libzmq's cheapest wait (protocol::receive), so whatever else must
+  /// wake it (a finished batch-system command, the journal's writer or reader) comes this way.
+  class Waker {
+   public:
+    static constexpr std::string_view kIdentity{"\x01herd-scheduler-wake"};  // its routing id
+    /// Binds `router` to an inproc endpoint and connects to it.
+    Waker(zmq::context_t& context, zmq::socket_t& router);
+    void wake();   // any thread
+    void woken();  // run(): its message was read; the next wake() sends another
+   private:
+    std::atomic<bool> pending_{false};
+    std::mutex mu_;
+    zmq::socket_t socket_;
+  };
+
   SchedulerOptions options_;
   zmq::context_t context_{1};
   security::Auth auth_;  // before socket_: the ZAP handler must exist before the bind
   zmq::socket_t socket_;
+  std::unique_ptr<Waker> waker_;  // after socket_, before commands_ and journal_ (which call it)
   std::string address_;
   std::string scheduler_id_;
   SchedulerState state_;
