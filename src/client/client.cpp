@@ -109,7 +109,8 @@ class ClientCore {
   /// Sends what the outbox holds, in order (sched_mu_ held). From a user thread
   /// (`io_thread` false) nothing goes while scatters or fetches wait, which only the I/O thread
   /// does (a scatter must go before the tasks that use it): the I/O thread is woken instead.
-  void send_outbox(bool io_thread);
+  /// Returns whether anything went.
+  bool send_outbox(bool io_thread);
   /// After a send by the I/O thread while a waiting thread reads (sched_mu_ held): the send may
   /// have taken the socket's signal of a message that came meanwhile, for which that thread,
   /// polling the socket's descriptor, would then not wake: it is woken.
@@ -118,6 +119,17 @@ class ClientCore {
   /// libzmq, as an empty receive would be) also leaves the socket's descriptor armed for the
   /// next message.
   bool sched_unread() { return (sched_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; }
+  /// sched_unread() as the last use of the socket in this hold of sched_mu_: when nothing waits,
+  /// the next holder knows it without asking if nobody held sched_mu_ in between (sched_quiet()).
+  bool sched_unread_last() {
+    const bool unread = sched_unread();
+    quiet_hold_ = unread ? 0 : sched_mu_.holds;
+    return unread;
+  }
+  /// Nothing from the scheduler waits, and its descriptor fires for the next message: the last
+  /// holder of sched_mu_ before this one asked and found nothing (sched_mu_ held, the socket not
+  /// used yet in this hold). Saves the ask, a poll(2) and a getpid(2) inside libzmq, on the round trip's path.
+  bool sched_quiet() const { return quiet_hold_ != 0 && quiet_hold_ + 1 == sched_mu_.holds; }
   /// Receives and handles one message from the scheduler, if one waits (sched_mu_ held).
   bool read_one();
   /// Receives and handles everything the scheduler sent (sched_mu_ held; the I/O thread).
@@ -225,7 +237,24 @@ class ClientCore {
   Config config_ = Config::from_env();
   zmq::context_t context_{1};
   security::Auth auth_ = security::Auth::for_client();
-  std::mutex sched_mu_;  // sched_ is one thread's at a time (lock order: sched_mu_, then mu_)
+  /// A mutex that counts its holds: a holder can tell whether anyone held it since its own
+  /// last hold (sched_quiet()).
+  struct CountingMutex {
+    std::mutex m;
+    std::uint64_t holds = 0;  // changed only while m is held
+    void lock() {
+      m.lock();
+      ++holds;
+    }
+    bool try_lock() {
+      if (!m.try_lock()) return false;
+      ++holds;
+      return true;
+    }
+    void unlock() { m.unlock(); }
+  };
+  CountingMutex sched_mu_;  // sched_ is one thread's at a time (lock order: sched_mu_, then mu_)
+  std::uint64_t quiet_hold_ = 0;  // the hold of sched_mu_ that last found sched_ quiet (sched_unread_last)
   zmq::socket_t sched_;
   int sched_fd_ = -1;     // its ZMQ_FD: polled, then ZMQ_EVENTS asked under sched_mu_
   std::atomic<std::int64_t> last_heard_ns_{0};  // steady clock: the scheduler's last message
@@ -450,7 +479,7 @@ void ClientCore::notify_locked() {
   }
 }
 
-void ClientCore::send_outbox(bool io_thread) {
+bool ClientCore::send_outbox(bool io_thread) {
   // Take the outbox; send submissions before releases so an input is never released ahead
   // of the task that needs it.
   std::vector<protocol::BatchWriter> submits;
@@ -467,7 +496,7 @@ void ClientCore::send_outbox(bool io_thread) {
     std::lock_guard lock(mu_);
     if (!io_thread && (!out_scatters_.empty() || !out_fetches_.empty())) {
       wake_locked();
-      return;
+      return false;
     }
     restarts.swap(out_restarts_);
     campaigns.swap(out_campaigns_);
@@ -484,6 +513,9 @@ void ClientCore::send_outbox(bool io_thread) {
     fetches.swap(out_fetches_);
     wake_pending_ = false;
   }
+  const bool any = !(scatters.empty() && submits.empty() && releases.empty() && replicates.empty() &&
+                     fire_and_forget.empty() && cancels.empty() && force_cancels.empty() && scales.empty() &&
+                     campaigns.empty() && statuses.empty() && logs.empty() && restarts.empty());
   for (auto& [req, bytes] : scatters) {
     if (req.nbytes > 0) {  // a big one, served from here: the scheduler learns where
       req.source = scatter_source();
@@ -544,6 +576,7 @@ void ClientCore::send_outbox(bool io_thread) {
   // After this turn's submissions: a task submitted before restart() is cancelled by it.
   for (const auto& req : restarts) protocol::send<MessageType::restart_request>(sched_, "", req);
   for (auto& [address, ids] : fetches) fetcher_->request(address, std::move(ids), std::chrono::steady_clock::now());
+  return any;
 }
 
 void ClientCore::tell_reader_if_unread() {
@@ -579,7 +612,7 @@ void ClientCore::send_or_wake(std::unique_lock<std::mutex>& lock) {
   send_outbox(false);
   // A send can take the socket's signal of a message that came meanwhile: whoever polls it
   // would not wake for that one.
-  const bool unread = sched_unread();
+  const bool unread = sched_unread_last();
   sl.unlock();
   lock.lock();
   if (unread) {
@@ -601,11 +634,14 @@ bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const st
   bool unread = false;
   {
     std::unique_lock sl(sched_mu_);
-    send_outbox(false);  // what this thread submitted, if the I/O thread has not yet
+    // What this thread submitted, if the I/O thread has not yet. When the submit went from here
+    // and found the socket quiet, and nobody used the socket since, the first look is the poll.
+    bool quiet = !send_outbox(false) && sched_quiet();
     for (;;) {
       // One message at a time, and out as soon as it is done: a message after it is left to the
       // I/O thread (its next turn asks the socket), not looked for here (a system call).
-      const bool got = read_one();
+      const bool got = !quiet && read_one();
+      quiet = false;
       {
         std::lock_guard l(mu_);
         if (done() || !lost_reason_.empty() || stop_.load()) break;
@@ -634,7 +670,7 @@ bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const st
       std::lock_guard l(mu_);
       soon = io_looks_soon_;
     }
-    unread = !soon && sched_unread();
+    unread = !soon && sched_unread_last();
   }
   lock.lock();
   reader_active_ = false;
