@@ -899,8 +899,10 @@ void SchedulerState::schedule(const Now& now) {
   // the tasks behind them go on (a shape stops being looked at after many such in one call,
   // so a flood of them costs a bounded amount per turn).
   constexpr std::size_t kMaxDeferrals = 64;
-  std::vector<TaskId> deferred;
-  std::vector<std::size_t> deferrals(shapes_.size(), 0);
+  std::vector<TaskId>& deferred = deferred_;  // kept between calls: no allocation per turn
+  deferred.clear();
+  std::vector<std::size_t>& deferrals = deferrals_;
+  deferrals.assign(shapes_.size(), 0);
   while (true) {
     // The shape whose best ready task ranks highest among those with a free worker, and the
     // runner-up's head (a batch below stops where it would overtake it).
@@ -952,21 +954,21 @@ void SchedulerState::schedule(const Now& now) {
     // at a time would give it over the rounds (ready tasks / workers in its list, within its
     // room), so that consecutive placements touch one worker's records, not a thousand's.
     std::size_t share = 1;
-    if (from != nullptr && !from->empty()) {
-      const std::size_t ready = graph_.ready_of_shape(best->id);  // t included
-      share = (ready + from->size() - 1) / from->size();
-    }
+    const std::size_t ready = graph_.ready_of_shape(best->id);  // t included: at most these go now
+    if (from != nullptr && !from->empty()) share = (ready + from->size() - 1) / from->size();
     const bool open_list = from == &best->open;
     // Tiny tasks (known to take less than batch_us each) go batch_us of them at a time, even
     // to a worker whose thread is busy while others idle: one message and one wake-up of the
     // worker per batch_us of work, not per task (an idle worker gets the next batch).
     double batch = from != nullptr && t.deps.empty() && tiny(t) ? 0 : -1;  // < 0: by share only
     if ((share > 1 || batch >= 0) && t.deps.empty()) {
-      // No regrowth of its message list within the batch.
+      // No regrowth of its message list within the batch, and no more room than the ready
+      // tasks can fill (a lone tiny task would otherwise reserve a batch_us's worth: ~1,000
+      // entries, a large block to allocate and free on a round trip's path).
       const std::size_t room = capacity(*w) - std::min(capacity(*w), w->processing.size());
       const std::size_t want = batch >= 0 ? static_cast<std::size_t>(options_.batch_us / std::max(expected_us(t), 1.0)) + 1 : 0;
       auto& execute = out(w->id).execute;
-      execute.reserve(execute.size() + std::min(std::max(share, want), room));
+      execute.reserve(execute.size() + std::min({std::max(share, want), room, std::max<std::size_t>(ready, 1)}));
     }
     dispatch(t, *w);
     if (batch >= 0) batch += std::max(expected_us(t), 1.0);

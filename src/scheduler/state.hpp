@@ -548,6 +548,8 @@ class SchedulerState {
   std::unordered_set<WorkerId> overloaded_;  // workers queueing tasks beyond their threads
   std::vector<TaskId> suspects_;             // ready tasks that must run alone
   std::vector<TaskId> too_long_;             // ready tasks whose duration fits no worker now
+  std::vector<TaskId> deferred_;             // schedule()'s, kept for their capacity
+  std::vector<std::size_t> deferrals_;       // schedule()'s, by shape
   std::unordered_set<TaskId> held_;          // ready tasks whose journaled result is being read
   struct ScatterWaiting {  // waiting for a worker
     TaskId id = 0;
