@@ -15,6 +15,7 @@
 #include <deque>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
@@ -41,23 +42,30 @@ std::int64_t unix_ms() {
 
 /// Newest lines, bounded by bytes (each line counts its text plus a small overhead).
 struct Ring {
-  std::deque<LogLine> lines;
+  // Made with the first line: an empty std::deque allocates two blocks, and most tasks print
+  // nothing (a record per task, on the round trip's path).
+  std::unique_ptr<std::deque<LogLine>> lines;
   std::size_t bytes = 0;
   std::size_t cap = 0;
   std::uint64_t dropped = 0;
+  bool empty() const { return !lines || lines->empty(); }
   void push(LogLine line) {
+    if (!lines) lines = std::make_unique<std::deque<LogLine>>();
     bytes += line.text.size() + 16;
-    lines.push_back(std::move(line));
-    while (bytes > cap && !lines.empty()) {
-      bytes -= lines.front().text.size() + 16;
-      lines.pop_front();
+    lines->push_back(std::move(line));
+    while (bytes > cap && !lines->empty()) {
+      bytes -= lines->front().text.size() + 16;
+      lines->pop_front();
       ++dropped;
     }
   }
   void tail(std::size_t n, LogSource& out) const {
-    const std::size_t k = std::min(n, lines.size());
-    out.lines.assign(lines.end() - static_cast<std::ptrdiff_t>(k), lines.end());
-    out.dropped = dropped + (lines.size() - k);
+    out.lines.clear();
+    out.dropped = dropped;
+    if (!lines) return;
+    const std::size_t k = std::min(n, lines->size());
+    out.lines.assign(lines->end() - static_cast<std::ptrdiff_t>(k), lines->end());
+    out.dropped += lines->size() - k;
   }
 };
 
@@ -341,7 +349,7 @@ void LogBook::task_finished(TaskId id) {
   auto it = m.tasks.find(id);
   if (it == m.tasks.end()) return;
   it->second.running = false;
-  if (it->second.out.lines.empty() && it->second.out.dropped == 0) {
+  if (it->second.out.empty() && it->second.out.dropped == 0) {
     m.quiet.emplace_back(id, std::move(it->second.key));
     m.tasks.erase(it);
     if (m.quiet.size() > 16 * m.limits.tasks) m.quiet.pop_front();
