@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <system_error>
 
 #include "common/logging.hpp"
@@ -18,13 +19,17 @@ struct CommandRunner::Shared {
   bool stop = false;
   int efd = -1;
   std::function<void()> hook;  // set_wake_hook; cleared when the runner goes
+  std::atomic<bool> hooked{false};  // a hook was set: it, not efd, carries the wake-ups
   ~Shared() {
     if (efd >= 0) ::close(efd);
   }
   void wake() {  // mu held
+    if (hooked.load()) {
+      if (hook) hook();
+      return;
+    }
     const std::uint64_t one = 1;
     (void)!::write(efd, &one, sizeof one);
-    if (hook) hook();
   }
 };
 
@@ -65,7 +70,7 @@ void CommandRunner::complete(Continuation done) {
 
 std::size_t CommandRunner::drain() {
   std::uint64_t n;
-  while (::read(shared_->efd, &n, sizeof n) > 0) {
+  while (!shared_->hooked.load() && ::read(shared_->efd, &n, sizeof n) > 0) {
   }
   std::deque<Continuation> ready;
   {
@@ -97,6 +102,7 @@ int CommandRunner::wake_fd() const { return shared_->efd; }
 void CommandRunner::set_wake_hook(std::function<void()> hook) {
   std::lock_guard lock(shared_->mu);
   shared_->hook = std::move(hook);
+  shared_->hooked.store(true);
 }
 
 std::size_t CommandRunner::in_flight() const {

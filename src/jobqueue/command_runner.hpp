@@ -2,8 +2,9 @@
 // sacct, scancel, each with its own timeout) and file reads (job output). A piece of work runs
 // on one of the threads and returns a continuation; drain() runs the continuations of finished
 // work on the caller's thread (the event loop's), in the order the work finished. wake_fd() is
-// readable while a continuation waits, so the loop polls it beside its sockets and never waits
-// for a command itself.
+// readable while a continuation waits, so a loop can poll it beside its sockets, or a wake hook
+// tells the loop instead (the scheduler's comes on its socket); it never waits for a command
+// itself.
 //
 // Work must not touch the loop's state: it gets copies of what it needs and hands its result
 // to the continuation, which alone may.
@@ -47,11 +48,12 @@ class CommandRunner {
   /// Drains until no work is queued or running, or `timeout` passed (shutdown paths only:
   /// this blocks). True when idle.
   bool wait_idle(std::chrono::milliseconds timeout);
-  /// Readable (eventfd) while continuations wait for drain().
+  /// Readable (eventfd) while continuations wait for drain(), unless a wake hook is set.
   int wake_fd() const;
-  /// Also calls `hook` (on whichever thread finished the work, under the runner's lock: it must
-  /// be quick and take no lock the loop holds while it posts) whenever wake_fd() is signalled,
-  /// until this runner is destroyed: for a loop that sleeps on something other than wake_fd().
+  /// Calls `hook` instead of signalling wake_fd() (on whichever thread finished the work, under
+  /// the runner's lock: it must be quick and take no lock the loop holds while it posts), until
+  /// this runner is destroyed: for a loop that sleeps on something other than wake_fd(). Set it
+  /// before any work is posted.
   void set_wake_hook(std::function<void()> hook);
   /// Work queued or running, not yet drained.
   std::size_t in_flight() const;

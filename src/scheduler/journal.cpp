@@ -467,7 +467,7 @@ void Journal::read(const std::string& key, std::uint64_t tag) {
 
 std::vector<Journal::ReadDone> Journal::poll() {
   std::uint64_t n;
-  while (::read(wake_fd_, &n, sizeof n) > 0) {
+  while (!options_.on_wake && ::read(wake_fd_, &n, sizeof n) > 0) {  // with on_wake it is never signalled
   }
   release_durable(durable());
   std::lock_guard lock(mu_);
@@ -480,9 +480,12 @@ bool Journal::wait_durable(std::chrono::milliseconds timeout) {
 }
 
 void Journal::wake() {
+  if (options_.on_wake) {
+    options_.on_wake();
+    return;
+  }
   const std::uint64_t one = 1;
   (void)!::write(wake_fd_, &one, sizeof one);
-  if (options_.on_wake) options_.on_wake();
 }
 
 std::string Journal::status() const {

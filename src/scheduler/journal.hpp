@@ -77,8 +77,8 @@ class Journal {
     /// Records kept in memory while the disk refuses them; past this, new records are not
     /// journaled (they are counted in lost(): recomputed after a restart, never wrong).
     std::size_t max_behind_bytes = std::size_t{512} << 20;
-    /// Called (from the writer's, the reader's or the caller's thread) whenever wake_fd() is
-    /// signalled: for a loop that sleeps on something other than wake_fd(). Quick, no locks.
+    /// Called instead of signalling wake_fd() (from the writer's, the reader's or the caller's
+    /// thread): for a loop that sleeps on something other than wake_fd(). Quick, no locks.
     std::function<void()> on_wake;
   };
   /// A damaged stretch of the file that loading skipped.
@@ -122,7 +122,8 @@ class Journal {
   /// poll() with `tag`.
   void read(const std::string& key, std::uint64_t tag);
 
-  /// Readable (eventfd) when durable() moved, the writer's state changed or a read completed.
+  /// Readable (eventfd) when durable() moved, the writer's state changed or a read completed
+  /// (without Options::on_wake, which is called instead).
   int wake_fd() const { return wake_fd_; }
   /// Clears wake_fd() and returns the reads that completed since the last call.
   std::vector<ReadDone> poll();
