@@ -96,6 +96,34 @@ zmq::message_t WriteBuffer::release() {
 }
 
 namespace {
+thread_local WriteBuffer t_scratch;
+thread_local bool t_scratch_busy = false;
+constexpr std::size_t kCopyAtMost = 16u << 10;  // bytes copied out of the scratch; more are handed over
+constexpr std::size_t kKeepAtMost = 64u << 10;  // a scratch grown past this is let go after its message
+}  // namespace
+
+EncodeScratch::EncodeScratch() : buffer_(&own_), borrowed_(!t_scratch_busy) {
+  if (borrowed_) {
+    t_scratch_busy = true;
+    buffer_ = &t_scratch;
+    buffer_->clear();
+  }
+}
+
+EncodeScratch::~EncodeScratch() {
+  if (!borrowed_) return;
+  t_scratch_busy = false;
+  if (t_scratch.capacity() > kKeepAtMost) t_scratch = WriteBuffer();
+}
+
+zmq::message_t EncodeScratch::finish() {
+  if (buffer_->size() > kCopyAtMost) return buffer_->release();
+  zmq::message_t m(buffer_->data(), buffer_->size());
+  buffer_->clear();
+  return m;
+}
+
+namespace {
 constexpr std::size_t kBatchCount = kHeaderSize + 2;  // where the array32's count starts
 }  // namespace
 
@@ -113,13 +141,13 @@ void BatchWriter::clear() {
 zmq::message_t BatchWriter::message(const std::vector<std::uint64_t>& after) {
   for (int i = 0; i < 4; ++i) bytes_.data()[kBatchCount + i] = static_cast<char>((count_ >> (24 - 8 * i)) & 0xff);
   if (after.empty()) return zmq::message_t(bytes_.data(), bytes_.size());
-  msgpack::sbuffer tail;
-  msgpack::pack(tail, after);
-  zmq::message_t m(bytes_.size() + tail.size());
-  auto* out = static_cast<char*>(m.data());
-  std::memcpy(out, bytes_.data(), bytes_.size());
-  std::memcpy(out + bytes_.size(), tail.data(), tail.size());
-  out[kHeaderSize] = static_cast<char>(0x92);  // fixarray(2): the elements, then `after`
+  // `after` packed behind the elements for the copy, then taken off again (no second buffer:
+  // an sbuffer mallocs 8 KiB, on every round trip that releases a future).
+  const std::size_t elements = bytes_.size();
+  msgpack::pack(bytes_, after);
+  zmq::message_t m(bytes_.data(), bytes_.size());
+  bytes_.truncate(elements);
+  static_cast<char*>(m.data())[kHeaderSize] = static_cast<char>(0x92);  // fixarray(2): the elements, then `after`
   return m;
 }
 
@@ -170,9 +198,13 @@ std::optional<Received> try_receive(zmq::socket_t& socket, bool router) {
   return receive_with(socket, router, zmq::recv_flags::dontwait);
 }
 
-std::optional<Received> receive(zmq::socket_t& socket, bool router, std::chrono::milliseconds timeout) {
+std::optional<Received> receive(zmq::socket_t& socket, bool router, std::chrono::milliseconds timeout,
+                                int& timeout_set) {
   const int ms = static_cast<int>(std::clamp<std::int64_t>(timeout.count(), 0, std::numeric_limits<int>::max()));
-  socket.set(zmq::sockopt::rcvtimeo, ms);  // an option's field: no system call
+  if (ms != timeout_set) {
+    socket.set(zmq::sockopt::rcvtimeo, ms);  // an option's field: no system call
+    timeout_set = ms;
+  }
   return receive_with(socket, router, zmq::recv_flags::none);
 }
 

@@ -4,6 +4,7 @@
 // drops the peer that sent it.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -76,6 +77,7 @@ class WriteBuffer {
   std::size_t size() const { return size_; }
   std::size_t capacity() const { return capacity_; }
   void clear() { size_ = 0; }  // keeps the memory
+  void truncate(std::size_t n) { size_ = std::min(size_, n); }  // keeps the memory
   /// A ZeroMQ message that owns the bytes (ZeroMQ frees them); the buffer is empty after it.
   zmq::message_t release();
 
@@ -85,16 +87,43 @@ class WriteBuffer {
   std::size_t size_ = 0, capacity_ = 0;
 };
 
-/// Header and body in one frame, packed without an intermediate copy: the buffer's memory is
-/// handed to ZeroMQ.
+/// encode()'s buffer: this thread's, kept between messages, or a fresh one while that one is in
+/// use (a body whose packing encodes another message).
+class EncodeScratch {
+ public:
+  EncodeScratch();
+  ~EncodeScratch();
+  EncodeScratch(const EncodeScratch&) = delete;
+  EncodeScratch& operator=(const EncodeScratch&) = delete;
+  WriteBuffer& buffer() { return *buffer_; }
+  /// The packed message. A small one is copied into a ZeroMQ message: one allocation, where
+  /// handing the buffer over costs two (ZeroMQ's reference count beside it) and a fresh buffer
+  /// a third. A big one hands ZeroMQ the buffer itself, without a copy.
+  zmq::message_t finish();
+
+ private:
+  WriteBuffer own_;
+  WriteBuffer* buffer_;
+  bool borrowed_;
+};
+
+/// Packs `body` after `buffer`'s bytes, msgpack-c's packer and the buffer's writes inlined into
+/// one function (flatten), as decode_direct reads.
+template <typename T>
+[[gnu::flatten]] void pack_into(WriteBuffer& buffer, const T& body) {
+  msgpack::pack(buffer, body);
+}
+
+/// Header and body in one frame.
 template <typename T>
 zmq::message_t encode(MessageType type, const T& body) {
-  WriteBuffer buffer(256);
+  EncodeScratch scratch;
+  WriteBuffer& buffer = scratch.buffer();
   char header[kHeaderSize];
   write_header(header, type);
   buffer.write(header, kHeaderSize);
-  msgpack::pack(buffer, body);
-  return buffer.release();
+  pack_into(buffer, body);
+  return scratch.finish();
 }
 
 /// Message T with its body; the body's type is checked against HERD_MESSAGES.
@@ -135,14 +164,22 @@ bool decode_msgpack(Bytes body, T& out, std::string& error, const UnpackLimits& 
   }
 }
 
+/// The direct path of decode(), with everything it calls inlined into it (flatten): a struct
+/// is read field by field through msgpack-c's MSGPACK_DEFINE templates, a call per field and
+/// per level otherwise, which cost more than the reading (bench/README.md, issue 17).
+template <typename T>
+[[gnu::flatten]] bool decode_direct(Bytes body, T& out, const UnpackLimits& limits) {
+  DirectReader reader = direct_reader(body, limits);
+  reader.read(out);
+  return reader.ok() && reader.at_end();
+}
+
 template <typename T>
 bool decode(Bytes body, T& out, std::string& error, const UnpackLimits& limits = {}) {
   if constexpr (kDirectDecode<T>) {
     // Into `out` as convert would; where it gives up, convert writes every field the body has
     // again, over what it left.
-    DirectReader reader = direct_reader(body, limits);
-    reader.read(out);
-    if (reader.ok() && reader.at_end()) return true;
+    if (decode_direct(body, out, limits)) return true;
   }
   return decode_msgpack(body, out, error, limits);
 }
@@ -156,7 +193,7 @@ class BatchWriter {
  public:
   explicit BatchWriter(MessageType type = MessageType::submit_tasks) : type_(type) { clear(); }
   template <typename T>
-  void add(const T& element) {
+  [[gnu::flatten]] void add(const T& element) {  // inlined as pack_into's
     msgpack::packer<BatchWriter> pk(*this);
     pk.pack(element);
     ++count_;
@@ -182,6 +219,13 @@ class BatchWriter {
 /// been read once, so that where the reader gives up (false), msgpack-c's path starts with
 /// nothing done. One element (a round trip's submit) is read once; more are read twice, which
 /// is still cheaper than msgpack-c's tree of objects.
+/// One element of a batch, read afresh into `element`, inlined as decode_direct is.
+template <typename T>
+[[gnu::flatten]] void read_element(DirectReader& reader, T& element) {
+  element = T{};
+  reader.read(element);
+}
+
 template <typename T, typename F, typename S>
 bool decode_each_direct(Bytes body, F& f, const UnpackLimits& limits, S* second) {
   const auto* bytes = static_cast<const unsigned char*>(body.data);
@@ -192,10 +236,7 @@ bool decode_each_direct(Bytes body, F& f, const UnpackLimits& limits, S* second)
   if (!reader.array_header(n)) return false;
   const DirectReader elements = reader;
   T element;
-  for (std::size_t i = 0; i < n && reader.ok(); ++i) {
-    element = T{};
-    reader.read(element);
-  }
+  for (std::size_t i = 0; i < n && reader.ok(); ++i) read_element(reader, element);
   reader.end_container();
   S tail{};
   if (bytes[0] == 0x92) reader.read(tail);
@@ -207,8 +248,7 @@ bool decode_each_direct(Bytes body, F& f, const UnpackLimits& limits, S* second)
   }
   DirectReader again = elements;
   for (std::size_t i = 0; i < n; ++i) {
-    element = T{};
-    again.read(element);
+    read_element(again, element);
     if (!f(element)) break;
   }
   return true;
@@ -301,7 +341,11 @@ std::optional<Received> try_receive(zmq::socket_t& socket, bool router);
 /// loop whose every wake-up arrives on this one socket: libzmq then makes the fewest system
 /// calls a message can cost (one poll(2) to sleep, one to find its command queue empty), half
 /// of what poll() below and a non-blocking receive cost together.
-std::optional<Received> receive(zmq::socket_t& socket, bool router, std::chrono::milliseconds timeout);
+/// `timeout_set` is the caller's record of the socket's receive timeout (ms; start it at any
+/// negative value other than -1): the option is set only when it changes, a call into libzmq
+/// (~250 instructions) saved on most turns.
+std::optional<Received> receive(zmq::socket_t& socket, bool router, std::chrono::milliseconds timeout,
+                                int& timeout_set);
 
 /// zmq::poll with fewer system calls, for the event loops: one poll(2) on the sockets' ZMQ_FDs
 /// and the plain descriptors, after asking each socket its ZMQ_EVENTS once (so a message already

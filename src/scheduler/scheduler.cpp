@@ -159,7 +159,7 @@ int Scheduler::run() {
     const auto wait = std::chrono::milliseconds(look_often ? std::min<std::int64_t>(options_.config.heartbeat_ms, 250)
                                                           : static_cast<std::int64_t>(options_.config.heartbeat_ms));
     const auto turn_start = Clock::now();
-    std::optional<protocol::Received> msg = protocol::receive(socket_, true, wait);
+    std::optional<protocol::Received> msg = protocol::receive(socket_, true, wait, receive_timeout_set_);
     Now t = now();
     // Read on while messages are queued, bounded by count and time so the timers below still
     // run under a flood. A receive that came back within 10 µs did not sleep: a backlog. Else
@@ -602,8 +602,9 @@ void Scheduler::flush_worker(WorkerId id) {
     for (auto& ev : w.put_from) protocol::send<MessageType::put_data>(socket_, *identity, ev);
     if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(socket_, *identity, {std::move(w.acquire)});
     if (!w.execute.empty()) {
-      protocol::send<MessageType::execute_tasks>(socket_, *identity,
-                                                 {std::move(w.execute), free_with_execute ? std::move(w.free) : std::vector<protocol::TaskId>{}});
+      protocol::ExecuteTasksEvent ev{std::move(w.execute), free_with_execute ? std::move(w.free) : std::vector<protocol::TaskId>{}};
+      protocol::send<MessageType::execute_tasks>(socket_, *identity, ev);
+      w.execute = std::move(ev.tasks);  // its memory, for the entry's next turn (reset below)
     }
     if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(socket_, *identity, {std::move(w.cancel)});
     if (w.retiring) protocol::send<MessageType::retiring>(socket_, *identity, *w.retiring);
@@ -616,7 +617,7 @@ void Scheduler::flush_worker(WorkerId id) {
     if (w.heartbeat) protocol::send<MessageType::heartbeat>(socket_, *identity, {});
     if (w.shutdown) protocol::send<MessageType::shutdown>(socket_, *identity, {*w.shutdown});
   }
-  w = WorkerOut{};  // sent (the entry goes with the turn's outbox)
+  w.reset();  // sent (the entry goes with the turn's outbox)
 }
 
 void Scheduler::broadcast_cluster_state() {

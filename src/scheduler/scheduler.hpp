@@ -145,6 +145,7 @@ class Scheduler {
   std::unique_ptr<Journal> journal_;
   DurableGate<protocol::TaskUpdatesEvent> held_updates_;  // waiting for their journal records
   Clock::time_point last_pool_step_{};
+  int receive_timeout_set_ = -2;  // socket_'s receive timeout as last set (protocol::receive)
   Clock::time_point last_state_broadcast_{};
   Clock::time_point started_ = Clock::now();
   std::unique_ptr<HttpServer> http_;

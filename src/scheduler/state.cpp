@@ -33,7 +33,43 @@ std::string describe(const std::map<std::string, double>& r) {
 }
 }  // namespace
 
+void WorkerOut::reset() {
+  // A list grown by a burst goes; a round trip's few entries keep their memory.
+  auto empty = [](auto& list) {
+    if (list.capacity() > 1024) std::decay_t<decltype(list)>().swap(list);
+    else list.clear();
+  };
+  empty(free);
+  empty(put);
+  empty(put_from);
+  empty(acquire);
+  empty(execute);
+  empty(cancel);
+  empty(abandon);
+  retiring.reset();
+  empty(gang_ready);
+  empty(gang_abort);
+  heartbeat = false;
+  shutdown.reset();
+}
+
+WorkerOut& Outbox::worker(WorkerId id) {
+  if (auto it = workers.find(id); it != workers.end()) return it->second;
+  if (spare_.empty()) return workers[id];
+  auto node = std::move(spare_.back());
+  spare_.pop_back();
+  node.key() = id;
+  return workers.insert(std::move(node)).position->second;
+}
+
 void Outbox::clear() {
+  // Each worker's entry (a map node and its lists) is kept for a later turn, up to a few: a
+  // round trip's turns reach one worker each, and would allocate and free them every time.
+  while (!workers.empty() && spare_.size() < 8) {
+    auto node = workers.extract(workers.begin());
+    node.mapped().reset();
+    spare_.push_back(std::move(node));
+  }
   workers.clear();
   // A client's entry stays, emptied, with its update list's capacity: a busy client gets tens
   // of thousands of updates a turn, and growing that list anew each turn (176-byte updates

@@ -95,6 +95,9 @@ struct WorkerOut {
   std::vector<protocol::GangAbortEvent> gang_abort;
   bool heartbeat = false;
   std::optional<std::string> shutdown;                    // last: leave now, with this reason
+  /// Sent: empty again, its lists' memory kept for the next turn's (a round trip's path
+  /// allocates none of it).
+  void reset();
 };
 
 struct ClientOut {
@@ -117,12 +120,17 @@ struct Departure {
 
 struct Outbox {
   std::unordered_map<WorkerId, WorkerOut> workers;
+  /// The entry for worker `id`, made with one that an earlier turn's clear() kept.
+  WorkerOut& worker(WorkerId id);
   std::unordered_map<ClientId, ClientOut> clients;
   std::vector<std::pair<std::string, std::vector<char>>> journal;  // (key, result) to record
   std::vector<Departure> departed;        // workers gone: forget their identities after sending
   std::vector<ClientId> clients_departed;
   bool cluster_changed = false;           // worker/slot counts changed: tell clients
   void clear();
+
+ private:
+  std::vector<decltype(workers)::node_type> spare_;  // a few emptied entries, for the next turns
 };
 
 /// One connected worker.
@@ -448,7 +456,7 @@ class SchedulerState {
   void check() const;
   WorkerRec* find_worker(WorkerId id);
   ClientRec* find_client(ClientId id);
-  WorkerOut& out(WorkerId id) { return out_.workers[id]; }
+  WorkerOut& out(WorkerId id) { return out_.worker(id); }
 
   // Shapes and placement (state.cpp).
   std::uint16_t shape_of(const std::map<std::string, double>& resources, std::vector<std::string> only = {},
