@@ -162,8 +162,7 @@ class Future {
         // copied into msgpack's zone first: a 1 GiB result costs its bytes and its value, not
         // a third copy in between.
         detail::ScratchZone zone;
-        const msgpack::object object = msgpack::unpack(
-            zone.get(), payload.data(), payload.size(), [](msgpack::type::object_type, std::size_t, void*) { return true; });
+        const msgpack::object object = zone.unpack(payload.data(), payload.size(), true);
         return object.as<T>();
       } catch (const std::exception& e) {
         detail::throw_decode_error(*state_, typeid(T).name(), e.what());

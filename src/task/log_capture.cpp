@@ -143,8 +143,9 @@ struct LogBook::Impl {
   std::condition_variable cv;
   LogLimits limits;
   Ring worker{{}, 0, 4u << 20, 0};
-  std::map<TaskId, std::string> running;         // id -> key
+  std::vector<TaskId> running;                   // few; kept, not reallocated per task
   std::unordered_map<TaskId, TaskRec> tasks;     // running, and finished with output
+  decltype(tasks)::node_type spare;              // a quiet task's entry, for the next task
   std::deque<TaskId> finished;                   // tasks with output, oldest first
   std::deque<std::pair<TaskId, std::string>> quiet;  // finished without output (bounded)
   bool started = false, stopped = false;
@@ -161,7 +162,7 @@ struct LogBook::Impl {
     if (!text.empty() && text.back() == '\r') text.pop_back();
     const bool herd_line = text.rfind("[herd ", 0) == 0;
     if (!herd_line && running.size() == 1) {
-      auto it = tasks.find(running.begin()->first);
+      auto it = tasks.find(running.front());
       if (it != tasks.end()) it->second.out.push({unix_ms(), stream, text});
     }
     worker.push({unix_ms(), herd_line ? kStreamLog : stream, std::move(text)});
@@ -309,8 +310,15 @@ void LogBook::task_started(TaskId id, const std::string& key) {
   Impl& m = impl();
   t_current = id;
   std::lock_guard lock(m.mu);
-  m.running[id] = key;
-  TaskRec& rec = m.tasks[id];
+  if (std::find(m.running.begin(), m.running.end(), id) == m.running.end()) m.running.push_back(id);
+  auto found = m.tasks.find(id);
+  if (found == m.tasks.end() && !m.spare.empty()) {
+    // The entry a quiet task left, reused: no allocation per task on the round trip's path.
+    m.spare.key() = id;
+    m.spare.mapped() = TaskRec{};
+    found = m.tasks.insert(std::move(m.spare)).position;
+  }
+  TaskRec& rec = found != m.tasks.end() ? found->second : m.tasks[id];
   if (rec.runs == 0) {
     rec.id = id;
     rec.key = key;
@@ -323,7 +331,7 @@ void LogBook::task_started(TaskId id, const std::string& key) {
   ++rec.runs;
   rec.running = true;
   if (m.running.size() > 1) {
-    for (const auto& [rid, rkey] : m.running) {
+    for (TaskId rid : m.running) {
       if (auto it = m.tasks.find(rid); it != m.tasks.end()) it->second.shared = true;
     }
   }
@@ -345,13 +353,14 @@ void LogBook::task_finished(TaskId id) {
       }
     }
   }
-  m.running.erase(id);
+  m.running.erase(std::remove(m.running.begin(), m.running.end(), id), m.running.end());
   auto it = m.tasks.find(id);
   if (it == m.tasks.end()) return;
   it->second.running = false;
   if (it->second.out.empty() && it->second.out.dropped == 0) {
     m.quiet.emplace_back(id, std::move(it->second.key));
-    m.tasks.erase(it);
+    if (m.spare.empty()) m.spare = m.tasks.extract(it);
+    else m.tasks.erase(it);
     if (m.quiet.size() > 16 * m.limits.tasks) m.quiet.pop_front();
     return;
   }

@@ -1000,7 +1000,7 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   try {
     // The arguments and the inputs share one zone, lent for the run (a fresh one mallocs 8 KiB).
     detail::ScratchZone zone;
-    msgpack::object args = msgpack::unpack(zone.get(), task.args.data(), task.args.size());
+    msgpack::object args = zone.unpack(task.args.data(), task.args.size(), false);
     std::vector<data::PayloadPtr> keep;
     for (const auto& ref : task.refs) {
       data::PayloadPtr bytes = store_.get(ref.id);
@@ -1010,8 +1010,7 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
         return c;
       }
       // Referencing the stored bytes (kept alive below), not copying strings and binaries.
-      const msgpack::object input = msgpack::unpack(zone.get(), bytes->data(), bytes->size(),
-                                                    [](msgpack::type::object_type, std::size_t, void*) { return true; });
+      const msgpack::object input = zone.unpack(bytes->data(), bytes->size(), true);
       keep.push_back(std::move(bytes));
       if (!substitute(args, ref, input)) {
         throw std::invalid_argument("argument reference does not match the arguments");

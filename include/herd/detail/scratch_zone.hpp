@@ -38,6 +38,13 @@ class ScratchZone {
 
   msgpack::zone& get() { return *zone_; }
 
+  /// msgpack::unpack(get(), data, size, f) (f: nullptr, or one that references every string
+  /// and binary in `data` rather than copying it), with msgpack-c's parser and object builder
+  /// kept on this thread between calls: made afresh, as unpack makes them, each allocates and
+  /// frees a stack per call (two allocations on a task's arguments, two on its result). Throws
+  /// as unpack does.
+  msgpack::object unpack(const char* data, std::size_t size, bool reference);
+
  private:
   static constexpr std::size_t kKept = 4;  // more than the deepest nesting on any path
   static std::vector<std::unique_ptr<msgpack::zone>>& pool() {
@@ -46,5 +53,39 @@ class ScratchZone {
   }
   std::unique_ptr<msgpack::zone> zone_;
 };
+
+namespace unpack_detail {
+using Visitor = msgpack::v2::detail::create_object_visitor;
+inline bool reference_all(msgpack::type::object_type, std::size_t, void*) { return true; }
+struct Parser {
+  explicit Parser(msgpack::unpack_reference_func f) : visitor(f, nullptr, msgpack::unpack_limit()), helper(visitor) {}
+  Visitor visitor;
+  msgpack::v2::detail::parse_helper<Visitor> helper;
+  bool busy = false;  // an unpack inside an unpack (a converter that unpacks) makes its own
+};
+inline Parser& parser(bool reference) {
+  thread_local Parser copying(nullptr), referencing(&reference_all);
+  return reference ? referencing : copying;
+}
+}  // namespace unpack_detail
+
+inline msgpack::object ScratchZone::unpack(const char* data, std::size_t size, bool reference) {
+  unpack_detail::Parser& p = unpack_detail::parser(reference);
+  if (p.busy) return msgpack::unpack(*zone_, data, size, reference ? &unpack_detail::reference_all : nullptr);
+  // What msgpack::v2::detail::unpack_imp and parse_imp do, with the kept parser.
+  if (size == 0) throw msgpack::insufficient_bytes("insufficient bytes");
+  p.busy = true;
+  struct Done {
+    bool& busy;
+    ~Done() { busy = false; }
+  } done{p.busy};
+  p.helper.init();  // and the visitor's
+  p.visitor.set_zone(*zone_);
+  p.visitor.set_referenced(false);
+  std::size_t off = 0;
+  const msgpack::parse_return ret = p.helper.execute(data, size, off);
+  if (ret == msgpack::PARSE_CONTINUE) throw msgpack::insufficient_bytes("insufficient bytes");
+  return p.visitor.data();  // success, extra bytes after it (ignored, as unpack does), or an error it threw
+}
 
 }  // namespace herd::detail
