@@ -520,3 +520,75 @@ TEST_CASE("Protocol.Retiring.RoundTrip") {
   CHECK(back.reason == "pool local shrinks");
   CHECK(back.seconds == 27);
 }
+
+TEST_CASE("Protocol.Encode.KeptBufferSmallAndBigMessages") {
+  // encode() packs into a buffer kept per thread: a small message is copied out of it, a big one
+  // (over 16 KiB) takes the buffer along. Each must decode whole, in any order.
+  auto spec = [](std::size_t arg_bytes, TaskId id) {
+    TaskSpec t;
+    t.id = id;
+    t.function = "f";
+    t.args.assign(arg_bytes, static_cast<char>('a' + id % 26));
+    return t;
+  };
+  for (std::size_t bytes : {10u, 100u << 10, 20u, 3u << 20, 0u, 40u}) {
+    const TaskId id = bytes + 1;
+    const zmq::message_t m = encode<MessageType::submit_tasks>(SubmitTasksRequest{{spec(bytes, id)}, {id}});
+    SubmitTasksRequest out;
+    std::string error;
+    REQUIRE_MESSAGE(decode(body_of(m), out, error), error);
+    REQUIRE(out.tasks.size() == 1);
+    CHECK(out.tasks[0].id == id);
+    CHECK(out.tasks[0].args == spec(bytes, id).args);
+    CHECK(out.released == std::vector<TaskId>{id});
+  }
+}
+
+TEST_CASE("Protocol.Encode.ScratchInUseGivesAnotherBuffer") {
+  // A message encoded while this thread's buffer holds one half made (a body whose packing
+  // encodes another) gets a buffer of its own: neither is written into the other.
+  EncodeScratch outer;
+  outer.buffer().write("outer", 5);
+  zmq::message_t inner_message;
+  {
+    EncodeScratch inner;
+    CHECK(&inner.buffer() != &outer.buffer());
+    inner.buffer().write("inner", 5);
+    inner_message = inner.finish();
+  }
+  outer.buffer().write("!", 1);
+  const zmq::message_t outer_message = outer.finish();
+  CHECK(inner_message.to_string() == "inner");
+  CHECK(outer_message.to_string() == "outer!");
+  EncodeScratch again;  // the kept buffer, empty again
+  CHECK(again.buffer().size() == 0);
+}
+
+TEST_CASE("Protocol.ScratchZone.KeptParserUnpacksAgainAfterAnError") {
+  // ScratchZone::unpack keeps msgpack-c's parser per thread: a truncated or malformed input
+  // throws as msgpack::unpack does, and the next input parses as if nothing happened.
+  msgpack::sbuffer good;
+  msgpack::pack(good, std::make_tuple(std::string(40, 'x'), 7, std::vector<int>{1, 2, 3}));
+  auto check_good = [&](bool reference) {
+    herd::detail::ScratchZone zone;
+    const msgpack::object o = zone.unpack(good.data(), good.size(), reference);
+    const auto t = o.as<std::tuple<std::string, int, std::vector<int>>>();
+    CHECK(std::get<0>(t) == std::string(40, 'x'));
+    CHECK(std::get<1>(t) == 7);
+    CHECK(std::get<2>(t) == std::vector<int>{1, 2, 3});
+    // Referenced: the string points into the input; copied: into the zone.
+    const char* s = o.via.array.ptr[0].via.str.ptr;
+    CHECK((s >= good.data() && s < good.data() + good.size()) == reference);
+  };
+  for (bool reference : {false, true}) {
+    check_good(reference);
+    {
+      herd::detail::ScratchZone zone;
+      CHECK_THROWS_AS(zone.unpack(good.data(), good.size() - 3, reference), msgpack::insufficient_bytes);
+      CHECK_THROWS_AS(zone.unpack(good.data(), 0, reference), msgpack::insufficient_bytes);
+      const char bad[] = {static_cast<char>(0xc1)};  // never used by msgpack
+      CHECK_THROWS_AS(zone.unpack(bad, 1, reference), msgpack::parse_error);
+    }
+    check_good(reference);
+  }
+}
