@@ -107,11 +107,25 @@ class EncodeScratch {
   bool borrowed_;
 };
 
-/// Packs `body` after `buffer`'s bytes, msgpack-c's packer and the buffer's writes inlined into
-/// one function (flatten), as decode_direct reads.
+/// The bodies of a round trip's messages (and TaskSpec, a batch's element): read by
+/// DirectReader first, and packed and read with everything inlined (pack_into, decode_direct).
+/// Any other goes through msgpack-c's calls alone (inlining all ~60 would add ~300 KB of code).
 template <typename T>
-[[gnu::flatten]] void pack_into(WriteBuffer& buffer, const T& body) {
+inline constexpr bool kDirectDecode = std::is_same_v<T, SubmitTasksRequest> || std::is_same_v<T, TaskSpec> ||
+                                      std::is_same_v<T, ExecuteTasksEvent> || std::is_same_v<T, TaskResultsEvent> ||
+                                      std::is_same_v<T, TaskUpdatesEvent> || std::is_same_v<T, KeysEvent>;
+
+/// msgpack::pack with msgpack-c's packer and the buffer's writes inlined into one function.
+template <typename T>
+[[gnu::flatten]] void pack_inlined(WriteBuffer& buffer, const T& body) {
   msgpack::pack(buffer, body);
+}
+
+/// Packs `body` after `buffer`'s bytes.
+template <typename T>
+void pack_into(WriteBuffer& buffer, const T& body) {
+  if constexpr (kDirectDecode<T>) pack_inlined(buffer, body);
+  else msgpack::pack(buffer, body);
 }
 
 /// Header and body in one frame.
@@ -136,13 +150,6 @@ zmq::message_t encode(const BodyOf<T>& body) {
 /// returns false with a reason on malformed input.
 bool decode_object(const void* data, std::size_t size, msgpack::zone& zone, msgpack::object& out,
                    std::string& error, const UnpackLimits& limits = {});
-
-/// The bodies read by DirectReader first: the messages of a round trip (and TaskSpec,
-/// the element of a submit_tasks batch). Any other goes through msgpack-c alone.
-template <typename T>
-inline constexpr bool kDirectDecode = std::is_same_v<T, SubmitTasksRequest> || std::is_same_v<T, TaskSpec> ||
-                                      std::is_same_v<T, ExecuteTasksEvent> || std::is_same_v<T, TaskResultsEvent> ||
-                                      std::is_same_v<T, TaskUpdatesEvent> || std::is_same_v<T, KeysEvent>;
 
 inline DirectReader direct_reader(Bytes body, const UnpackLimits& l) {
   return DirectReader(body.data, body.size, l.array, l.map, l.str, l.bin, l.depth);
@@ -193,7 +200,7 @@ class BatchWriter {
  public:
   explicit BatchWriter(MessageType type = MessageType::submit_tasks) : type_(type) { clear(); }
   template <typename T>
-  [[gnu::flatten]] void add(const T& element) {  // inlined as pack_into's
+  [[gnu::flatten]] void add(const T& element) {  // inlined as pack_inlined's
     msgpack::packer<BatchWriter> pk(*this);
     pk.pack(element);
     ++count_;
