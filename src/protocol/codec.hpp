@@ -222,10 +222,6 @@ class BatchWriter {
   MessageType type_;
 };
 
-/// decode_each's fast path (DirectReader). f sees no element until the whole body has
-/// been read once, so that where the reader gives up (false), msgpack-c's path starts with
-/// nothing done. One element (a round trip's submit) is read once; more are read twice, which
-/// is still cheaper than msgpack-c's tree of objects.
 /// One element of a batch, read afresh into `element`, inlined as decode_direct is.
 template <typename T>
 [[gnu::flatten]] void read_element(DirectReader& reader, T& element) {
@@ -233,6 +229,10 @@ template <typename T>
   reader.read(element);
 }
 
+/// decode_each's fast path (DirectReader). f sees no element until the whole body has
+/// been read once, so that where the reader gives up (false), msgpack-c's path starts with
+/// nothing done. One element (a round trip's submit) is read once; more are read twice, which
+/// is still cheaper than msgpack-c's tree of objects.
 template <typename T, typename F, typename S>
 bool decode_each_direct(Bytes body, F& f, const UnpackLimits& limits, S* second) {
   const auto* bytes = static_cast<const unsigned char*>(body.data);
