@@ -687,6 +687,7 @@ bool& inline_seceded() {
 /// the default heartbeat: heartbeats, the data port and the other slots barely notice).
 constexpr auto kReliefAfter = std::chrono::milliseconds(100);
 constexpr std::uint32_t kQuickRunsToInline = 8;
+constexpr std::uint32_t kSlowRunsWindow = 64;  // two slow runs on the I/O thread within this many: never again
 }  // namespace
 
 void Worker::time_function_locked(const std::string& function, std::uint64_t duration_us) {
@@ -751,11 +752,20 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
   turn.lock();
   FunctionTimes& t = function_times_[function];
   if (seceded) t.never = true;
+  ++t.inline_runs;
   if (c.duration_us >= 10 * static_cast<std::uint64_t>(options_.config.inline_us) && !t.never) {
-    // Its quick runs did not tell: from now on it goes to executors, where it blocks no I/O.
-    t.never = true;
-    HERD_LOG(info) << "function " << function << " took " << c.duration_us << " us on the I/O thread; its tasks "
-                   << "run on executors from now on";
+    // Its quick runs did not tell. Once may be the thread preempted on a busy host (a noop
+    // that would otherwise never come back here): its next 8 runs go to executors (its quick
+    // runs start again), and a second slow run within kSlowRunsWindow of its runs here sends
+    // it to executors for good, where it blocks no I/O.
+    if (t.slow_at != 0 && t.inline_runs - t.slow_at <= kSlowRunsWindow) {
+      t.never = true;
+      HERD_LOG(info) << "function " << function << " took " << c.duration_us << " us on the I/O thread, twice in "
+                     << (t.inline_runs - t.slow_at + 1) << " runs there; its tasks run on executors from now on";
+    } else {
+      t.slow_at = t.inline_runs;
+      HERD_LOG(debug) << "function " << function << " took " << c.duration_us << " us on the I/O thread";
+    }
   }
   time_function_locked(function, c.duration_us);
   state_->finished(std::move(c));

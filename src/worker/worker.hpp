@@ -206,7 +206,9 @@ class Worker {
   // "Profile: the round trip").
   struct FunctionTimes {
     std::uint32_t quick_runs = 0;  // consecutive runs under HERD_INLINE_US
-    bool never = false;            // it seceded, or took long on the I/O thread
+    std::uint32_t inline_runs = 0; // its runs on the I/O thread
+    std::uint32_t slow_at = 0;     // inline_runs at its last slow one there (10x); 0: none
+    bool never = false;            // it seceded, or took long on the I/O thread twice
   };
   std::unordered_map<std::string, FunctionTimes> function_times_;
   bool inlined_this_turn_ = false;  // at most one task a turn on the I/O thread
