@@ -111,7 +111,7 @@ class EncodeScratch {
 /// DirectReader first, and packed and read with everything inlined (pack_into, decode_direct).
 /// Any other goes through msgpack-c's calls alone (inlining all ~60 would add ~300 KB of code).
 template <typename T>
-inline constexpr bool kDirectDecode = std::is_same_v<T, SubmitTasksRequest> || std::is_same_v<T, TaskSpec> ||
+inline constexpr bool kRoundTripBody = std::is_same_v<T, SubmitTasksRequest> || std::is_same_v<T, TaskSpec> ||
                                       std::is_same_v<T, ExecuteTasksEvent> || std::is_same_v<T, TaskResultsEvent> ||
                                       std::is_same_v<T, TaskUpdatesEvent> || std::is_same_v<T, KeysEvent>;
 
@@ -124,7 +124,7 @@ template <typename T>
 /// Packs `body` after `buffer`'s bytes.
 template <typename T>
 void pack_into(WriteBuffer& buffer, const T& body) {
-  if constexpr (kDirectDecode<T>) pack_inlined(buffer, body);
+  if constexpr (kRoundTripBody<T>) pack_inlined(buffer, body);
   else msgpack::pack(buffer, body);
 }
 
@@ -183,7 +183,7 @@ template <typename T>
 
 template <typename T>
 bool decode(Bytes body, T& out, std::string& error, const UnpackLimits& limits = {}) {
-  if constexpr (kDirectDecode<T>) {
+  if constexpr (kRoundTripBody<T>) {
     // Into `out` as convert would; where it gives up, convert writes every field the body has
     // again, over what it left.
     if (decode_direct(body, out, limits)) return true;
@@ -303,7 +303,7 @@ bool decode_each_msgpack(Bytes body_bytes, F&& f, std::string& error, const Unpa
 template <typename T, typename F, typename S = std::vector<std::uint64_t>>
 bool decode_each(Bytes body_bytes, F&& f, std::string& error, const UnpackLimits& limits = {},
                  S* second = nullptr) {
-  if constexpr (kDirectDecode<T>) {
+  if constexpr (kRoundTripBody<T>) {
     if (decode_each_direct<T>(body_bytes, f, limits, second)) return true;
   }
   return decode_each_msgpack<T>(body_bytes, f, error, limits, second);
