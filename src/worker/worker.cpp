@@ -687,7 +687,8 @@ bool& inline_seceded() {
 /// the default heartbeat: heartbeats, the data port and the other slots barely notice).
 constexpr auto kReliefAfter = std::chrono::milliseconds(100);
 constexpr std::uint32_t kQuickRunsToInline = 8;
-constexpr std::uint32_t kSlowRunsWindow = 64;  // two slow runs on the I/O thread within this many: never again
+constexpr std::uint32_t kSlowRunsWindow = 64;   // two slow runs on the I/O thread within this many: never again
+constexpr std::uint32_t kSlowRunsForGood = 4;  // or this many in all
 }  // namespace
 
 void Worker::time_function_locked(const std::string& function, std::uint64_t duration_us) {
@@ -756,12 +757,17 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
   if (c.duration_us >= 10 * static_cast<std::uint64_t>(options_.config.inline_us) && !t.never) {
     // Its quick runs did not tell. Once may be the thread preempted on a busy host (a noop
     // that would otherwise never come back here): its next 8 runs go to executors (its quick
-    // runs start again), and a second slow run within kSlowRunsWindow of its runs here sends
-    // it to executors for good, where it blocks no I/O.
-    if (t.slow_at != 0 && t.inline_runs - t.slow_at <= kSlowRunsWindow) {
+    // runs start again). A second slow run within kSlowRunsWindow of its runs here, or the
+    // kSlowRunsForGood-th in all, sends it to executors for good, where it blocks no I/O: so
+    // slow runs hold the I/O thread a bounded number of times per function.
+    ++t.slow_runs;
+    const bool close = t.slow_at != 0 && t.inline_runs - t.slow_at <= kSlowRunsWindow;
+    if (close || t.slow_runs >= kSlowRunsForGood) {
       t.never = true;
-      HERD_LOG(info) << "function " << function << " took " << c.duration_us << " us on the I/O thread, twice in "
-                     << (t.inline_runs - t.slow_at + 1) << " runs there; its tasks run on executors from now on";
+      HERD_LOG(info) << "function " << function << " took " << c.duration_us << " us on the I/O thread, "
+                     << (close ? "twice in " + std::to_string(t.inline_runs - t.slow_at + 1) + " runs there"
+                               : std::to_string(t.slow_runs) + " times")
+                     << "; its tasks run on executors from now on";
     } else {
       t.slow_at = t.inline_runs;
       HERD_LOG(debug) << "function " << function << " took " << c.duration_us << " us on the I/O thread";
