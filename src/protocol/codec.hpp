@@ -112,8 +112,8 @@ class EncodeScratch {
 /// Any other goes through msgpack-c's calls alone (inlining all ~60 would add ~300 KB of code).
 template <typename T>
 inline constexpr bool kRoundTripBody = std::is_same_v<T, SubmitTasksRequest> || std::is_same_v<T, TaskSpec> ||
-                                      std::is_same_v<T, ExecuteTasksEvent> || std::is_same_v<T, TaskResultsEvent> ||
-                                      std::is_same_v<T, TaskUpdatesEvent> || std::is_same_v<T, KeysEvent>;
+                                       std::is_same_v<T, ExecuteTasksEvent> || std::is_same_v<T, TaskResultsEvent> ||
+                                       std::is_same_v<T, TaskUpdatesEvent> || std::is_same_v<T, KeysEvent>;
 
 /// msgpack::pack with msgpack-c's packer and the buffer's writes inlined into one function.
 template <typename T>

@@ -209,7 +209,7 @@ class Worker {
     std::uint32_t inline_runs = 0; // its runs on the I/O thread
     std::uint32_t slow_at = 0;     // inline_runs at its last slow one there (10x); 0: none
     std::uint32_t slow_runs = 0;   // its slow runs there
-    bool never = false;            // it seceded, or took long on the I/O thread twice
+    bool never = false;            // it seceded, or was slow there twice in 64 runs or 4 times
   };
   std::unordered_map<std::string, FunctionTimes> function_times_;
   bool inlined_this_turn_ = false;  // at most one task a turn on the I/O thread
