@@ -34,7 +34,10 @@ std::string describe(const std::map<std::string, double>& r) {
 }  // namespace
 
 void WorkerOut::reset() {
-  // A list grown by a burst goes; a round trip's few entries keep their memory.
+  // A list grown by a burst goes; a round trip's few entries keep their memory. Every field is
+  // named here (a field added to WorkerOut must be too): assigning a fresh WorkerOut and
+  // swapping the lists back, which would need no such list, costs the scheduler ~480 more
+  // instructions a round trip (callgrind, 3 runs each).
   auto empty = [](auto& list) {
     if (list.capacity() > 1024) std::decay_t<decltype(list)>().swap(list);
     else list.clear();
