@@ -8,14 +8,14 @@
 //           threads between a socket and its reader. With "curve", every 48-byte message is
 //           sealed (crypto_box_easy_afternm, CURVE's per-message box) before each send and
 //           opened after each receive.
-// Built with the benchmarks (it needs only libzmq):
+// Built with the benchmarks (it needs only libzmq, and libsodium for tcp's boxes):
 //   build/bench/zmq_round_trip relay curve 2000      # MODE plain|curve ROUNDS [PORT]
 //   build/bench/zmq_round_trip relay curve serve     # blocks of round trips on demand (stdin)
 //   build/bench/zmq_round_trip tcp curve 2000        # the relay without ZeroMQ
 // (without PORT: a free one, asked of the kernel; a bind that fails, or a peer silent for 10 s,
 // ends it with an error rather than a hang).
 // Prints {"mode":...,"curve":0|1,"p50_us":...,"p99_us":...} after 100 warm-up round trips.
-// HERD_RELAY_WORK_US="C,S,W" (relay only) adds C, S and W microseconds of busy work per round
+// HERD_RELAY_WORK_US="C,S,W" (relay and tcp) adds C, S and W microseconds of busy work per round
 // trip to the client, the relay and the echo's thread (the relay's half before each of its two
 // sends): a relay that does as much as herd's threads do, to see what a microsecond of work
 // on the path costs the round trip (bench/README.md, "The relay in turns, and what herd's work
@@ -41,17 +41,17 @@ static double work_c = 0, work_s = 0, work_w = 0;  // HERD_RELAY_WORK_US
 static void busy(double us){ if(us<=0) return; const auto t0=std::chrono::steady_clock::now();
   while(std::chrono::duration<double,std::micro>(std::chrono::steady_clock::now()-t0).count()<us){} }
 static void as_server(void* s){ if(!curve) return; int one=1; zmq_setsockopt(s,ZMQ_CURVE_SERVER,&one,4); zmq_setsockopt(s,ZMQ_CURVE_SECRETKEY,ssec,40);}
-static int free_port(){ int fd=socket(AF_INET,SOCK_STREAM,0); sockaddr_in a{}; a.sin_family=AF_INET; a.sin_addr.s_addr=htonl(INADDR_LOOPBACK);
-  socklen_t n=sizeof a; if(fd<0||bind(fd,(sockaddr*)&a,n)!=0||getsockname(fd,(sockaddr*)&a,&n)!=0){perror("zmq_round_trip: free port"); exit(1);} close(fd); return ntohs(a.sin_port);}
+// A listening socket on 127.0.0.1 at a port the kernel picks (`port`).
+static int tcp_listen(int& port){ int fd=socket(AF_INET,SOCK_STREAM,0); sockaddr_in a{}; a.sin_family=AF_INET; a.sin_addr.s_addr=htonl(INADDR_LOOPBACK);
+  socklen_t n=sizeof a; if(fd<0||bind(fd,(sockaddr*)&a,n)!=0||listen(fd,4)!=0||getsockname(fd,(sockaddr*)&a,&n)!=0){perror("zmq_round_trip: listen on 127.0.0.1"); exit(1);}
+  port=ntohs(a.sin_port); return fd; }
+static int free_port(){ int port=0; close(tcp_listen(port)); return port; }
 static void must_bind(void* s,const char* ep){ if(zmq_bind(s,ep)!=0){fprintf(stderr,"zmq_round_trip: cannot bind %s: %s\n",ep,zmq_strerror(zmq_errno())); _exit(1);} }
 static void as_client(void* s){ if(!curve) return; zmq_setsockopt(s,ZMQ_CURVE_SERVERKEY,spub,40); zmq_setsockopt(s,ZMQ_CURVE_PUBLICKEY,cpub,40); zmq_setsockopt(s,ZMQ_CURVE_SECRETKEY,csec,40);}
 // The tcp mode: one boxed (or plain) 48-byte message each way per hop.
 static unsigned char box_key[crypto_box_BEFORENMBYTES];
 static const std::size_t kMsg = 48, kWire = kMsg + crypto_box_MACBYTES + crypto_box_NONCEBYTES;
 static void tcp_nodelay(int fd){ int one=1; setsockopt(fd,IPPROTO_TCP,TCP_NODELAY,&one,sizeof one); }
-static int tcp_listen(int& port){ int fd=socket(AF_INET,SOCK_STREAM,0); sockaddr_in a{}; a.sin_family=AF_INET; a.sin_addr.s_addr=htonl(INADDR_LOOPBACK);
-  socklen_t n=sizeof a; if(fd<0||bind(fd,(sockaddr*)&a,n)!=0||listen(fd,4)!=0||getsockname(fd,(sockaddr*)&a,&n)!=0){perror("zmq_round_trip: tcp listen"); exit(1);}
-  port=ntohs(a.sin_port); return fd; }
 static int tcp_dial(int port){ for(int i=0;i<10000;i++){ int fd=socket(AF_INET,SOCK_STREAM,0); sockaddr_in a{}; a.sin_family=AF_INET; a.sin_addr.s_addr=htonl(INADDR_LOOPBACK); a.sin_port=htons(port);
     if(connect(fd,(sockaddr*)&a,sizeof a)==0){ tcp_nodelay(fd); return fd; } close(fd); usleep(1000); }
   fprintf(stderr,"zmq_round_trip: cannot connect to 127.0.0.1:%d\n",port); exit(1); }
