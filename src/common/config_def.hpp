@@ -47,6 +47,11 @@ HERD_CONFIG(data_lanes, std::uint32_t, 1, "HERD_DATA_LANES",
             "1: results bigger than chunk_bytes travel on a bulk lane, a plain TCP connection to a port "
             "beside the holder's data port (sealed with a fresh key when the cluster encrypts); 0: as "
             "chunks on the data port itself (slower; for firewalls that open only the data port)")
+HERD_CONFIG(links, std::uint32_t, 1, "HERD_LINKS",
+            "1: once a worker has joined, its messages to and from the scheduler travel on a control "
+            "link, a plain TCP connection to a port beside the scheduler's (sealed with a fresh key "
+            "when the cluster encrypts; one thread wakes per hop instead of ZeroMQ's three); a worker "
+            "that cannot reach that port stays on ZeroMQ. 0 (on the scheduler or the worker): ZeroMQ only")
 HERD_CONFIG(journal_memory_bytes, std::uint64_t, 1048576, "HERD_JOURNAL_MEMORY_BYTES",
             "journaled results up to this size stay in the scheduler's memory; larger ones are read "
             "back from the journal file when a restarted scheduler needs them (bytes)")

@@ -321,6 +321,16 @@ void send(zmq::socket_t& socket, const std::string& identity, const BodyOf<T>& b
   send(socket, identity, encode(T, body), std::move(payloads));
 }
 
+/// Sends message T to `identity` through a sink that chooses the way (the scheduler's: a peer's
+/// control link, else the ROUTER): any type with send(identity, message, payloads).
+template <MessageType T, typename Sink>
+  requires requires(Sink& sink, const std::string& identity, zmq::message_t m, std::vector<zmq::message_t> p) {
+    sink.send(identity, std::move(m), std::move(p));
+  }
+void send(Sink& sink, const std::string& identity, const BodyOf<T>& body, std::vector<zmq::message_t> payloads = {}) {
+  sink.send(identity, encode(T, body), std::move(payloads));
+}
+
 /// One received multipart message, identity split off for ROUTER sockets.
 struct Received {
   std::string identity;

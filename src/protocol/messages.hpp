@@ -26,7 +26,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 7;
+inline constexpr std::uint8_t kProtocolVersion = 8;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
@@ -80,6 +80,7 @@ using TaskId = std::uint64_t;
   X(campaign_request, 43, CampaignRequest)  /* client -> scheduler: list, attach to or release campaigns */ \
   X(campaign_reply, 44, CampaignReply)      /* scheduler -> client */                              \
   X(retiring, 45, RetiringEvent)            /* scheduler -> worker: the pool retires you; checkpoint */ \
+  X(link_switch, 47, LinkSwitchEvent)      /* scheduler <-> worker, on ZeroMQ: the sender's last message there; the rest on its control link (common/control_link.hpp) */ \
   X(scatter_inline, 46, ScatterInlineEvent) /* scheduler -> client: send these scatters through me */ \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
@@ -132,8 +133,10 @@ struct HelloRequest {
   std::string pool;                           // name of the pool that launched it ("" = none)
   std::int64_t end_time = 0;                  // unix seconds when its job's time runs out (0 = never)
   std::vector<GpuInfo> gpus;                  // its GPUs (also counted in resources["gpu"])
+  bool links = false;                         // it takes a control link (common/control_link.hpp)
+  bool has_aes = false;                       // AES-256-GCM in hardware: its link may use it
   MSGPACK_DEFINE_MAP(protocol, role, name, host, pid, nthreads, data_address, resources,
-                     memory_limit, job_id, pool, end_time, gpus);
+                     memory_limit, job_id, pool, end_time, gpus, links, has_aes);
 };
 
 struct HelloReply {
@@ -146,7 +149,19 @@ struct HelloReply {
   std::string scheduler_id;                   // random id of this scheduler instance
   std::uint64_t max_message_bytes = 0;        // largest message the scheduler accepts (0 = unknown):
                                               //   a task or scatter over it fails alone, before sending
-  MSGPACK_DEFINE_MAP(protocol, ok, error, peer_index, heartbeat_ms, timeout_ms, scheduler_id, max_message_bytes);
+  // A control link offered to a worker (common/control_link.hpp); port 0: none.
+  std::uint32_t link_port = 0;
+  std::string link_token;                     // 32 bytes, works once
+  std::string link_key;                       // 32 bytes, or "" for a plain link (no CURVE)
+  std::uint32_t link_cipher = 0;              // aead::kCipher*
+  MSGPACK_DEFINE_MAP(protocol, ok, error, peer_index, heartbeat_ms, timeout_ms, scheduler_id, max_message_bytes,
+                     link_port, link_token, link_key, link_cipher);
+};
+
+/// Sent on ZeroMQ as the sender's last message there: what follows goes on the control link.
+struct LinkSwitchEvent {
+  std::uint32_t link = 1;
+  MSGPACK_DEFINE(link);
 };
 
 /// Workers that left: their data ports' addresses, so that clients and workers close their

@@ -24,6 +24,7 @@
 #include <zmq.hpp>
 
 #include "common/config.hpp"
+#include "common/control_link.hpp"
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
 #include "jobqueue/command_runner.hpp"
@@ -128,6 +129,16 @@ class Scheduler {
     zmq::socket_t socket_;
   };
 
+  /// Where a message to a peer goes: its control link once the link carries it, else the ROUTER
+  /// (protocol::send's sink).
+  struct Out {
+    Scheduler& s;
+    void send(const std::string& identity, zmq::message_t message, std::vector<zmq::message_t> payloads);
+  };
+  /// The control links' turn: claims (each answered with `link_switch` on ZeroMQ), messages
+  /// read, links broken (their workers dropped).
+  void step_links(const Now& now);
+
   SchedulerOptions options_;
   zmq::context_t context_{1};
   security::Auth auth_;  // before socket_: the ZAP handler must exist before the bind
@@ -170,6 +181,11 @@ class Scheduler {
     std::uint32_t timeout_ms = 0;
   };
   std::vector<PendingRestart> restarts_;
+  Out out_{*this};
+  std::unique_ptr<link::LinkHub> links_;  // null: HERD_LINKS=0, or no port to listen on
+  link::LinkHub::Events link_events_;
+  Clock::time_point last_link_step_{};
+  std::vector<zmq::pollitem_t> poll_items_;
 };
 
 }  // namespace herd::scheduler

@@ -398,7 +398,9 @@ TEST_CASE("Processes.SchedulerKilled.WorkerExitsOnItsOwn" * doctest::timeout(60)
   CHECK(std::chrono::steady_clock::now() - t0 < 10s);
   CHECK(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 2);
-  CHECK(read_file(log).find("silent") != std::string::npos);
+  // Silence on ZeroMQ, or at once its control link closed by the kernel of the dead scheduler.
+  const std::string said = read_file(log);
+  CHECK((said.find("silent") != std::string::npos || said.find("control link to the scheduler broke") != std::string::npos));
   std::filesystem::remove(log);
 }
 

@@ -1,0 +1,501 @@
+#include "common/control_link.hpp"
+
+#include <poll.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+#include "common/logging.hpp"
+#include "common/tcp.hpp"
+
+namespace herd::link {
+
+namespace {
+
+constexpr char kHelloMagic[4] = {'H', 'C', 'L', '1'};
+constexpr std::size_t kHelloSize = 4 + kLinkToken;
+constexpr std::size_t kReadChunk = 64u << 10;
+
+std::string errno_text(int e) { return std::strerror(e); }
+
+void put_u32(std::vector<char>& out, std::uint32_t v) {
+  const char b[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff), static_cast<char>((v >> 16) & 0xff),
+                     static_cast<char>((v >> 24) & 0xff)};
+  out.insert(out.end(), b, b + 4);
+}
+
+std::uint32_t get_u32(const char* p) {
+  const auto* b = reinterpret_cast<const unsigned char*>(p);
+  return static_cast<std::uint32_t>(b[0]) | (static_cast<std::uint32_t>(b[1]) << 8) |
+         (static_cast<std::uint32_t>(b[2]) << 16) | (static_cast<std::uint32_t>(b[3]) << 24);
+}
+
+/// Removes what was consumed from the front of a buffer, once it is most of it.
+void compact(std::vector<char>& buffer, std::size_t& begin, std::size_t& end) {
+  if (begin == 0) return;
+  if (begin == end) {
+    begin = end = 0;
+  } else if (begin >= buffer.size() / 2) {
+    std::memmove(buffer.data(), buffer.data() + begin, end - begin);
+    end -= begin;
+    begin = 0;
+  }
+}
+
+}  // namespace
+
+DirectionKeys derive_keys(const aead::Key& offered) {
+  DirectionKeys k;
+  k.to_worker = aead::blake2b("herd control link: scheduler to worker", &offered);
+  k.to_scheduler = aead::blake2b("herd control link: worker to scheduler", &offered);
+  return k;
+}
+
+Link::Link(int fd, std::uint32_t cipher, const aead::Key& send_key, const aead::Key& receive_key,
+           std::uint64_t max_frame, std::string peer)
+    : fd_(fd), peer_(std::move(peer)), max_frame_(max_frame) {
+  tcp::set_nonblocking(fd_);
+  tcp::set_nodelay(fd_);
+  tcp::set_liveness(fd_);
+  if (cipher != aead::kCipherNone) {
+    sealer_ = std::make_unique<aead::RecordCipher>(cipher, send_key);
+    opener_ = std::make_unique<aead::RecordCipher>(cipher, receive_key);
+  }
+  in_.resize(kReadChunk);
+}
+
+Link::~Link() { tcp::close_fd(fd_); }
+
+void Link::fail(const std::string& why) {
+  if (error_.empty()) error_ = why;
+}
+
+void Link::append_sealed(const char* data, std::size_t n) {
+  while (n > 0) {
+    const std::size_t len = std::min(n, kLinkRecord);
+    const std::size_t at = out_.size();
+    out_.resize(at + aead::kHeader + len + aead::kTag);
+    sealer_->seal(data, len, reinterpret_cast<unsigned char*>(out_.data() + at));
+    data += len;
+    n -= len;
+  }
+}
+
+void Link::send(const zmq::message_t& message, const std::vector<zmq::message_t>& payloads) {
+  if (!error_.empty()) return;
+  const bool was_empty = !want_write();
+  std::vector<char>& plain = sealer_ ? plain_out_ : out_;
+  if (sealer_) plain.clear();
+  put_u32(plain, static_cast<std::uint32_t>(1 + payloads.size()));
+  put_u32(plain, static_cast<std::uint32_t>(message.size()));
+  const char* m = static_cast<const char*>(message.data());
+  plain.insert(plain.end(), m, m + message.size());
+  for (const auto& p : payloads) {
+    put_u32(plain, static_cast<std::uint32_t>(p.size()));
+    const char* d = static_cast<const char*>(p.data());
+    plain.insert(plain.end(), d, d + p.size());
+  }
+  if (sealer_) append_sealed(plain.data(), plain.size());
+  if (was_empty) flush();
+}
+
+void Link::flush() {
+  while (error_.empty() && want_write()) {
+    const ssize_t n = ::send(fd_, out_.data() + out_begin_, out_.size() - out_begin_, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      out_begin_ += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      break;
+    } else {
+      fail("cannot write to " + peer_ + ": " + errno_text(n < 0 ? errno : EPIPE));
+    }
+  }
+  if (out_begin_ == out_.size()) {
+    out_.clear();
+    out_begin_ = 0;
+  } else if (out_begin_ > (1u << 20) && out_begin_ >= out_.size() / 2) {
+    out_.erase(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(out_begin_));
+    out_begin_ = 0;
+  }
+}
+
+void Link::drain(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  flush();
+  while (error_.empty() && want_write()) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
+    pollfd p{fd_, POLLOUT, 0};
+    (void)::poll(&p, 1, static_cast<int>(left.count()));
+    flush();
+  }
+}
+
+bool Link::parse_messages(std::vector<char>& buffer, std::size_t& begin, std::size_t end,
+                          std::vector<protocol::Received>& out) {
+  for (;;) {
+    if (end - begin < 4) return true;
+    const std::uint32_t frames = get_u32(buffer.data() + begin);
+    if (frames == 0 || frames > kMaxFrames) {
+      fail(peer_ + " sent a message of " + std::to_string(frames) + " frames (1 to " + std::to_string(kMaxFrames) +
+           "): not a herd link, or out of step");
+      return false;
+    }
+    std::size_t at = begin + 4;
+    std::uint32_t complete = 0;
+    for (; complete < frames; ++complete) {
+      if (end - at < 4) break;
+      const std::uint32_t len = get_u32(buffer.data() + at);
+      if (max_frame_ > 0 && len > max_frame_) {
+        fail(peer_ + " sent a frame of " + std::to_string(len) + " bytes, over the limit of " +
+             std::to_string(max_frame_));
+        return false;
+      }
+      if (end - at - 4 < len) break;
+      at += 4 + len;
+    }
+    if (complete < frames) return true;  // the rest is still on its way
+    protocol::Received r;
+    std::size_t p = begin + 4;
+    for (std::uint32_t i = 0; i < frames; ++i) {
+      const std::uint32_t len = get_u32(buffer.data() + p);
+      zmq::message_t frame(buffer.data() + p + 4, len);
+      if (i == 0) r.message = std::move(frame);
+      else r.payloads.push_back(std::move(frame));
+      p += 4 + len;
+    }
+    out.push_back(std::move(r));
+    begin = at;
+  }
+}
+
+void Link::receive(std::vector<protocol::Received>& out, std::size_t budget) {
+  std::size_t taken = 0;
+  while (error_.empty() && taken < budget) {
+    compact(in_, in_begin_, in_end_);
+    if (in_.size() - in_end_ < kReadChunk) in_.resize(std::max(in_.size() * 2, in_end_ + kReadChunk));
+    const ssize_t n = ::recv(fd_, in_.data() + in_end_, in_.size() - in_end_, MSG_DONTWAIT);
+    if (n == 0) {
+      fail(peer_ + " closed the link");
+      break;
+    }
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) fail("cannot read from " + peer_ + ": " + errno_text(errno));
+      break;
+    }
+    in_end_ += static_cast<std::size_t>(n);
+    taken += static_cast<std::size_t>(n);
+    if (!opener_) {
+      if (!parse_messages(in_, in_begin_, in_end_, out)) break;
+      continue;
+    }
+    // Sealed: open every whole record into the plaintext, then read messages from it.
+    while (in_end_ - in_begin_ >= aead::kHeader) {
+      auto* header = reinterpret_cast<unsigned char*>(in_.data() + in_begin_);
+      const std::uint32_t len = aead::get_length(header);
+      if (len > kLinkRecord) {
+        fail(peer_ + " sent a record of " + std::to_string(len) + " bytes (at most " + std::to_string(kLinkRecord) +
+             "): not a herd link, or out of step");
+        break;
+      }
+      const std::size_t whole = aead::kHeader + len + aead::kTag;
+      if (in_end_ - in_begin_ < whole) break;
+      char* data = in_.data() + in_begin_ + aead::kHeader;
+      if (!opener_->open_in_place(header, data, len, reinterpret_cast<unsigned char*>(data + len))) {
+        fail(peer_ + " sent a record that does not open (a wrong key, or altered on the way)");
+        break;
+      }
+      plain_.insert(plain_.end(), data, data + len);
+      in_begin_ += whole;
+    }
+    if (!error_.empty()) break;
+    std::size_t plain_end = plain_.size();
+    if (!parse_messages(plain_, plain_begin_, plain_end, out)) break;
+    if (plain_begin_ == plain_end) {
+      plain_.clear();
+      plain_begin_ = 0;
+    } else if (plain_begin_ >= plain_end / 2) {
+      plain_.erase(plain_.begin(), plain_.begin() + static_cast<std::ptrdiff_t>(plain_begin_));
+      plain_begin_ = 0;
+    }
+  }
+  compact(in_, in_begin_, in_end_);
+  if (in_end_ == 0 && in_.size() > 4 * kReadChunk) {  // a big message passed: let its memory go
+    in_.assign(kReadChunk, 0);
+    in_.shrink_to_fit();
+  }
+}
+
+int start_connect(const std::string& host, std::uint16_t port, std::string& error) {
+  tcp::AddrInfo ai;
+  if (const int rc = tcp::resolve(host, std::to_string(port), 0, ai); rc != 0 || ai.list == nullptr) {
+    error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
+    return -1;
+  }
+  const int fd = ::socket(ai.list->ai_family, ai.list->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.list->ai_protocol);
+  if (fd < 0) {
+    error = "no socket: " + errno_text(errno);
+    return -1;
+  }
+  if (::connect(fd, ai.list->ai_addr, ai.list->ai_addrlen) != 0 && errno != EINPROGRESS) {
+    error = errno_text(errno);
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+std::string finish_connect(int fd, const std::string& token) {
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (err != 0) return errno_text(err);
+  if (token.size() != kLinkToken) return "the offer came with a token of " + std::to_string(token.size()) + " bytes";
+  std::string hello(kHelloMagic, 4);
+  hello += token;
+  const ssize_t n = ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n != static_cast<ssize_t>(hello.size())) return n < 0 ? errno_text(errno) : "the hello was cut short";
+  return "";
+}
+
+// ---------------------------------------------------------------------------------------------
+
+LinkHub::LinkHub(const std::string& host, std::uint64_t max_frame, std::chrono::milliseconds offer_timeout)
+    : max_frame_(max_frame), timeout_(offer_timeout) {
+  listen_fd_ = tcp::listen_on(host, 0, "the scheduler's control links");
+  port_ = tcp::local_port(listen_fd_);
+  tcp::set_nonblocking(listen_fd_);
+  epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) {
+    tcp::close_fd(listen_fd_);
+    throw std::runtime_error("the scheduler's control links: epoll_create1 failed: " + errno_text(errno));
+  }
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = listen_fd_;
+  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+}
+
+LinkHub::~LinkHub() {
+  for (auto& [fd, p] : pending_) ::close(fd);
+  links_.clear();
+  tcp::close_fd(listen_fd_);
+  tcp::close_fd(epoll_fd_);
+}
+
+LinkHub::Offer LinkHub::offer(const std::string& owner, bool encrypt, bool peer_has_aes) {
+  Offer o;
+  o.token = aead::random_bytes(kLinkToken);
+  OfferEntry e;
+  e.owner = owner;
+  e.cipher = aead::kCipherNone;
+  if (encrypt) {
+    e.cipher = peer_has_aes && aead::aes_available() ? aead::kCipherAes : aead::kCipherChacha;
+    e.key = aead::random_key();
+    o.key = aead::to_bytes(e.key);
+  }
+  o.cipher = e.cipher;
+  e.expires = std::chrono::steady_clock::now() + timeout_;
+  offers_[o.token] = std::move(e);
+  return o;
+}
+
+void LinkHub::accept_all(std::chrono::steady_clock::time_point now) {
+  for (;;) {
+    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      if (errno != EAGAIN && errno != EWOULDBLOCK) HERD_LOG(warning) << "control links: accept failed: " << errno_text(errno);
+      return;
+    }
+    Pending p;
+    p.fd = fd;
+    p.deadline = now + std::min(timeout_, std::chrono::milliseconds(5000));
+    pending_[fd] = std::move(p);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  }
+}
+
+void LinkHub::drop_pending(int fd) {
+  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  pending_.erase(fd);
+}
+
+void LinkHub::read_hello(int fd, Events& events, std::chrono::steady_clock::time_point now) {
+  auto it = pending_.find(fd);
+  if (it == pending_.end()) return;
+  Pending& p = it->second;
+  char buf[kHelloSize];
+  const ssize_t n = ::recv(fd, buf, kHelloSize - p.hello.size(), MSG_DONTWAIT);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  if (n <= 0) {
+    drop_pending(fd);
+    return;
+  }
+  p.hello.append(buf, static_cast<std::size_t>(n));
+  if (p.hello.size() < kHelloSize) return;
+  const std::string token = p.hello.substr(4);
+  auto offer = std::memcmp(p.hello.data(), kHelloMagic, 4) == 0 ? offers_.find(token) : offers_.end();
+  if (offer == offers_.end() || offer->second.expires < now) {
+    HERD_LOG(warning) << "control links: refused a connection that presented "
+                      << (std::memcmp(p.hello.data(), kHelloMagic, 4) != 0 ? "no link hello" : "a token not offered (or used, or expired)");
+    if (offer != offers_.end()) offers_.erase(offer);
+    drop_pending(fd);
+    return;
+  }
+  const OfferEntry o = std::move(offer->second);
+  offers_.erase(offer);  // a token works once
+  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  pending_.erase(it);
+  if (auto old = links_.find(o.owner); old != links_.end()) {  // a second claim for one peer
+    owner_of_fd_.erase(old->second.link->fd());
+    (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, old->second.link->fd(), nullptr);
+    links_.erase(old);
+  }
+  const DirectionKeys keys = derive_keys(o.key);
+  Entry e;
+  e.link = std::make_unique<Link>(fd, o.cipher, keys.to_worker, keys.to_scheduler, max_frame_, "the worker's link");
+  owner_of_fd_[fd] = o.owner;
+  Entry& placed = links_[o.owner] = std::move(e);
+  epoll_event ev{};
+  ev.events = 0;  // nothing is read before the worker's link_switch; errors are reported anyway
+  ev.data.fd = fd;
+  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
+  placed.events = 0;
+  events.claimed.push_back(o.owner);
+}
+
+void LinkHub::update_events(Entry& e) {
+  std::uint32_t want = 0;
+  if (e.reading && !e.closing) want |= EPOLLIN;
+  if (e.link->want_write()) want |= EPOLLOUT;
+  if (want == e.events) return;
+  epoll_event ev{};
+  ev.events = want;
+  ev.data.fd = e.link->fd();
+  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_MOD, e.link->fd(), &ev);
+  e.events = want;
+}
+
+void LinkHub::step(Events& events, std::chrono::steady_clock::time_point now) {
+  epoll_event ready[64];
+  for (int round = 0; round < 16; ++round) {
+    const int n = ::epoll_wait(epoll_fd_, ready, 64, 0);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) {
+      const int fd = ready[i].data.fd;
+      if (fd == listen_fd_) {
+        accept_all(now);
+        continue;
+      }
+      if (pending_.count(fd) != 0) {
+        read_hello(fd, events, now);
+        continue;
+      }
+      auto owner = owner_of_fd_.find(fd);
+      if (owner == owner_of_fd_.end()) continue;
+      auto it = links_.find(owner->second);
+      if (it == links_.end()) continue;
+      Entry& e = it->second;
+      if ((ready[i].events & EPOLLOUT) != 0) e.link->flush();
+      if (e.reading && !e.closing && (ready[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) {
+        const std::size_t before = events.messages.size();
+        e.link->receive(events.messages);
+        for (std::size_t m = before; m < events.messages.size(); ++m) events.messages[m].identity = owner->second;
+      } else if ((ready[i].events & (EPOLLHUP | EPOLLERR)) != 0) {
+        int err = 0;
+        socklen_t len = sizeof err;
+        (void)::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+        e.link->mark_failed(err != 0 ? "the worker's link: " + errno_text(err) : "the worker hung up its link");
+      }
+    }
+    if (n < 64) break;
+  }
+  // Pending hellos past their deadline, offers past theirs.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->second.deadline < now) {
+      (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->first, nullptr);
+      ::close(it->first);
+      it = pending_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = offers_.begin(); it != offers_.end();) {
+    if (it->second.expires < now) it = offers_.erase(it);
+    else ++it;
+  }
+  // Links: report failures, close the ones whose peer left once written, keep epoll in step.
+  for (auto it = links_.begin(); it != links_.end();) {
+    Entry& e = it->second;
+    if (e.link->want_write()) e.link->flush();
+    const bool done_closing = e.closing && (!e.link->want_write() || now >= e.close_by);
+    if (!e.link->failed().empty() || done_closing) {
+      if (!e.closing) events.failed.emplace_back(it->first, e.link->failed());
+      owner_of_fd_.erase(e.link->fd());
+      (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.link->fd(), nullptr);
+      it = links_.erase(it);
+      continue;
+    }
+    update_events(e);
+    ++it;
+  }
+}
+
+void LinkHub::start_writing(const std::string& owner) {
+  if (auto it = links_.find(owner); it != links_.end()) it->second.writing = true;
+}
+
+bool LinkHub::peer_switched(const std::string& owner) {
+  auto it = links_.find(owner);
+  if (it == links_.end()) return false;
+  it->second.reading = true;
+  update_events(it->second);
+  return true;
+}
+
+bool LinkHub::writing(const std::string& owner) const {
+  auto it = links_.find(owner);
+  return it != links_.end() && it->second.writing && !it->second.closing;
+}
+
+void LinkHub::send(const std::string& owner, const zmq::message_t& message, const std::vector<zmq::message_t>& payloads) {
+  auto it = links_.find(owner);
+  if (it == links_.end()) return;
+  it->second.link->send(message, payloads);
+  if (it->second.link->want_write()) update_events(it->second);
+}
+
+void LinkHub::close(const std::string& owner) {
+  for (auto it = offers_.begin(); it != offers_.end();) {
+    if (it->second.owner == owner) it = offers_.erase(it);
+    else ++it;
+  }
+  auto it = links_.find(owner);
+  if (it == links_.end() || it->second.closing) return;
+  it->second.closing = true;
+  it->second.close_by = std::chrono::steady_clock::now() + timeout_;
+  update_events(it->second);
+}
+
+void LinkHub::drain(std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (auto& [owner, e] : links_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    e.link->drain(std::max(left, std::chrono::milliseconds(0)));
+  }
+}
+
+}  // namespace herd::link
