@@ -74,6 +74,7 @@ struct WorkerInfo {
   std::vector<GpuInfo> gpus;      ///< its GPUs
   std::uint64_t spilled_bytes = 0; ///< results it wrote to its local directory (memory pressure)
   std::string paused;             ///< why it starts no new task (memory), "" = not paused
+  bool link = false;              ///< its messages to and from the scheduler travel on a control link (false: ZeroMQ)
 };
 
 /// @brief One batch job of a pool.

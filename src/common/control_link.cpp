@@ -86,7 +86,7 @@ void Link::append_sealed(const char* data, std::size_t n) {
   }
 }
 
-void Link::send(const zmq::message_t& message, const std::vector<zmq::message_t>& payloads) {
+void Link::send(const zmq::message_t& message, const std::vector<zmq::message_t>& payloads, bool corked) {
   if (!error_.empty()) return;
   const bool was_empty = !want_write();
   std::vector<char>& plain = sealer_ ? plain_out_ : out_;
@@ -101,7 +101,7 @@ void Link::send(const zmq::message_t& message, const std::vector<zmq::message_t>
     plain.insert(plain.end(), d, d + p.size());
   }
   if (sealer_) append_sealed(plain.data(), plain.size());
-  if (was_empty) flush();
+  if (was_empty && !corked) flush();
 }
 
 void Link::flush() {
@@ -409,6 +409,7 @@ void LinkHub::step(Events& events, std::chrono::steady_clock::time_point now) {
       auto it = links_.find(owner->second);
       if (it == links_.end()) continue;
       Entry& e = it->second;
+      dirty_.insert(it->first);
       if ((ready[i].events & EPOLLOUT) != 0) e.link->flush();
       if (e.reading && !e.closing && (ready[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR)) != 0) {
         const std::size_t before = events.messages.size();
@@ -437,21 +438,36 @@ void LinkHub::step(Events& events, std::chrono::steady_clock::time_point now) {
     if (it->second.expires < now) it = offers_.erase(it);
     else ++it;
   }
-  // Links: report failures, close the ones whose peer left once written, keep epoll in step.
-  for (auto it = links_.begin(); it != links_.end();) {
+  // Links touched this step (and every link every 100 ms: the ones closing past their time):
+  // report failures, close the ones whose peer left once written, keep epoll in step.
+  // One link's look; false when it went.
+  const auto look = [&](std::unordered_map<std::string, Entry>::iterator it) {
     Entry& e = it->second;
     if (e.link->want_write()) e.link->flush();
     const bool done_closing = e.closing && (!e.link->want_write() || now >= e.close_by);
-    if (!e.link->failed().empty() || done_closing) {
-      if (!e.closing) events.failed.emplace_back(it->first, e.link->failed());
-      owner_of_fd_.erase(e.link->fd());
-      (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.link->fd(), nullptr);
-      it = links_.erase(it);
-      continue;
+    if (e.link->failed().empty() && !done_closing) {
+      update_events(e);
+      return true;
     }
-    update_events(e);
-    ++it;
+    if (!e.closing) events.failed.emplace_back(it->first, e.link->failed());
+    owner_of_fd_.erase(e.link->fd());
+    (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, e.link->fd(), nullptr);
+    links_.erase(it);
+    return false;
+  };
+  if (now - last_sweep_ >= std::chrono::milliseconds(100)) {
+    last_sweep_ = now;
+    for (auto it = links_.begin(); it != links_.end();) {
+      auto next = std::next(it);
+      (void)look(it);
+      it = next;
+    }
+  } else {
+    for (const std::string& owner : dirty_) {
+      if (auto it = links_.find(owner); it != links_.end()) (void)look(it);
+    }
   }
+  dirty_.clear();
 }
 
 void LinkHub::start_writing(const std::string& owner) {
@@ -474,8 +490,20 @@ bool LinkHub::writing(const std::string& owner) const {
 void LinkHub::send(const std::string& owner, const zmq::message_t& message, const std::vector<zmq::message_t>& payloads) {
   auto it = links_.find(owner);
   if (it == links_.end()) return;
-  it->second.link->send(message, payloads);
-  if (it->second.link->want_write()) update_events(it->second);
+  if (!it->second.link->want_write()) corked_.push_back(owner);  // the first since the last flush
+  it->second.link->send(message, payloads, true);
+}
+
+void LinkHub::flush() {
+  for (const std::string& owner : corked_) {
+    auto it = links_.find(owner);
+    if (it == links_.end()) continue;
+    Entry& e = it->second;
+    e.link->flush();
+    if (e.link->want_write()) update_events(e);  // the rest when the socket takes it (EPOLLOUT)
+    if (!e.link->failed().empty()) dirty_.insert(owner);  // reported by the next step
+  }
+  corked_.clear();
 }
 
 void LinkHub::close(const std::string& owner) {
@@ -488,9 +516,11 @@ void LinkHub::close(const std::string& owner) {
   it->second.closing = true;
   it->second.close_by = std::chrono::steady_clock::now() + timeout_;
   update_events(it->second);
+  dirty_.insert(owner);
 }
 
 void LinkHub::drain(std::chrono::milliseconds timeout) {
+  corked_.clear();  // drained below
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (auto& [owner, e] : links_) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());

@@ -34,6 +34,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include <zmq.hpp>
@@ -69,9 +70,9 @@ class Link {
 
   int fd() const { return fd_; }
   const std::string& peer() const { return peer_; }
-  /// Queues the message (its frames copied) and writes what the socket takes now. A failure is
-  /// kept in failed().
-  void send(const zmq::message_t& message, const std::vector<zmq::message_t>& payloads = {});
+  /// Queues the message (its frames copied) and, unless `corked`, writes what the socket takes
+  /// now (a corked link is written by the next flush()). A failure is kept in failed().
+  void send(const zmq::message_t& message, const std::vector<zmq::message_t>& payloads = {}, bool corked = false);
   /// Bytes wait to be written: poll for POLLOUT, then flush().
   bool want_write() const { return out_begin_ < out_.size(); }
   /// Writes what waits, as much as the socket takes.
@@ -153,8 +154,11 @@ class LinkHub {
   bool peer_switched(const std::string& owner);
   /// True when messages to `owner` go on its link.
   bool writing(const std::string& owner) const;
-  /// Queues a message for the owner's link (writing(owner) must be true).
+  /// Queues a message for the owner's link (writing(owner) must be true); flush() writes it, so
+  /// that a turn's messages to one worker go in one write.
   void send(const std::string& owner, const zmq::message_t& message, const std::vector<zmq::message_t>& payloads);
+  /// Writes what the sends since the last flush queued (the end of the scheduler's turn).
+  void flush();
   /// The owner left: its offer is withdrawn; its link closes once what waits is written (at
   /// most the offer timeout), and nothing more is read from it.
   void close(const std::string& owner);
@@ -195,6 +199,9 @@ class LinkHub {
   std::unordered_map<int, Pending> pending_;            // by fd
   std::unordered_map<std::string, Entry> links_;        // by owner
   std::unordered_map<int, std::string> owner_of_fd_;
+  std::unordered_set<std::string> dirty_;  // links to look at after this step's events
+  std::vector<std::string> corked_;        // links with sends not written yet (flush)
+  std::chrono::steady_clock::time_point last_sweep_{};
 };
 
 }  // namespace herd::link

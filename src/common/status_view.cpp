@@ -64,6 +64,7 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
     i.time_left_s = w.end_time > 0 ? std::max<double>(0, static_cast<double>(w.end_time) - static_cast<double>(r.now_ms) / 1000.0) : -1;
     i.retiring = w.retiring;
     i.spilled_bytes = w.spilled_bytes;
+    i.link = w.link;
     i.paused = w.paused;
     for (const auto& g : w.gpus) i.gpus.push_back({g.id, g.name, g.memory});
     s.workers.push_back(std::move(i));
@@ -157,6 +158,7 @@ std::string ClusterStatus::to_json() const {
     x["stored"] = w.stored;
     x["memory_rss"] = w.memory_rss;
     x["spilled_bytes"] = w.spilled_bytes;
+    x["link"] = w.link;
     x["paused"] = w.paused;
     x["memory_limit"] = w.memory_limit;
     x["resources"] = w.resources;

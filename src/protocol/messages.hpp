@@ -527,9 +527,10 @@ struct WorkerStatus {
   std::vector<GpuInfo> gpus;                // its GPUs: id, model, memory
   std::uint64_t spilled_bytes = 0;          // results it wrote to its local directory (bytes)
   std::string paused;                       // why it starts no new task ("" = not paused)
+  bool link = false;                        // its messages travel on a control link (false: ZeroMQ)
   MSGPACK_DEFINE_MAP(id, name, host, address, job_id, pool, nthreads, processing, executing, stored,
                      memory_rss, memory_limit, resources, end_time, retiring, last_seen_s, gpus,
-                     spilled_bytes, paused);
+                     spilled_bytes, paused, link);
 };
 
 struct JobStatus {

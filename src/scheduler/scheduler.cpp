@@ -243,6 +243,7 @@ int Scheduler::run() {
       last_publish_ = t.mono;
       publish_dashboard();
     }
+    if (links_) links_->flush();  // last: one write per worker for all the turn sent it
   }
   // Tell everyone, then stop the workers we started.
   for (const auto& [id, identity] : worker_identity_) {

@@ -79,9 +79,13 @@ TEST_CASE("Links.Cut.MidStreamLosesNoTaskAndTheWorkersAreReplaced" * doctest::ti
   const std::string log = dir + "/scheduler.log";
   const int port = link_port(log);
   REQUIRE_MESSAGE(port > 0, herd::testing::read_file(log));
-  // Both workers' links up: the scheduler holds two connections on that port.
+  // Both workers' links up: the scheduler holds two connections on that port, and says so.
   REQUIRE_MESSAGE(herd::testing::eventually([&] { return scheduler_ports(sched).count(port) == 2; }, 20s),
                   herd::testing::run_command("ss -Htnp"));
+  REQUIRE(herd::testing::eventually([&] {
+    const auto st = client.status();
+    return st.workers.size() == 2 && st.workers[0].link && st.workers[1].link;
+  }, 20s));
   std::vector<herd::Future<int>> futures;
   constexpr int kTasks = 16;
   for (int i = 0; i < kTasks; ++i) futures.push_back(client.submit(counted_square, marker, i, 300));
@@ -104,7 +108,10 @@ TEST_CASE("Links.Cut.MidStreamLosesNoTaskAndTheWorkersAreReplaced" * doctest::ti
   CHECK(said.find("its control link broke") != std::string::npos);
   // The pool replaced them, and the new workers have links again.
   CHECK(herd::testing::eventually([&] { return scheduler_ports(sched).count(port) == 2; }, 30s));
-  CHECK(client.status().workers.size() == 2);
+  CHECK(herd::testing::eventually([&] {
+    const auto st = client.status();
+    return st.workers.size() == 2 && st.workers[0].link && st.workers[1].link;
+  }, 30s));
   std::filesystem::remove_all(dir);
 }
 
@@ -120,6 +127,7 @@ TEST_CASE("Links.Off.EverythingStaysOnZeroMq" * doctest::timeout(60)) {
   for (int i = 0; i < 20; ++i) futures.push_back(client.submit(counted_square, dir + "/runs", i, 0));
   for (int i = 0; i < 20; ++i) CHECK(futures[i].result(30s) == i * i);
   CHECK(link_port(log) == 0);
+  for (const auto& w : client.status().workers) CHECK_FALSE(w.link);
   // Only the ROUTER's connections (one port) on the scheduler's side.
   const auto ports = scheduler_ports(cluster.scheduler_pid());
   CHECK(std::set<int>(ports.begin(), ports.end()).size() == 1);

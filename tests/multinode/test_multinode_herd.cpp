@@ -435,6 +435,13 @@ TEST_CASE("MultinodeHerd.Spread.ScaleTreeGatherGangSweepOverEveryNode" * doctest
   client.scale(6);
   client.wait_for_workers(6, 120s);
   require_spread(client, 2);
+  // Each worker's messages leave ZeroMQ for a control link to the login host's scheduler.
+  CHECK(eventually(
+      [&] {
+        const auto ws = client.status().workers;
+        return ws.size() == 6 && std::all_of(ws.begin(), ws.end(), [](const herd::WorkerInfo& w) { return w.link; });
+      },
+      20s));
   MESSAGE("scale(6) to 6 workers over " << nodes.size() << " nodes: " << seconds_since(t0) << " s");
 
   // A tree reduction over 48 leaves: every leaf on some node, parts moving between nodes.
@@ -1259,4 +1266,29 @@ TEST_CASE("MultinodeHerd.Firewall.LoginOpensOnlyTheSchedulerBigScattersStillArri
   CHECK(second_s < timeout_s * 0.9);  // and the client did not make it try again
   for (std::int64_t i = 0; i < 3; ++i) CHECK(runs(dir, "digest", i).size() == 1);
   CHECK(client.status().workers.size() == 1);  // nobody was lost on the way
+}
+
+TEST_CASE("MultinodeHerd.Firewall.LoginOpensOnlyTheSchedulerWorkersStayOnZeroMq" * doctest::timeout(200)) {
+  // A login node that opens only the scheduler's port (and Slurm's) from the start: a worker
+  // cannot reach the control links' port beside it (its SYNs vanish). It joins and works over
+  // ZeroMQ meanwhile and after, and is not counted lost for the link it could not make.
+  bed::require_whole_bed(1);
+  const std::string node = bed::nodes()[0];
+  const std::string name = unique("mn-lfw");
+  Scratch s(name);
+  const std::string dir = s.runs();
+  herd::Client client = client_on(node, name, s);
+  const std::string sched = client.scheduler_address();
+  auto fw = bed::firewall("login", {sched.substr(sched.rfind(':') + 1)});
+  (void)one_worker_on(client, node);
+  std::vector<std::int32_t> ms(12, 200);
+  auto where = client.map(where_am_i, ms);
+  for (auto& f : where) CHECK(split_on(f.result(120s), '|')[0] == node);
+  // Past the timeout the worker gave up on the link, and works on.
+  std::this_thread::sleep_for(kTimeout + 6s);
+  auto again = client.map(where_am_i, std::vector<std::int32_t>(6, 0));
+  for (auto& f : again) CHECK(split_on(f.result(60s), '|')[0] == node);
+  const auto workers = client.status().workers;
+  REQUIRE(workers.size() == 1);  // nobody was lost on the way
+  CHECK_FALSE(workers[0].link);
 }

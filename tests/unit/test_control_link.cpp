@@ -135,6 +135,13 @@ void both_ways_in_order(bool sealed) {
   CHECK(p.events.failed.empty());
   // And back: the hub queues what the socket does not take, and writes it as it can.
   for (std::size_t i = 0; i < kMessages; ++i) p.hub->send("w1", body_of(i), payloads_of(i));
+  {
+    std::this_thread::sleep_for(50ms);  // long enough for written bytes to be readable on loopback
+    std::vector<protocol::Received> early;
+    p.worker->receive(early);
+    CHECK(early.empty());  // corked until the turn's end
+  }
+  p.hub->flush();
   std::vector<protocol::Received> got;
   const auto deadline = Clock::now() + 5s;
   while (got.size() < kMessages && Clock::now() < deadline) {
@@ -262,6 +269,7 @@ TEST_CASE("ControlLink.Garbage.OnALinkIsAClearErrorNamingIt" * doctest::timeout(
 TEST_CASE("ControlLink.Close.WritesWhatWaitsThenEnds" * doctest::timeout(60)) {
   Pair p = linked(true);
   for (std::size_t i = 0; i < 20; ++i) p.hub->send("w1", body_of(i), payloads_of(i));
+  p.hub->flush();
   p.hub->close("w1");
   CHECK_FALSE(p.hub->writing("w1"));
   std::vector<protocol::Received> got;
