@@ -88,6 +88,13 @@ void Link::append_sealed(const char* data, std::size_t n) {
 
 void Link::send(const zmq::message_t& message, const std::vector<zmq::message_t>& payloads, bool corked) {
   if (!error_.empty()) return;
+  constexpr std::size_t kMaxFrame = 0xffffffffu;  // the length field's
+  bool fits = message.size() <= kMaxFrame;
+  for (const auto& p : payloads) fits = fits && p.size() <= kMaxFrame;
+  if (!fits) {
+    fail("a message to " + peer_ + " has a frame over 4 GiB, more than a link carries");
+    return;
+  }
   const bool was_empty = !want_write();
   std::vector<char>& plain = sealer_ ? plain_out_ : out_;
   if (sealer_) plain.clear();

@@ -1449,8 +1449,9 @@ bool Worker::step_link(short revents, bool& shutdown) {
     try {
       link_ = std::make_unique<link::Link>(link_fd_, link_offer_.link_key.empty() ? aead::kCipherNone : link_offer_.link_cipher,
                                            keys.to_scheduler, keys.to_worker,
-                                           static_cast<std::uint64_t>(std::max<std::int64_t>(0, options_.config.max_message_bytes)),
-                                           "the scheduler's link " + link_where_);
+                                           // Any size, as the DEALER took: a batch of many tasks
+                                           // may exceed what one message to the scheduler may be.
+                                           0, "the scheduler's link " + link_where_);
       link_fd_ = -1;  // the link's now
     } catch (const std::exception& e) {
       abandon_link(e.what());
