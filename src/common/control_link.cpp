@@ -242,20 +242,11 @@ void Link::receive(std::vector<protocol::Received>& out, std::size_t budget) {
 }
 
 int start_connect(const std::string& host, std::uint16_t port, std::string& error) {
-  tcp::AddrInfo ai;
-  if (const int rc = tcp::resolve(host, std::to_string(port), 0, ai); rc != 0 || ai.list == nullptr) {
-    error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
-    return -1;
-  }
-  const int fd = ::socket(ai.list->ai_family, ai.list->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.list->ai_protocol);
-  if (fd < 0) {
-    error = "no socket: " + errno_text(errno);
-    return -1;
-  }
-  if (::connect(fd, ai.list->ai_addr, ai.list->ai_addrlen) != 0 && errno != EINPROGRESS) {
-    error = errno_text(errno);
-    ::close(fd);
-    return -1;
+  int refused = 0;
+  int fd = tcp::connect_start(host, std::to_string(port), 0, refused, error);
+  if (fd >= 0 && refused != 0) {
+    error = errno_text(refused);
+    tcp::close_fd(fd);
   }
   return fd;
 }

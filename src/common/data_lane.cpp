@@ -415,20 +415,11 @@ LaneReceiver::LaneReceiver(const std::string& host, const protocol::DataLane& la
   }
   hello_.assign(kHelloMagic, 4);
   hello_ += lane.token;
-  tcp::AddrInfo ai;
-  if (const int rc = tcp::resolve(host, port, 0, ai); rc != 0 || ai.list == nullptr) {
-    throw std::runtime_error("cannot resolve the lane " + where_ + ": " + ::gai_strerror(rc));
-  }
-  fd_ = ::socket(ai.list->ai_family, ai.list->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.list->ai_protocol);
-  if (fd_ < 0) throw std::runtime_error("no socket for the lane " + where_ + ": " + errno_text(errno));
-  tcp::set_buffers(fd_, kSocketBuffer);
+  // Refused at once (nothing listens there): the first step() reports it as unreachable.
+  std::string error;
+  fd_ = tcp::connect_start(host, port, kSocketBuffer, connect_error_, error);
+  if (fd_ < 0) throw std::runtime_error("the lane " + where_ + ": " + error);
   tcp::set_liveness(fd_);
-  if (::connect(fd_, ai.list->ai_addr, ai.list->ai_addrlen) == 0) {
-    state_ = State::hello;
-  } else if (errno != EINPROGRESS) {
-    // Refused at once (nothing listens there): the first step() reports it as unreachable.
-    connect_error_ = errno;
-  }
   while (current_ < items_.size() && items_[current_].buffer->size() == 0) ++current_;  // nothing to read
   delivered_ = current_;
   if (cipher_) {

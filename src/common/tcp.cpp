@@ -42,6 +42,24 @@ void set_liveness(int fd) {
   (void)::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &user_timeout_ms, sizeof user_timeout_ms);
 }
 
+int connect_start(const std::string& host, const std::string& port, int buffer_bytes, int& connect_errno,
+                  std::string& error) {
+  connect_errno = 0;
+  AddrInfo ai;
+  if (const int rc = resolve(host, port, 0, ai); rc != 0 || ai.list == nullptr) {
+    error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
+    return -1;
+  }
+  const int fd = ::socket(ai.list->ai_family, ai.list->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.list->ai_protocol);
+  if (fd < 0) {
+    error = std::string("no socket: ") + std::strerror(errno);
+    return -1;
+  }
+  if (buffer_bytes > 0) set_buffers(fd, buffer_bytes);
+  if (::connect(fd, ai.list->ai_addr, ai.list->ai_addrlen) != 0 && errno != EINPROGRESS) connect_errno = errno;
+  return fd;
+}
+
 AddrInfo::~AddrInfo() {
   if (list) ::freeaddrinfo(list);
 }

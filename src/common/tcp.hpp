@@ -40,6 +40,13 @@ std::pair<std::string, std::string> split_address(const std::string& address);
 /// strays does not fill it before a real peer's connection. Throws std::runtime_error, its
 /// message starting with `who`, naming the host and the reason.
 int listen_on(const std::string& host, int buffer_bytes, const std::string& who);
+/// A non-blocking, close-on-exec socket to `host`:`port` with its connect() started (and
+/// `buffer_bytes` socket buffers first, when not 0, so the window scale is negotiated for them).
+/// Returns the socket with `connect_errno` 0 (connected, or connecting: poll for POLLOUT, then
+/// SO_ERROR) or connect()'s errno when it failed at once (refused); -1 with `error` saying why
+/// when the host does not resolve or no socket can be made.
+int connect_start(const std::string& host, const std::string& port, int buffer_bytes, int& connect_errno,
+                  std::string& error);
 /// The port a bound socket got (0 on error).
 unsigned short local_port(int fd);
 
