@@ -38,8 +38,8 @@
 
 #include <herd/herd.hpp>
 
-#include "common/aead.hpp"
-#include "common/data_lane.hpp"
+#include "net/aead.hpp"
+#include "net/lane.hpp"
 #include "common/roles.hpp"
 #include "common/process.hpp"
 #include "common/security.hpp"
@@ -290,20 +290,20 @@ double raw_zmq_mbps(std::size_t bytes, bool curve) {
   return static_cast<double>(bytes) / 1e6 / s;
 }
 
-/// The same bytes on a bulk lane (common/data_lane.hpp), plain or sealed, in this process: a
+/// The same bytes on a bulk lane (net/lane.hpp), plain or sealed, in this process: a
 /// LaneServer's transfer thread sends, this thread receives into a fresh buffer, as a
 /// gather's fetcher does. The transport's ceiling without herd's messages around it.
 double raw_lane_mbps(std::size_t bytes, bool sealed) {
-  auto held = herd::data::Buffer::allocate(bytes);
+  auto held = herd::net::Buffer::allocate(bytes);
   std::memset(held->mutable_data(), 'x', bytes);
-  const herd::data::PayloadPtr payload(std::move(held));
-  herd::data::LaneServer lanes("127.0.0.1", sealed, std::chrono::seconds(30));
+  const herd::net::PayloadPtr payload(std::move(held));
+  herd::net::LaneServer lanes("127.0.0.1", sealed, std::chrono::seconds(30));
   const auto t0 = Clock::now();
-  const herd::protocol::DataLane lane = lanes.offer({payload}, herd::aead::aes_available());
-  std::vector<herd::data::LaneReceiver::Item> items;
-  items.push_back({1, herd::data::Buffer::allocate(bytes), 0});
-  herd::data::LaneReceiver in("127.0.0.1", lane, std::move(items));
-  std::vector<herd::data::LaneReceiver::Item> done;
+  const herd::protocol::DataLane lane = lanes.offer({payload}, herd::net::aes_available());
+  std::vector<herd::net::LaneReceiver::Item> items;
+  items.push_back({1, herd::net::Buffer::allocate(bytes), 0});
+  herd::net::LaneReceiver in("127.0.0.1", lane, std::move(items));
+  std::vector<herd::net::LaneReceiver::Item> done;
   while (!in.finished()) {
     pollfd p{in.fd(), in.events(), 0};
     if (::poll(&p, 1, 10000) <= 0) throw std::runtime_error("raw lane: no progress for 10 s");

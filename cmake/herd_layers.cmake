@@ -6,8 +6,9 @@
 #     LIBS      third-party targets it needs beyond the common set
 #   herd_check_layers()
 #     reads every .hpp/.cpp of every layer and fails the configure step when one includes
-#     "X/..." for a layer X that is neither itself nor in its DEPS. Public headers
-#     (include/herd/...) are open to every layer: they are the API.
+#     "X/..." for a layer X that is neither itself nor in its DEPS, or "herd/detail/H" for a
+#     header H whose owning layer (HERD_DETAIL_OWNERS below) it may not include. The other public
+#     headers (include/herd/*.hpp) are open to every layer: they are the API.
 #
 # HERD_LAYER_OBJECTS collects $<TARGET_OBJECTS:...> of every layer, for add_library(herd ...).
 set(HERD_LAYER_OBJECTS "")
@@ -30,8 +31,28 @@ function(herd_layer name)
   set(HERD_LAYER_OBJECTS "${HERD_LAYER_OBJECTS}" PARENT_SCOPE)
 endfunction()
 
+# Who owns each header of include/herd/detail/ (internals the public templates need): a layer
+# may include one only when it may include its owner. A new detail header must be listed here.
+set(HERD_DETAIL_OWNERS
+  "client_core.hpp=client"      # the client's non-template half
+  "payload.hpp=net"             # the bytes of a result, below the worker and the client
+  "scratch_zone.hpp=protocol")  # msgpack zones lent per thread, for decoding
+
 function(herd_check_layers)
   set(errors "")
+  file(GLOB detail_headers RELATIVE ${PROJECT_SOURCE_DIR}/include/herd/detail ${PROJECT_SOURCE_DIR}/include/herd/detail/*.hpp)
+  foreach(header ${detail_headers})
+    set(owner "")
+    foreach(entry ${HERD_DETAIL_OWNERS})
+      if(entry MATCHES "^${header}=(.*)$")
+        set(owner ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+    if(owner STREQUAL "")
+      string(APPEND errors "\n  include/herd/detail/${header} has no owning layer: list it in HERD_DETAIL_OWNERS (cmake/herd_layers.cmake)")
+    endif()
+    set(HERD_DETAIL_OWNER_${header} ${owner})
+  endforeach()
   foreach(layer ${HERD_LAYERS})
     set(allowed ${layer} ${HERD_LAYER_DEPS_${layer}})
     file(GLOB files ${PROJECT_SOURCE_DIR}/src/${layer}/*.hpp ${PROJECT_SOURCE_DIR}/src/${layer}/*.cpp)
@@ -42,6 +63,17 @@ function(herd_check_layers)
       foreach(line ${includes})
         string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+\"([a-z_]+)/.*" "\\1" target "${line}")
         if(target STREQUAL "herd")
+          if(line MATCHES "\"herd/detail/([a-z_]+\\.hpp)\"")
+            set(header ${CMAKE_MATCH_1})
+            set(owner "${HERD_DETAIL_OWNER_${header}}")
+            if(owner STREQUAL "")
+              file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${file})
+              string(APPEND errors "\n  ${rel} includes \"herd/detail/${header}\", which no layer owns")
+            elseif(NOT owner IN_LIST allowed)
+              file(RELATIVE_PATH rel ${PROJECT_SOURCE_DIR} ${file})
+              string(APPEND errors "\n  ${rel} includes \"herd/detail/${header}\", owned by layer '${owner}', but layer '${layer}' may include only: ${allowed}")
+            endif()
+          endif()
           continue()
         endif()
         if(NOT target IN_LIST allowed)

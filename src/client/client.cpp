@@ -27,9 +27,9 @@
 #include "common/roles.hpp"
 #include "common/status_view.hpp"
 #include "common/config.hpp"
-#include "common/data_port.hpp"
+#include "net/data_port.hpp"
 #include "common/logging.hpp"
-#include "common/net.hpp"
+#include "net/interfaces.hpp"
 #include "common/util.hpp"
 #include "herd/client.hpp"
 #include "herd/slurm.hpp"
@@ -153,7 +153,7 @@ class ClientCore {
   void io_loop();
   void handle_scheduler(protocol::Received& msg);
   /// The DataClient's events: results that arrived, moved, or could not be fetched.
-  void on_fetched(TaskId id, data::PayloadPtr bytes);
+  void on_fetched(TaskId id, net::PayloadPtr bytes);
   void on_not_there(const std::string& address, TaskId id);
   void on_fetch_failed(const std::string& address, const std::vector<TaskId>& ids, const std::string& why);
 
@@ -185,10 +185,10 @@ class ClientCore {
   std::vector<protocol::ReplicateRequest> out_replicates_;
   // Scatters to send: small values (and big ones whose workers cannot reach this client) as a
   // payload through the scheduler; big ones with only their size, the workers fetch them here.
-  std::vector<std::pair<protocol::ScatterRequest, data::PayloadPtr>> out_scatters_;
+  std::vector<std::pair<protocol::ScatterRequest, net::PayloadPtr>> out_scatters_;
   // Big scattered values, served from this client's own data port until a worker holds them:
   // they go to the worker in one streamed transfer (on a bulk lane), not through the scheduler.
-  std::unordered_map<TaskId, data::PayloadPtr> scatter_held_;
+  std::unordered_map<TaskId, net::PayloadPtr> scatter_held_;
   bool scatter_direct_ = true;  // false once a worker could not reach that port, or it could not bind
   /// The I/O thread's data port for scatter_held_ (made at the first big scatter): its
   /// address, or "" when it cannot listen.
@@ -259,8 +259,8 @@ class ClientCore {
   int sched_fd_ = -1;     // its ZMQ_FD: polled, then ZMQ_EVENTS asked under sched_mu_
   std::atomic<std::int64_t> last_heard_ns_{0};  // steady clock: the scheduler's last message
   void heard() { last_heard_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count()); }
-  std::unique_ptr<data::DataClient> fetcher_;  // gathers from workers' data ports (I/O thread)
-  std::unique_ptr<data::DataServer> scatter_server_;  // serves scatter_held_ (I/O thread)
+  std::unique_ptr<net::DataClient> fetcher_;  // gathers from workers' data ports (I/O thread)
+  std::unique_ptr<net::DataServer> scatter_server_;  // serves scatter_held_ (I/O thread)
   int wake_fd_ = -1;
   std::uint64_t client_index_ = 0;
   std::atomic<std::uint64_t> next_seq_{1};
@@ -344,12 +344,12 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   if (wake_fd_ < 0 || reader_fd_ < 0) throw Error(std::string("eventfd failed: ") + std::strerror(errno));
   sched_fd_ = sched_.get(zmq::sockopt::fd);
   heard();
-  fetcher_ = std::make_unique<data::DataClient>(context_, auth_, std::chrono::milliseconds(config_.timeout_ms));
+  fetcher_ = std::make_unique<net::DataClient>(context_, auth_, std::chrono::milliseconds(config_.timeout_ms));
   // Results of up to 64 MiB are received into pages the last ones of about their size left
   // faulted in (a gather loop's second result onwards costs no page faults); bigger ones are
   // handed over to their values page by page instead (future.hpp). Not in a worker's process
   // (get_client): there the memory limit counts every page, and the worker keeps nothing.
-  if (!detail::worker_hooks()) data::Buffer::keep_for_reuse(std::size_t{64} << 20);
+  if (!detail::worker_hooks()) net::Buffer::keep_for_reuse(std::size_t{64} << 20);
   fetcher_->take_lanes(config_.data_lanes != 0);
   io_ = std::thread([this] { io_loop(); });
   io_id_ = io_.get_id();
@@ -484,7 +484,7 @@ bool ClientCore::send_outbox(bool io_thread) {
   // of the task that needs it.
   std::vector<protocol::BatchWriter> submits;
   std::vector<TaskId> releases, cancels, force_cancels, fire_and_forget;
-  std::vector<std::pair<protocol::ScatterRequest, data::PayloadPtr>> scatters;
+  std::vector<std::pair<protocol::ScatterRequest, net::PayloadPtr>> scatters;
   std::map<std::string, std::vector<TaskId>> fetches;
   std::vector<protocol::ScalePoolRequest> scales;
   std::vector<protocol::StatusRequest> statuses;
@@ -528,7 +528,7 @@ bool ClientCore::send_outbox(bool io_thread) {
       scatter_held_.erase(req.id);
     }
     std::vector<zmq::message_t> payload;
-    payload.push_back(data::zero_copy(bytes));
+    payload.push_back(net::zero_copy(bytes));
     protocol::send<MessageType::scatter_data>(sched_, "", req, std::move(payload));
   }
   // Releases ride with the last submissions when nothing else goes between them (one message,
@@ -683,8 +683,8 @@ void ClientCore::io_loop() {
   using Clock = std::chrono::steady_clock;
   auto last_beat = Clock::now();
   std::vector<zmq::pollitem_t> items;
-  data::DataEvents events;
-  events.found = [this](const std::string&, TaskId id, data::PayloadPtr bytes) { on_fetched(id, std::move(bytes)); };
+  net::DataEvents events;
+  events.found = [this](const std::string&, TaskId id, net::PayloadPtr bytes) { on_fetched(id, std::move(bytes)); };
   events.missing = [this](const std::string& address, TaskId id) { on_not_there(address, id); };
   events.failed = [this](const std::string& address, const std::vector<TaskId>& ids, const std::string& why) {
     on_fetch_failed(address, ids, why);
@@ -746,7 +746,7 @@ void ClientCore::io_loop() {
     }
     for (const auto& a : gone) fetcher_->forget(a);
     if (served != SIZE_MAX && (items[served].revents & ZMQ_POLLIN) != 0) {
-      scatter_server_->serve([this](TaskId id) -> data::PayloadPtr {
+      scatter_server_->serve([this](TaskId id) -> net::PayloadPtr {
         std::lock_guard lock(mu_);
         auto it = scatter_held_.find(id);
         return it == scatter_held_.end() ? nullptr : it->second;
@@ -799,7 +799,7 @@ std::string ClientCore::scatter_source() {
       // On the interface that routes to the scheduler, as a worker's data port: the workers
       // reach the scheduler, so they most likely reach this host the same way.
       auth_.serve_too(context_);
-      scatter_server_ = std::make_unique<data::DataServer>(context_, auth_, net::listen_host_toward(address_),
+      scatter_server_ = std::make_unique<net::DataServer>(context_, auth_, net::listen_host_toward(address_),
                                                            config_.chunk_bytes,
                                                            std::chrono::milliseconds(config_.timeout_ms));
       if (security::auth_off()) {
@@ -831,7 +831,7 @@ void ClientCore::on_scatter_inline(const protocol::ScatterInlineEvent& ev) {
   for (TaskId id : ev.ids) {
     auto held = scatter_held_.find(id);
     if (held == scatter_held_.end()) continue;  // released meanwhile
-    data::PayloadPtr bytes = std::move(held->second);
+    net::PayloadPtr bytes = std::move(held->second);
     scatter_held_.erase(held);
     auto it = states_.find(id);
     if (it == states_.end()) continue;
@@ -1020,7 +1020,7 @@ void ClientCore::apply_updates_locked(protocol::TaskUpdatesEvent& ev) {
   notify_locked();
 }
 
-void ClientCore::on_fetched(TaskId id, data::PayloadPtr bytes) {
+void ClientCore::on_fetched(TaskId id, net::PayloadPtr bytes) {
   std::lock_guard lock(mu_);
   auto it = states_.find(id);
   if (it == states_.end()) return;

@@ -67,8 +67,9 @@
 #include <type_traits>
 #include <utility>
 
-#include "common/aead.hpp"
-#include "common/tcp.hpp"
+#include "net/aead.hpp"
+#include "net/bytes.hpp"
+#include "net/tcp.hpp"
 #include "common/util.hpp"
 #include "herd/error.hpp"
 
@@ -106,54 +107,43 @@ std::string errno_text(int err) { return std::strerror(err); }
 }
 
 void set_nonblocking(int fd) {
-  if (!tcp::set_nonblocking(fd)) throw_sys("fcntl(O_NONBLOCK)");
+  if (!net::set_nonblocking(fd)) throw_sys("fcntl(O_NONBLOCK)");
 }
 
-void set_buffers(int fd) { tcp::set_buffers(fd, kSocketBuffer); }
+void set_buffers(int fd) { net::set_buffers(fd, kSocketBuffer); }
 
-void put_u32(std::string& out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-}
 
-void put_u64(std::string& out, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xffu));
-}
 
-std::uint32_t get_u32(const char* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
 
 // ------------------------------------------------------------------------------------------
 // Keys and records (see the top of the file).
 
-using aead::Key;
-using aead::kCipherAes;
-using aead::kCipherChacha;
-using aead::kCipherNone;
-using aead::kTag;
-using LinkCipher = aead::RecordCipher;  // one direction of a link
+using net::Key;
+using net::kCipherAes;
+using net::kCipherChacha;
+using net::kCipherNone;
+using net::kRecordTag;
+using LinkCipher = net::RecordCipher;  // one direction of a link
 
-using aead::aes_available;
-using aead::blake2b;
-using aead::random_bytes;
+using net::aes_available;
+using net::blake2b;
+using net::random_bytes;
 
 Key link_key(const std::string& token) { return blake2b("herd-ring-2" + token, nullptr); }
 
 std::pair<std::string, std::string> split_address(const std::string& address) {
   try {
-    return tcp::split_address(address);
+    return net::split_address(address);
   } catch (const std::invalid_argument& e) {
     throw std::invalid_argument(std::string("herd ring: ") + e.what());
   }
 }
 
-using tcp::AddrInfo;
-using tcp::close_fd;
-using tcp::resolve;
-using tcp::set_liveness;
-using tcp::set_nodelay;
+using net::AddrInfo;
+using net::close_fd;
+using net::resolve;
+using net::set_liveness;
+using net::set_nodelay;
 
 // ------------------------------------------------------------------------------------------
 // Reductions: dst[i] = dst[i] op src[i]. Integers wrap (summed as unsigned: no UB on overflow).
@@ -258,9 +248,9 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
                    std::unique_ptr<LinkCipher> recv_cipher)
       : rank_(rank), size_(size), send_fd_(send_fd), recv_fd_(recv_fd), send_cipher_(std::move(send_cipher)),
         recv_cipher_(std::move(recv_cipher)) {
-    if (send_cipher_) out_.resize(4 + kRecord + kTag);
+    if (send_cipher_) out_.resize(4 + kRecord + kRecordTag);
     if (recv_cipher_) {
-      in_.resize(4 + kRecord + kTag);
+      in_.resize(4 + kRecord + kRecordTag);
       plain_.resize(kRecord);
     }
     abort_fd_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -367,13 +357,13 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
   /// the operation, expected when it receives anything.
   void begin_op(int kind, DataType type, ReduceOp op, int root, std::size_t count, bool receives, bool sends) {
     header_out_.assign(kOpMagic, 4);
-    put_u32(header_out_, seq_++);
+    net::append_u32(header_out_, seq_++);
     header_out_.push_back(static_cast<char>(kind));
     header_out_.push_back(static_cast<char>(type));
     header_out_.push_back(static_cast<char>(op));
     header_out_.push_back(0);
-    put_u32(header_out_, static_cast<std::uint32_t>(root));
-    put_u64(header_out_, count);
+    net::append_u32(header_out_, static_cast<std::uint32_t>(root));
+    net::append_u64(header_out_, count);
     steps_.clear();
     Step header;
     header.send = header_out_.data();
@@ -499,7 +489,7 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
           }
           if (len > 0) {
             send_cipher_->seal(st.send + sent, len, out_.data());
-            out_len_ = 4 + len + kTag;
+            out_len_ = 4 + len + kRecordTag;
             out_pos_ = 0;
             sent += len;
             progress = true;
@@ -514,15 +504,15 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
         // Read one record (length, ciphertext, tag) whole, then open it into the buffer, or
         // into plain_ and reduce from there.
         const Step& st = steps_[rs];
-        const std::size_t len = in_have_ >= 4 ? get_u32(reinterpret_cast<const char*>(in_.data())) : 0;
-        const std::size_t want = in_have_ < 4 ? 4 - in_have_ : 4 + len + kTag - in_have_;
+        const std::size_t len = in_have_ >= 4 ? net::read_u32(reinterpret_cast<const char*>(in_.data())) : 0;
+        const std::size_t want = in_have_ < 4 ? 4 - in_have_ : 4 + len + kRecordTag - in_have_;
         in_have_ += recv_some(reinterpret_cast<char*>(in_.data()) + in_have_, want);
         if (in_have_ == 4) {
-          const std::size_t n = get_u32(reinterpret_cast<const char*>(in_.data()));
+          const std::size_t n = net::read_u32(reinterpret_cast<const char*>(in_.data()));
           if (n == 0 || n > kRecord || n > st.recv_len - processed || (st.reduce && n % elem_ != 0)) {
             fail(prev, opname, "a malformed record (" + std::to_string(n) + " bytes) arrived", "sent garbage during");
           }
-        } else if (in_have_ > 4 && in_have_ == 4 + len + kTag) {
+        } else if (in_have_ > 4 && in_have_ == 4 + len + kRecordTag) {
           char* dst = st.reduce ? plain_.data() : st.recv + processed;
           if (!recv_cipher_->open(in_.data(), len, dst)) {
             fail(prev, opname, "a record failed authentication: not from this gang, or altered on the way",
@@ -648,9 +638,9 @@ std::string challenge_of(const std::string& nonce_a) { return std::string(kChall
 /// The MAC'd part of a hello: what both sides put in the connector's proof.
 std::string hello_fields(std::uint32_t rank, std::uint32_t size, std::uint32_t flags) {
   std::string f;
-  put_u32(f, rank);
-  put_u32(f, size);
-  put_u32(f, flags);
+  net::append_u32(f, rank);
+  net::append_u32(f, size);
+  net::append_u32(f, flags);
   return f;
 }
 
@@ -663,8 +653,8 @@ std::string connector_proof(const Key& k, const std::string& nonce_a, const std:
 std::string acceptor_proof(const Key& k, const std::string& nonce_a, const std::string& nonce_c,
                            const std::string& fields, std::uint32_t rank, std::uint32_t cipher) {
   std::string tail;
-  put_u32(tail, rank);
-  put_u32(tail, cipher);
+  net::append_u32(tail, rank);
+  net::append_u32(tail, cipher);
   const Key mac = blake2b("herd-ring-2/a" + nonce_a + nonce_c + fields + tail, &k);
   return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
 }
@@ -686,7 +676,7 @@ bool same_bytes(const std::string& a, const char* b, std::size_t n) {
 
 RingListener::RingListener(const std::string& host) {
   const bool any = host.empty() || host == "*";
-  int fd = tcp::listen_on(host, kSocketBuffer, "herd ring");  // accepted sockets inherit the buffers
+  int fd = net::listen_on(host, kSocketBuffer, "herd ring");  // accepted sockets inherit the buffers
   std::string shown = host;
   if (any) {
     shown = util::hostname();
@@ -698,7 +688,7 @@ RingListener::RingListener(const std::string& host) {
   if (shown.find(':') != std::string::npos) shown = "[" + shown + "]";  // an IPv6 literal
   set_nonblocking(fd);
   fd_ = fd;
-  address_ = shown + ":" + std::to_string(tcp::local_port(fd));
+  address_ = shown + ":" + std::to_string(net::local_port(fd));
 }
 
 RingListener::~RingListener() { close_fd(fd_); }
@@ -862,8 +852,8 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
         if (!drop && std::memcmp(p.in.data(), kHelloMagic, std::min<std::size_t>(4, p.in.size())) != 0) drop = true;
         if (!drop && p.in.size() == kHello) {
           const char* h = p.in.data();
-          const std::uint32_t version = get_u32(h + 4), from = get_u32(h + 8), size = get_u32(h + 12),
-                              flags = get_u32(h + 16);
+          const std::uint32_t version = net::read_u32(h + 4), from = net::read_u32(h + 8), size = net::read_u32(h + 12),
+                              flags = net::read_u32(h + 16);
           const std::string nonce_peer = p.in.substr(20, kNonce);
           const std::string fields = hello_fields(from, size, flags);
           drop = true;  // verified (moved to in_fd) or refused
@@ -874,8 +864,8 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
                                          : (flags & my_flags & kHasAes) != 0 ? kCipherAes
                                                                              : kCipherChacha;
             std::string ack(kAckMagic, 4);
-            put_u32(ack, static_cast<std::uint32_t>(rank));
-            put_u32(ack, cipher);
+            net::append_u32(ack, static_cast<std::uint32_t>(rank));
+            net::append_u32(ack, cipher);
             ack += acceptor_proof(key, p.nonce, nonce_peer, fields, static_cast<std::uint32_t>(rank), cipher);
             // 44 bytes into a socket that only carried 36 out: they fit at once.
             if (::send(p.fd, ack.data(), ack.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(ack.size())) {
@@ -932,7 +922,7 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
           nonce_c = random_bytes(kNonce);
           const std::string fields = hello_fields(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(n), my_flags);
           hello.assign(kHelloMagic, 4);
-          put_u32(hello, kVersion);
+          net::append_u32(hello, kVersion);
           hello += fields;
           hello += nonce_c;
           hello += connector_proof(key, nonce_a, nonce_c, fields);
@@ -944,10 +934,10 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
           retry_later("refused the hello (wrong token?)");
         } else if (in_bytes.size() == kAck) {
           const char* a = in_bytes.data();
-          const std::uint32_t cipher = get_u32(a + 8);
+          const std::uint32_t cipher = net::read_u32(a + 8);
           const std::string fields = hello_fields(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(n), my_flags);
           const bool encrypt_ok = !setup.encrypt || cipher != kCipherNone;  // we asked for it: no downgrade
-          if (std::memcmp(a, kAckMagic, 4) != 0 || get_u32(a + 4) != static_cast<std::uint32_t>(next) ||
+          if (std::memcmp(a, kAckMagic, 4) != 0 || net::read_u32(a + 4) != static_cast<std::uint32_t>(next) ||
               cipher > kCipherAes || (cipher == kCipherAes && !aes_available()) || !encrypt_ok ||
               !same_bytes(acceptor_proof(key, nonce_a, nonce_c, fields, static_cast<std::uint32_t>(next), cipher),
                           a + 12, kMac)) {

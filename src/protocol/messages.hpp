@@ -80,7 +80,7 @@ using TaskId = std::uint64_t;
   X(campaign_request, 43, CampaignRequest)  /* client -> scheduler: list, attach to or release campaigns */ \
   X(campaign_reply, 44, CampaignReply)      /* scheduler -> client */                              \
   X(retiring, 45, RetiringEvent)            /* scheduler -> worker: the pool retires you; checkpoint */ \
-  X(link_switch, 47, LinkSwitchEvent)      /* scheduler <-> worker, on ZeroMQ: the sender's last message there; the rest on its control link (common/control_link.hpp) */ \
+  X(link_switch, 47, LinkSwitchEvent)      /* scheduler <-> worker, on ZeroMQ: the sender's last message there; the rest on its control link (net/link.hpp) */ \
   X(scatter_inline, 46, ScatterInlineEvent) /* scheduler -> client: send these scatters through me */ \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
@@ -133,7 +133,7 @@ struct HelloRequest {
   std::string pool;                           // name of the pool that launched it ("" = none)
   std::int64_t end_time = 0;                  // unix seconds when its job's time runs out (0 = never)
   std::vector<GpuInfo> gpus;                  // its GPUs (also counted in resources["gpu"])
-  bool links = false;                         // it takes a control link (common/control_link.hpp)
+  bool links = false;                         // it takes a control link (net/link.hpp)
   bool has_aes = false;                       // AES-256-GCM in hardware: its link may use it
   MSGPACK_DEFINE_MAP(protocol, role, name, host, pid, nthreads, data_address, resources,
                      memory_limit, job_id, pool, end_time, gpus, links, has_aes);
@@ -149,11 +149,11 @@ struct HelloReply {
   std::string scheduler_id;                   // random id of this scheduler instance
   std::uint64_t max_message_bytes = 0;        // largest message the scheduler accepts (0 = unknown):
                                               //   a task or scatter over it fails alone, before sending
-  // A control link offered to a worker (common/control_link.hpp); port 0: none.
+  // A control link offered to a worker (net/link.hpp); port 0: none.
   std::uint32_t link_port = 0;
   std::string link_token;                     // 32 bytes, works once
   std::string link_key;                       // 32 bytes, or "" for a plain link (no CURVE)
-  std::uint32_t link_cipher = 0;              // aead::kCipher*
+  std::uint32_t link_cipher = 0;              // net::kCipher*
   MSGPACK_DEFINE_MAP(protocol, ok, error, peer_index, heartbeat_ms, timeout_ms, scheduler_id, max_message_bytes,
                      link_port, link_token, link_key, link_cipher);
 };
@@ -654,7 +654,7 @@ struct GoodbyeEvent {
 };
 
 /// GetDataRequest::lanes: what the fetcher can take besides data_chunk messages.
-inline constexpr std::uint32_t kTakesLane = 1;  // a bulk lane (common/data_lane.hpp)
+inline constexpr std::uint32_t kTakesLane = 1;  // a bulk lane (net/lane.hpp)
 inline constexpr std::uint32_t kHasAes = 2;     // AES-256-GCM in hardware, for an encrypted lane
 
 struct GetDataRequest {
@@ -669,7 +669,7 @@ struct GetDataRequest {
 struct DataLane {
   std::uint16_t port = 0;   // 0: no lane, data_chunk messages follow
   std::string token;        // 32 random bytes, for this reply only
-  std::string key;          // 32 bytes: records sealed with it (common/aead.hpp); "": plain bytes
+  std::string key;          // 32 bytes: records sealed with it (net/aead.hpp); "": plain bytes
   std::uint32_t cipher = 0; // 1 ChaCha20-Poly1305, 2 AES-256-GCM (with a key)
   MSGPACK_DEFINE(port, token, key, cipher);
 };

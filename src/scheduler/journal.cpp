@@ -17,21 +17,14 @@
 #include <msgpack.hpp>
 
 #include "common/logging.hpp"
+#include "net/bytes.hpp"
 
 namespace herd::scheduler {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void put_u32(char* out, std::uint32_t v) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
 
-std::uint32_t get_u32(const char* p) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
-  return v;
-}
 
 std::uint64_t get_be(const char* p, int n) {
   std::uint64_t v = 0;
@@ -125,8 +118,8 @@ struct Parsed {
 bool parse_at(Window& w, std::uint64_t pos, std::uint64_t size, std::size_t keep_bytes, Parsed& out) {
   const char* h = w.get(pos, 8);
   if (h == nullptr) return false;
-  const std::uint64_t len = get_u32(h);
-  const std::uint32_t crc = get_u32(h + 4);
+  const std::uint64_t len = net::read_u32(h);
+  const std::uint32_t crc = net::read_u32(h + 4);
   if (len < 3 || pos + 8 + len > size) return false;
   Layout l;
   if (len <= kWholeBody) {
@@ -264,7 +257,7 @@ void Journal::load() {
     for (; next + 9 <= size; ++next) {
       const char* h = w.get(next, 9);
       if (h == nullptr) break;
-      const std::uint64_t len = get_u32(h);
+      const std::uint64_t len = net::read_u32(h);
       if (static_cast<unsigned char>(h[8]) != 0x92 || len < 3 || next + 8 + len > size) continue;
       Parsed q;
       if (parse_at(w, next, size, options_.memory_bytes, q)) {
@@ -334,7 +327,7 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
   }
   rec.head.reserve(8 + prefix.size());
   rec.head.resize(8);
-  put_u32(rec.head.data(), static_cast<std::uint32_t>(body));
+  net::write_u32(rec.head.data(), static_cast<std::uint32_t>(body));
   rec.head.insert(rec.head.end(), prefix.data(), prefix.data() + prefix.size());
   auto bytes = std::make_shared<const std::vector<char>>(std::move(result));
   rec.bytes = bytes;
@@ -522,7 +515,7 @@ bool Journal::write_batches(std::vector<Batch*>& batches, std::string& error) {
         boost::crc_32_type c;
         c.process_bytes(r.head.data() + 8, r.head.size() - 8);
         c.process_bytes(r.bytes->data(), r.bytes->size());
-        put_u32(r.head.data() + 4, c.checksum());
+        net::write_u32(r.head.data() + 4, c.checksum());
         r.crc_done = true;
       }
       iov.push_back({r.head.data(), r.head.size()});

@@ -10,7 +10,7 @@
 #include <random>
 
 #include "common/logging.hpp"
-#include "common/net.hpp"
+#include "net/interfaces.hpp"
 #include "herd/error.hpp"
 #include "scheduler/http_server.hpp"
 
@@ -133,7 +133,7 @@ std::string Scheduler::bind() {
     try {
       std::string host = net::endpoint_host(options_.listen);
       host = host == "*" ? "" : net::bind_host(host);
-      links_ = std::make_unique<link::LinkHub>(host, static_cast<std::uint64_t>(std::max<std::int64_t>(0, options_.config.max_message_bytes)),
+      links_ = std::make_unique<net::LinkHub>(host, static_cast<std::uint64_t>(std::max<std::int64_t>(0, options_.config.max_message_bytes)),
                                                std::chrono::milliseconds(options_.config.timeout_ms));
       HERD_LOG(info) << "control links at port " << links_->port();
     } catch (const std::exception& e) {
@@ -350,7 +350,7 @@ void Scheduler::handle_hello(const std::string& identity, protocol::Received& ms
     reply.ok = true;
     reply.peer_index = id;
     if (links_ && hello.links) {
-      const link::LinkHub::Offer offer = links_->offer(identity, auth_.keys.has_value(), hello.has_aes);
+      const net::LinkHub::Offer offer = links_->offer(identity, auth_.keys.has_value(), hello.has_aes);
       reply.link_port = links_->port();
       reply.link_token = offer.token;
       reply.link_key = offer.key;

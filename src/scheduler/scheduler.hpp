@@ -24,7 +24,7 @@
 #include <zmq.hpp>
 
 #include "common/config.hpp"
-#include "common/control_link.hpp"
+#include "net/link.hpp"
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
 #include "jobqueue/command_runner.hpp"
@@ -182,8 +182,8 @@ class Scheduler {
   };
   std::vector<PendingRestart> restarts_;
   Out out_{*this};
-  std::unique_ptr<link::LinkHub> links_;  // null: HERD_LINKS=0, or no port to listen on
-  link::LinkHub::Events link_events_;
+  std::unique_ptr<net::LinkHub> links_;  // null: HERD_LINKS=0, or no port to listen on
+  net::LinkHub::Events link_events_;
   Clock::time_point last_link_step_{};
   std::vector<zmq::pollitem_t> poll_items_;
 };

@@ -31,8 +31,8 @@ class MappedFile : public detail::Payload {
   std::size_t size_;
 };
 
-data::PayloadPtr map_file(const std::string& path, std::uint64_t size) {
-  if (size == 0) return std::make_shared<const data::Buffer>(nullptr, 0);
+net::PayloadPtr map_file(const std::string& path, std::uint64_t size) {
+  if (size == 0) return std::make_shared<const net::Buffer>(nullptr, 0);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return nullptr;  // erased meanwhile
   void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
@@ -70,7 +70,7 @@ std::string write_file(const std::string& path, const detail::Payload& bytes) {
 
 DataStore::~DataStore() { remove_spill_directory(); }
 
-void DataStore::put(protocol::TaskId id, data::PayloadPtr bytes) {
+void DataStore::put(protocol::TaskId id, net::PayloadPtr bytes) {
   std::string old_file;
   {
     std::lock_guard lock(mu_);
@@ -96,7 +96,7 @@ void DataStore::put(protocol::TaskId id, data::PayloadPtr bytes) {
   if (!old_file.empty()) ::unlink(old_file.c_str());
 }
 
-data::PayloadPtr DataStore::get(protocol::TaskId id) const {
+net::PayloadPtr DataStore::get(protocol::TaskId id) const {
   std::string path;
   std::uint64_t size = 0;
   {
@@ -182,7 +182,7 @@ std::uint64_t DataStore::spill_until(std::uint64_t keep) {
   if (std::chrono::steady_clock::now() < retry_after_) return 0;
   while (true) {
     protocol::TaskId id = 0;
-    data::PayloadPtr victim;
+    net::PayloadPtr victim;
     std::string path;
     {
       std::lock_guard lock(mu_);

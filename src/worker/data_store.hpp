@@ -18,7 +18,7 @@
 #include <string>
 #include <unordered_map>
 
-#include "common/data_port.hpp"
+#include "net/data_port.hpp"
 #include "protocol/messages.hpp"
 
 namespace herd::worker {
@@ -31,9 +31,9 @@ class DataStore {
   DataStore& operator=(const DataStore&) = delete;
 
   /// Held in memory, as the most recently used.
-  void put(protocol::TaskId id, data::PayloadPtr bytes);
+  void put(protocol::TaskId id, net::PayloadPtr bytes);
   /// In memory: those bytes (now the most recently used); spilled: its file, mapped; else null.
-  data::PayloadPtr get(protocol::TaskId id) const;
+  net::PayloadPtr get(protocol::TaskId id) const;
   bool contains(protocol::TaskId id) const;
   /// Forgets the result; a spilled one's file is removed.
   void erase(protocol::TaskId id);
@@ -60,7 +60,7 @@ class DataStore {
 
  private:
   struct Entry {
-    data::PayloadPtr bytes;               // null while spilled
+    net::PayloadPtr bytes;               // null while spilled
     std::string path;                     // its file while spilled ("" = in memory)
     std::uint64_t size = 0;
     std::list<protocol::TaskId>::iterator lru;  // valid while in memory

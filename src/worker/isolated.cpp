@@ -198,7 +198,7 @@ class Reader {
       if (header_got_ < kHeaderBytes) return;
       std::memcpy(&size_, header_ + 1, sizeof size_);
       if (header_[0] == kResult) {
-        result_ = data::Buffer::allocate(size_);
+        result_ = net::Buffer::allocate(size_);
         body_ = result_->mutable_data();
       } else if (header_[0] == kException && size_ >= sizeof(std::uint32_t) && size_ <= kMaxErrorBytes + 4) {
         error_.resize(size_);
@@ -232,7 +232,7 @@ class Reader {
   std::size_t header_got_ = 0;
   std::uint64_t size_ = 0;
   bool bad_ = false;
-  std::unique_ptr<data::Buffer> result_;
+  std::unique_ptr<net::Buffer> result_;
   std::string error_;
   char* body_ = nullptr;
   std::size_t body_got_ = 0;

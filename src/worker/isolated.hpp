@@ -32,7 +32,7 @@
 
 #include <msgpack.hpp>
 
-#include "common/data_port.hpp"
+#include "net/data_port.hpp"
 
 namespace herd::worker {
 
@@ -73,7 +73,7 @@ struct IsolatedOutcome {
     not_run,    // no child could be made (pipe, fork): `message`
   };
   Kind kind = Kind::not_run;
-  std::unique_ptr<data::Buffer> result;
+  std::unique_ptr<net::Buffer> result;
   std::string type, message;
   int signal = 0;          // died: the signal that ended it (0 = it exited)
   bool core_dumped = false;

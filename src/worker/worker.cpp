@@ -21,10 +21,10 @@
 #include <malloc.h>
 
 #include "task/this_task.hpp"
-#include "common/data_lane.hpp"
-#include "common/tcp.hpp"
+#include "net/lane.hpp"
+#include "net/tcp.hpp"
 #include "common/logging.hpp"
-#include "common/net.hpp"
+#include "net/interfaces.hpp"
 #include "common/process.hpp"
 #include "common/util.hpp"
 #include "herd/detail/scratch_zone.hpp"
@@ -160,7 +160,7 @@ Worker::Worker(WorkerOptions options)
   } else {
     host = net::listen_host_toward(options_.scheduler);
   }
-  data_ = std::make_unique<data::DataServer>(context_, auth_, host, options_.config.chunk_bytes,
+  data_ = std::make_unique<net::DataServer>(context_, auth_, host, options_.config.chunk_bytes,
                                              std::chrono::milliseconds(options_.config.timeout_ms));
   data_address_ = data_->address();
   ring_host_ = host == "0.0.0.0" ? net::reachable_host() : host;
@@ -178,10 +178,10 @@ Worker::Worker(WorkerOptions options)
   so.resources = options_.resources;
   so.gpus = gpus_.size();
   state_ = std::make_unique<WorkerState>(so);
-  fetcher_ = std::make_unique<data::DataClient>(context_, auth_, std::chrono::milliseconds(options_.config.timeout_ms));
+  fetcher_ = std::make_unique<net::DataClient>(context_, auth_, std::chrono::milliseconds(options_.config.timeout_ms));
   fetcher_->take_lanes(options_.config.data_lanes != 0);
   // Fetched results go into the store first, then the state hears of them.
-  fetch_events_.found = [this](const std::string& address, TaskId id, data::PayloadPtr bytes) {
+  fetch_events_.found = [this](const std::string& address, TaskId id, net::PayloadPtr bytes) {
     const std::uint64_t n = bytes->size();
     store_.put(id, std::move(bytes));
     spill_to_target();
@@ -274,7 +274,7 @@ bool Worker::connect() {
   hello.end_time = end_time_;
   hello.memory_limit = options_.memory_limit;
   hello.links = options_.config.links != 0;
-  hello.has_aes = aead::aes_available();
+  hello.has_aes = net::aes_available();
   protocol::send<MessageType::hello_request>(sched_, "", hello);
   zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.config.connect_timeout_ms);
@@ -554,7 +554,7 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
       if (!ev.source.empty()) {
         state_->put_from(ev.id, ev.source);  // a big scatter, fetched from its client's data port
       } else if (msg.payloads.size() == 1) {
-        auto bytes = std::make_shared<const data::MessagePayload>(std::move(msg.payloads[0]));
+        auto bytes = std::make_shared<const net::MessagePayload>(std::move(msg.payloads[0]));
         const std::uint64_t n = bytes->size();
         store_.put(ev.id, std::move(bytes));
         spill_to_target();
@@ -1042,9 +1042,9 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
     // The arguments and the inputs share one zone, lent for the run (a fresh one mallocs 8 KiB).
     detail::ScratchZone zone;
     msgpack::object args = zone.unpack(task.args.data(), task.args.size(), false);
-    std::vector<data::PayloadPtr> keep;
+    std::vector<net::PayloadPtr> keep;
     for (const auto& ref : task.refs) {
-      data::PayloadPtr bytes = store_.get(ref.id);
+      net::PayloadPtr bytes = store_.get(ref.id);
       if (!bytes) {
         c.missing_input = true;
         c.error = {"herd::MissingInput", "input was freed before the task ran", task.key, options_.name};
@@ -1092,7 +1092,7 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
       entry->invoke(args, out);
       detail::current_task() = TaskInfo{};
       const std::size_t size = out.size();
-      c.bytes = std::make_shared<const data::Buffer>(out.release(), size);
+      c.bytes = std::make_shared<const net::Buffer>(out.release(), size);
       c.ok = true;
     }
   } catch (...) {
@@ -1131,7 +1131,7 @@ void Worker::isolated_completion(const protocol::ExecuteTask& task, IsolatedOutc
   c.error.worker = options_.name;
   switch (o.kind) {
     case Kind::result:
-      c.bytes = std::shared_ptr<const data::Buffer>(o.result.release());
+      c.bytes = std::shared_ptr<const net::Buffer>(o.result.release());
       c.ok = true;
       return;
     case Kind::exception:
@@ -1415,7 +1415,7 @@ void Worker::start_link(const protocol::HelloReply& reply) {
     return;
   }
   std::string error;
-  link_fd_ = link::start_connect(host, static_cast<std::uint16_t>(reply.link_port), error);
+  link_fd_ = net::start_connect(host, static_cast<std::uint16_t>(reply.link_port), error);
   if (link_fd_ < 0) {
     HERD_LOG(info) << "no control link to " << link_where_ << " (" << error << "); staying on ZeroMQ";
     return;
@@ -1428,7 +1428,7 @@ void Worker::start_link(const protocol::HelloReply& reply) {
 
 void Worker::abandon_link(const std::string& why) {
   HERD_LOG(info) << "no control link to " << link_where_ << " (" << why << "); staying on ZeroMQ";
-  tcp::close_fd(link_fd_);
+  net::close_fd(link_fd_);
   link_.reset();
   link_state_ = LinkState::none;
 }
@@ -1436,18 +1436,18 @@ void Worker::abandon_link(const std::string& why) {
 bool Worker::step_link(short revents, bool& shutdown) {
   if (link_state_ == LinkState::connecting) {
     if (revents == 0) return true;
-    if (const std::string why = link::finish_connect(link_fd_, link_offer_.link_token); !why.empty()) {
+    if (const std::string why = net::finish_connect(link_fd_, link_offer_.link_token); !why.empty()) {
       abandon_link(why);
       return true;
     }
-    aead::Key offered{};
-    if (!link_offer_.link_key.empty() && !aead::from_bytes(link_offer_.link_key, offered)) {
+    net::Key offered{};
+    if (!link_offer_.link_key.empty() && !net::key_from_bytes(link_offer_.link_key, offered)) {
       abandon_link("the offer came with a key of " + std::to_string(link_offer_.link_key.size()) + " bytes");
       return true;
     }
-    const link::DirectionKeys keys = link::derive_keys(offered);
+    const net::DirectionKeys keys = net::derive_keys(offered);
     try {
-      link_ = std::make_unique<link::Link>(link_fd_, link_offer_.link_key.empty() ? aead::kCipherNone : link_offer_.link_cipher,
+      link_ = std::make_unique<net::Link>(link_fd_, link_offer_.link_key.empty() ? net::kCipherNone : link_offer_.link_cipher,
                                            keys.to_scheduler, keys.to_worker,
                                            // Any size, as the DEALER took: a batch of many tasks
                                            // may exceed what one message to the scheduler may be.

@@ -27,8 +27,8 @@
 
 #include "collective/gang_runtime.hpp"
 #include "common/config.hpp"
-#include "common/control_link.hpp"
-#include "common/data_port.hpp"
+#include "net/link.hpp"
+#include "net/data_port.hpp"
 #include "common/security.hpp"
 #include "gpu/gpu.hpp"
 #include "protocol/codec.hpp"
@@ -138,7 +138,7 @@ class Worker {
   void goodbye(const std::string& reason);
   std::uint64_t rss_bytes() const;
 
-  // The control link (common/control_link.hpp): none, connecting, hello sent (waiting for the
+  // The control link (net/link.hpp): none, connecting, hello sent (waiting for the
   // scheduler's link_switch on ZeroMQ), up (both ways on the link).
   enum class LinkState { none, connecting, hello_sent, up };
   /// Where messages to the scheduler go: the link once it is up, else the DEALER
@@ -163,12 +163,12 @@ class Worker {
   SchedOut sched_out_{*this};
   LinkState link_state_ = LinkState::none;
   int link_fd_ = -1;  // while connecting
-  std::unique_ptr<link::Link> link_;
+  std::unique_ptr<net::Link> link_;
   protocol::HelloReply link_offer_;
   std::string link_where_;  // "host:port", for messages
   std::chrono::steady_clock::time_point link_deadline_{};
   std::vector<protocol::Received> link_in_;
-  std::unique_ptr<data::DataServer> data_;  // the data port, with its lanes (common/data_port.hpp)
+  std::unique_ptr<net::DataServer> data_;  // the data port, with its lanes (net/data_port.hpp)
   int wake_fd_ = -1;  // eventfd: "look at the completion queue" (wake_io), polled by run()
   std::string data_address_;
   DataStore store_;
@@ -176,8 +176,8 @@ class Worker {
   // state_mu_ for each turn of its loop, an executor for the end of each task.
   std::mutex state_mu_;
   std::unique_ptr<WorkerState> state_;
-  std::unique_ptr<data::DataClient> fetcher_;
-  data::DataEvents fetch_events_;
+  std::unique_ptr<net::DataClient> fetcher_;
+  net::DataEvents fetch_events_;
 
   // Executors take Runs from here (the state only starts what a free thread can run).
   std::mutex run_mu_;

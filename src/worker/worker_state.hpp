@@ -24,13 +24,13 @@
 #include <unordered_set>
 #include <vector>
 
-#include "herd/detail/client_core.hpp"
+#include "herd/detail/payload.hpp"
 #include "protocol/messages.hpp"
 
 namespace herd::worker {
 
 using protocol::TaskId;
-using PayloadPtr = std::shared_ptr<const detail::Payload>;
+using detail::PayloadPtr;
 
 /// Start this task now, on these GPU devices (indexes into the worker's device list).
 struct Run {

@@ -1,4 +1,4 @@
-// Control links (common/control_link.hpp) between real scheduler and worker processes: they come
+// Control links (net/link.hpp) between real scheduler and worker processes: they come
 // up for every worker, a cut one loses no task (each task's runs counted in a marker file), and
 // HERD_LINKS=0 keeps everything on ZeroMQ.
 #include <doctest/doctest.h>

@@ -15,8 +15,9 @@
 #include <thread>
 #include <vector>
 
-#include "common/aead.hpp"
-#include "common/control_link.hpp"
+#include "net/aead.hpp"
+#include "net/bytes.hpp"
+#include "net/link.hpp"
 #include "protocol/codec.hpp"
 
 using namespace herd;
@@ -29,20 +30,20 @@ using Clock = std::chrono::steady_clock;
 /// The worker's end: connects to the hub's port and presents `token`; the socket, connected.
 int connect_with(std::uint16_t port, const std::string& token) {
   std::string error;
-  const int fd = link::start_connect("127.0.0.1", port, error);
+  const int fd = net::start_connect("127.0.0.1", port, error);
   REQUIRE_MESSAGE(fd >= 0, error);
   pollfd p{fd, POLLOUT, 0};
   REQUIRE(::poll(&p, 1, 5000) == 1);
-  REQUIRE(link::finish_connect(fd, token).empty());
+  REQUIRE(net::finish_connect(fd, token).empty());
   return fd;
 }
 
 /// Steps the hub until `done` says so (or 5 s pass); every event is kept in `all`.
 template <typename F>
-bool step_until(link::LinkHub& hub, link::LinkHub::Events& all, F done) {
+bool step_until(net::LinkHub& hub, net::LinkHub::Events& all, F done) {
   const auto deadline = Clock::now() + 5s;
   while (Clock::now() < deadline) {
-    link::LinkHub::Events ev;
+    net::LinkHub::Events ev;
     pollfd p{hub.fd(), POLLIN, 0};
     (void)::poll(&p, 1, 20);
     hub.step(ev, Clock::now());
@@ -55,7 +56,7 @@ bool step_until(link::LinkHub& hub, link::LinkHub::Events& all, F done) {
 }
 
 /// Reads from a worker's end until `n` messages came (or 5 s pass).
-std::vector<protocol::Received> read_messages(link::Link& l, std::size_t n) {
+std::vector<protocol::Received> read_messages(net::Link& l, std::size_t n) {
   std::vector<protocol::Received> out;
   const auto deadline = Clock::now() + 5s;
   while (out.size() < n && Clock::now() < deadline && l.failed().empty()) {
@@ -74,7 +75,7 @@ zmq::message_t body_of(std::size_t i) { return zmq::message_t(std::string("messa
 std::vector<zmq::message_t> payloads_of(std::size_t i) {
   std::vector<zmq::message_t> p;
   for (std::size_t k = 0; k < i % 3; ++k) {
-    const std::size_t size = (i % 50 == 1 && k == 0) ? (link::kLinkRecord * 2 + 7) : k * 10;
+    const std::size_t size = (i % 50 == 1 && k == 0) ? (net::kLinkRecord * 2 + 7) : k * 10;
     std::string bytes(size, '\0');
     for (std::size_t b = 0; b < size; ++b) bytes[b] = static_cast<char>((b * 31 + i + k) & 0xff);
     p.emplace_back(bytes);
@@ -89,23 +90,23 @@ void check_message(const protocol::Received& r, std::size_t i) {
 }
 
 struct Pair {
-  std::unique_ptr<link::LinkHub> hub;
-  std::unique_ptr<link::Link> worker;
-  link::LinkHub::Events events;
+  std::unique_ptr<net::LinkHub> hub;
+  std::unique_ptr<net::Link> worker;
+  net::LinkHub::Events events;
 };
 
 /// A hub and one worker's link to it, claimed and switched both ways, as scheduler and worker do.
 Pair linked(bool sealed, std::uint64_t max_frame = 0) {
   Pair p;
-  p.hub = std::make_unique<link::LinkHub>("127.0.0.1", max_frame, 5000ms);
-  const auto offer = p.hub->offer("w1", sealed, aead::aes_available());
-  CHECK(offer.token.size() == link::kLinkToken);
+  p.hub = std::make_unique<net::LinkHub>("127.0.0.1", max_frame, 5000ms);
+  const auto offer = p.hub->offer("w1", sealed, net::aes_available());
+  CHECK(offer.token.size() == net::kLinkToken);
   CHECK(offer.key.size() == (sealed ? 32u : 0u));
   const int fd = connect_with(p.hub->port(), offer.token);
-  aead::Key key{};
-  if (sealed) REQUIRE(aead::from_bytes(offer.key, key));
-  const auto keys = link::derive_keys(key);
-  p.worker = std::make_unique<link::Link>(fd, sealed ? offer.cipher : aead::kCipherNone, keys.to_scheduler,
+  net::Key key{};
+  if (sealed) REQUIRE(net::key_from_bytes(offer.key, key));
+  const auto keys = net::derive_keys(key);
+  p.worker = std::make_unique<net::Link>(fd, sealed ? offer.cipher : net::kCipherNone, keys.to_scheduler,
                                           keys.to_worker, max_frame, "the scheduler's link");
   REQUIRE(step_until(*p.hub, p.events, [&] { return !p.events.claimed.empty(); }));
   CHECK(p.events.claimed == std::vector<std::string>{"w1"});
@@ -145,7 +146,7 @@ void both_ways_in_order(bool sealed) {
   std::vector<protocol::Received> got;
   const auto deadline = Clock::now() + 5s;
   while (got.size() < kMessages && Clock::now() < deadline) {
-    link::LinkHub::Events ev;
+    net::LinkHub::Events ev;
     p.hub->step(ev, Clock::now());
     auto more = read_messages(*p.worker, 1);
     for (auto& m : more) got.push_back(std::move(m));
@@ -164,16 +165,16 @@ TEST_CASE("ControlLink.Messages.ArriveInOrderBothWaysSealedAcrossRecords" * doct
 }
 
 TEST_CASE("ControlLink.Hub.ATokenWorksOnceAndStraysAreDropped" * doctest::timeout(60)) {
-  link::LinkHub hub("127.0.0.1", 0, 5000ms);
+  net::LinkHub hub("127.0.0.1", 0, 5000ms);
   const auto offer = hub.offer("w1", true, false);
-  link::LinkHub::Events all;
+  net::LinkHub::Events all;
   const int first = connect_with(hub.port(), offer.token);
   REQUIRE(step_until(hub, all, [&] { return all.claimed.size() == 1; }));
   // The same token again, a token never offered, and bytes that are no hello at all.
   const int replay = connect_with(hub.port(), offer.token);
-  const int unknown = connect_with(hub.port(), std::string(link::kLinkToken, 'x'));
+  const int unknown = connect_with(hub.port(), std::string(net::kLinkToken, 'x'));
   std::string error;
-  const int stray = link::start_connect("127.0.0.1", hub.port(), error);
+  const int stray = net::start_connect("127.0.0.1", hub.port(), error);
   REQUIRE(stray >= 0);
   pollfd w{stray, POLLOUT, 0};
   REQUIRE(::poll(&w, 1, 5000) == 1);
@@ -184,7 +185,7 @@ TEST_CASE("ControlLink.Hub.ATokenWorksOnceAndStraysAreDropped" * doctest::timeou
     bool closed = false;
     const auto deadline = Clock::now() + 5s;
     while (!closed && Clock::now() < deadline) {
-      link::LinkHub::Events ev;
+      net::LinkHub::Events ev;
       hub.step(ev, Clock::now());
       CHECK(ev.claimed.empty());
       pollfd p{fd, POLLIN, 0};
@@ -202,15 +203,15 @@ TEST_CASE("ControlLink.Hub.ATokenWorksOnceAndStraysAreDropped" * doctest::timeou
 }
 
 TEST_CASE("ControlLink.Hub.UnclaimedOfferIsWithdrawnAfterItsTimeout" * doctest::timeout(60)) {
-  link::LinkHub hub("127.0.0.1", 0, 200ms);
+  net::LinkHub hub("127.0.0.1", 0, 200ms);
   const auto offer = hub.offer("w1", false, false);
   CHECK(hub.offers() == 1);
   std::this_thread::sleep_for(300ms);
-  link::LinkHub::Events ev;
+  net::LinkHub::Events ev;
   hub.step(ev, Clock::now());
   CHECK(hub.offers() == 0);
   const int late = connect_with(hub.port(), offer.token);
-  link::LinkHub::Events all;
+  net::LinkHub::Events all;
   bool closed = false;
   const auto deadline = Clock::now() + 5s;
   while (!closed && Clock::now() < deadline) {
@@ -240,19 +241,19 @@ TEST_CASE("ControlLink.Garbage.OnALinkIsAClearErrorNamingIt" * doctest::timeout(
   SUBCASE("a sealed record altered on the way") {
     Pair p = linked(true);
     // A well-formed record header and a body sealed by nobody.
-    std::string record(aead::kHeader + 40 + aead::kTag, 'z');
-    aead::put_length(reinterpret_cast<unsigned char*>(record.data()), 40);
+    std::string record(net::kRecordHeader + 40 + net::kRecordTag, 'z');
+    net::write_u32(reinterpret_cast<unsigned char*>(record.data()), 40);
     REQUIRE(::send(p.worker->fd(), record.data(), record.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(record.size()));
     REQUIRE(step_until(*p.hub, p.events, [&] { return !p.events.failed.empty(); }));
     CHECK(p.events.failed[0].second.find("does not open") != std::string::npos);
   }
   SUBCASE("a record longer than a record may be") {
     Pair p = linked(true);
-    unsigned char header[aead::kHeader];
-    aead::put_length(header, static_cast<std::uint32_t>(link::kLinkRecord + 1));
+    unsigned char header[net::kRecordHeader];
+    net::write_u32(header, static_cast<std::uint32_t>(net::kLinkRecord + 1));
     REQUIRE(::send(p.worker->fd(), header, sizeof header, MSG_NOSIGNAL) == static_cast<ssize_t>(sizeof header));
     REQUIRE(step_until(*p.hub, p.events, [&] { return !p.events.failed.empty(); }));
-    CHECK(p.events.failed[0].second.find("sent a record of " + std::to_string(link::kLinkRecord + 1) + " bytes") !=
+    CHECK(p.events.failed[0].second.find("sent a record of " + std::to_string(net::kLinkRecord + 1) + " bytes") !=
           std::string::npos);
   }
   SUBCASE("a frame over the limit") {
@@ -275,7 +276,7 @@ TEST_CASE("ControlLink.Close.WritesWhatWaitsThenEnds" * doctest::timeout(60)) {
   std::vector<protocol::Received> got;
   const auto deadline = Clock::now() + 5s;
   while (p.worker->failed().empty() && Clock::now() < deadline) {
-    link::LinkHub::Events ev;
+    net::LinkHub::Events ev;
     p.hub->step(ev, Clock::now());
     CHECK(ev.failed.empty());  // a peer that left is no failure
     pollfd q{p.worker->fd(), POLLIN, 0};
@@ -295,7 +296,7 @@ TEST_CASE("ControlLink.Peer.GoneIsReportedOnce" * doctest::timeout(60)) {
   CHECK(p.events.failed.size() == 1);
   CHECK(p.events.failed[0].first == "w1");
   CHECK(p.events.failed[0].second.find("closed the link") != std::string::npos);
-  link::LinkHub::Events later;
+  net::LinkHub::Events later;
   p.hub->step(later, Clock::now());
   CHECK(later.failed.empty());
 }

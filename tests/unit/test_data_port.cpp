@@ -19,18 +19,18 @@
 #include <set>
 #include <thread>
 
-#include "common/aead.hpp"
-#include "common/data_lane.hpp"
-#include "common/data_port.hpp"
+#include "net/aead.hpp"
+#include "net/lane.hpp"
+#include "net/data_port.hpp"
 
 using namespace herd;
 using namespace std::chrono_literals;
-using data::PayloadPtr;
+using net::PayloadPtr;
 
 namespace {
 
 PayloadPtr pattern(std::size_t size, unsigned seed) {
-  auto b = data::Buffer::allocate(size);
+  auto b = net::Buffer::allocate(size);
   for (std::size_t i = 0; i < size; ++i) b->mutable_data()[i] = static_cast<char>((i * 131 + seed) & 0xff);
   return PayloadPtr(std::move(b));
 }
@@ -64,7 +64,7 @@ struct Port {
   std::atomic<bool> silent{false};
   std::atomic<bool> stop{false};
   std::thread thread;
-  std::unique_ptr<data::LaneServer> lanes;  // big results on lanes when set
+  std::unique_ptr<net::LaneServer> lanes;  // big results on lanes when set
   std::uint16_t lane_port = 0;              // not 0: the reply names this port for the lane instead
   bool short_token = false;                 // with lane_port: the reply's token is cut short
 
@@ -99,7 +99,7 @@ struct Port {
             continue;
           }
           if (pause.count() == 0) {
-            data::serve_data(router, msg->identity, req, [&](protocol::TaskId id) {
+            net::serve_data(router, msg->identity, req, [&](protocol::TaskId id) {
               auto it = store.find(id);
               return it == store.end() ? nullptr : it->second;
             }, chunk, lanes.get());
@@ -117,7 +117,7 @@ struct Port {
             for (std::size_t off = 0; off < p->size(); off += chunk) {
               std::this_thread::sleep_for(pause);
               std::vector<zmq::message_t> frame;
-              frame.push_back(data::zero_copy(p, off, chunk));
+              frame.push_back(net::zero_copy(p, off, chunk));
               protocol::send<protocol::MessageType::data_chunk>(*out, id, {req.request_id, t, off}, std::move(frame));
             }
           }
@@ -127,7 +127,7 @@ struct Port {
   }
   /// Lanes beside the data port, sealed or plain.
   void with_lanes(bool encrypt, std::chrono::milliseconds timeout = 10000ms) {
-    lanes = std::make_unique<data::LaneServer>("127.0.0.1", encrypt, timeout);
+    lanes = std::make_unique<net::LaneServer>("127.0.0.1", encrypt, timeout);
   }
   ~Port() {
     stop = true;
@@ -138,11 +138,11 @@ struct Port {
 struct Fetcher {
   zmq::context_t ctx{1};
   security::Auth auth;  // no keys: plain, as with HERD_AUTH=off
-  data::DataClient client;
+  net::DataClient client;
   std::map<protocol::TaskId, PayloadPtr> got;
   std::vector<protocol::TaskId> missing;
   std::vector<std::pair<std::vector<protocol::TaskId>, std::string>> failed;
-  data::DataEvents events;
+  net::DataEvents events;
   explicit Fetcher(std::chrono::milliseconds timeout, const std::optional<security::Keys>& keys = std::nullopt)
       : client(ctx, auth, timeout) {
     auth.keys = keys;  // with keys: CURVE to the port, and sealed lanes insisted on
@@ -291,13 +291,13 @@ TEST_CASE("DataPort.Unreachable.NobodyListensFailsInBoundedTime" * doctest::time
 }
 
 // ------------------------------------------------------------------------------------------
-// Bulk lanes (common/data_lane.hpp).
+// Bulk lanes (net/lane.hpp).
 
 namespace {
 
 /// Sizes around the chunk (what goes on a lane) and the record (how a sealed lane cuts it).
 std::vector<std::size_t> lane_sizes(std::size_t chunk) {
-  const std::size_t r = data::kLaneRecord;
+  const std::size_t r = net::kLaneRecord;
   return {1, chunk, chunk + 1, r - 1, r, r + 1, 2 * r, 3 * r + 7};
 }
 
@@ -401,9 +401,9 @@ TEST_CASE("DataPort.Lane.RecordAlteredOnTheWayIsRefusedNamingIt" * doctest::time
   const auto keys = test_keys();
   Port port(keys);
   port.with_lanes(true);
-  port.store[1] = pattern(3 * data::kLaneRecord, 9);
-  const std::size_t second_record = aead::kHeader + data::kLaneRecord + aead::kTag;
-  Tamper tamper(port.lanes->port(), second_record + aead::kHeader + 1000);
+  port.store[1] = pattern(3 * net::kLaneRecord, 9);
+  const std::size_t second_record = net::kRecordHeader + net::kLaneRecord + net::kRecordTag;
+  Tamper tamper(port.lanes->port(), second_record + net::kRecordHeader + 1000);
   port.lane_port = tamper.port;
   port.start();
   Fetcher f(5000ms, keys);
@@ -414,8 +414,8 @@ TEST_CASE("DataPort.Lane.RecordAlteredOnTheWayIsRefusedNamingIt" * doctest::time
   CHECK(f.failed[0].first == std::vector<protocol::TaskId>{1});
   const std::string& why = f.failed[0].second;
   INFO(why);
-  CHECK(why.find("is not authentic (byte " + std::to_string(data::kLaneRecord) + " of a result)") != std::string::npos);
-  CHECK(why.find("(" + std::to_string(data::kLaneRecord) + " of " + std::to_string(3 * data::kLaneRecord) +
+  CHECK(why.find("is not authentic (byte " + std::to_string(net::kLaneRecord) + " of a result)") != std::string::npos);
+  CHECK(why.find("(" + std::to_string(net::kLaneRecord) + " of " + std::to_string(3 * net::kLaneRecord) +
                  " bytes of a result received)") != std::string::npos);
 }
 
@@ -427,10 +427,10 @@ TEST_CASE("DataPort.Lane.RecordAlteredInTheSecondResultTheFirstStillArrives" * d
   const auto keys = test_keys();
   Port port(keys);
   port.with_lanes(true);
-  port.store[1] = pattern(2 * data::kLaneRecord, 11);
-  port.store[2] = pattern(3 * data::kLaneRecord, 12);
-  const std::size_t record = aead::kHeader + data::kLaneRecord + aead::kTag;
-  Tamper tamper(port.lanes->port(), 2 * record + aead::kHeader + 5);
+  port.store[1] = pattern(2 * net::kLaneRecord, 11);
+  port.store[2] = pattern(3 * net::kLaneRecord, 12);
+  const std::size_t record = net::kRecordHeader + net::kLaneRecord + net::kRecordTag;
+  Tamper tamper(port.lanes->port(), 2 * record + net::kRecordHeader + 5);
   port.lane_port = tamper.port;
   port.start();
   Fetcher f(5000ms, keys);
@@ -444,7 +444,7 @@ TEST_CASE("DataPort.Lane.RecordAlteredInTheSecondResultTheFirstStillArrives" * d
   const std::string& why = f.failed[0].second;
   INFO(why);
   CHECK(why.find("is not authentic (byte 0 of a result)") != std::string::npos);
-  CHECK(why.find("(0 of " + std::to_string(3 * data::kLaneRecord) + " bytes of a result received)") != std::string::npos);
+  CHECK(why.find("(0 of " + std::to_string(3 * net::kLaneRecord) + " bytes of a result received)") != std::string::npos);
 }
 
 namespace {
@@ -471,7 +471,7 @@ TEST_CASE("DataPort.Lane.NobodyAtTheLaneFetchesOverTheDataPortInstead" * doctest
   // try that holder's lane again.
   int dead_port = 0;
   {
-    auto gone = std::make_unique<data::LaneServer>("127.0.0.1", false, 1000ms);
+    auto gone = std::make_unique<net::LaneServer>("127.0.0.1", false, 1000ms);
     dead_port = gone->port();
   }
   Port port;
@@ -516,7 +516,7 @@ TEST_CASE("DataPort.Lane.HolderGoneMidTransferFailsSayingHowFar" * doctest::time
 }
 
 TEST_CASE("DataPort.Lane.StraysAreDroppedAndATokenWorksOnce" * doctest::timeout(60)) {
-  data::LaneServer lanes("127.0.0.1", false, 5000ms);
+  net::LaneServer lanes("127.0.0.1", false, 5000ms);
   auto connect = [&] {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in a{};
@@ -541,7 +541,7 @@ TEST_CASE("DataPort.Lane.StraysAreDroppedAndATokenWorksOnce" * doctest::timeout(
   const auto payload = pattern(3 << 20, 1);
   const protocol::DataLane lane = lanes.offer({payload}, false);
   CHECK(lane.key.empty());
-  REQUIRE(lane.token.size() == data::kLaneToken);
+  REQUIRE(lane.token.size() == net::kLaneToken);
   CHECK(lanes.offers() == 1);
 
   const int junk = connect();  // wrong magic: dropped at once, nothing sent
@@ -549,7 +549,7 @@ TEST_CASE("DataPort.Lane.StraysAreDroppedAndATokenWorksOnce" * doctest::timeout(
   CHECK(drain(junk) == 0);
   ::close(junk);
   const int guess = connect();  // the right magic, a guessed token
-  const std::string wrong = std::string("HDL1") + std::string(data::kLaneToken, '\0');
+  const std::string wrong = std::string("HDL1") + std::string(net::kLaneToken, '\0');
   (void)!::send(guess, wrong.data(), wrong.size(), MSG_NOSIGNAL);
   CHECK(drain(guess) == 0);
   ::close(guess);
@@ -568,11 +568,11 @@ TEST_CASE("DataPort.Lane.StraysAreDroppedAndATokenWorksOnce" * doctest::timeout(
 }
 
 TEST_CASE("DataPort.Lane.UnclaimedOfferIsWithdrawnAfterTheTimeout" * doctest::timeout(60)) {
-  data::LaneServer lanes("127.0.0.1", true, 300ms);
+  net::LaneServer lanes("127.0.0.1", true, 300ms);
   const auto payload = pattern(1 << 20, 1);
   const auto lane = lanes.offer({payload}, true);
   CHECK(lane.key.size() == 32);
-  CHECK((lane.cipher == aead::kCipherAes || lane.cipher == aead::kCipherChacha));
+  CHECK((lane.cipher == net::kCipherAes || lane.cipher == net::kCipherChacha));
   CHECK(lanes.offers() == 1);
   CHECK(payload.use_count() == 2);  // the offer holds the bytes
   const auto t0 = std::chrono::steady_clock::now();
@@ -589,7 +589,7 @@ TEST_CASE("DataPort.Buffer.PagesLentSliceBySliceLeaveTheValueRight" * doctest::t
   for (const std::size_t size : {std::size_t{3} * (16u << 20) + 7, std::size_t{16u << 20} + 4095, std::size_t{5000}}) {
     INFO("size " << size);
     const std::size_t offset = 5;
-    auto source = data::Buffer::allocate(offset + size);
+    auto source = net::Buffer::allocate(offset + size);
     for (std::size_t i = 0; i < offset + size; ++i) source->mutable_data()[i] = static_cast<char>((i * 7 + 3) & 0xff);
     const std::vector<char> expected(source->data() + offset, source->data() + offset + size);
     const std::size_t slice = std::size_t{4} << 20;
@@ -613,20 +613,20 @@ TEST_CASE("DataPort.Buffer.KeptBuffersAreReusedWithinTheirLimits" * doctest::tim
   // What a client does (Buffer::keep_for_reuse): buffers let go are kept, up to the limit, for
   // the next one of about their size. Off again at the end (the setting is the process's).
   struct Off {
-    ~Off() { data::Buffer::keep_for_reuse(0); }
+    ~Off() { net::Buffer::keep_for_reuse(0); }
   } off;
   const std::size_t mib = 1 << 20;
-  data::Buffer::keep_for_reuse(40 * mib);
+  net::Buffer::keep_for_reuse(40 * mib);
   const char* first;
   {
-    auto a = data::Buffer::allocate(16 * mib + 100);
+    auto a = net::Buffer::allocate(16 * mib + 100);
     std::memset(a->mutable_data(), 1, a->size());
     first = a->data();
   }
   {
-    auto small = data::Buffer::allocate(8 * mib);  // far smaller: not given the kept 16 MiB
+    auto small = net::Buffer::allocate(8 * mib);  // far smaller: not given the kept 16 MiB
     CHECK(small->data() != first);
-    auto b = data::Buffer::allocate(16 * mib);  // a little smaller: the kept one
+    auto b = net::Buffer::allocate(16 * mib);  // a little smaller: the kept one
     CHECK(b->data() == first);
     CHECK(b->size() == 16 * mib);
     std::memset(b->mutable_data(), 2, b->size());  // all of it writable
@@ -638,30 +638,30 @@ TEST_CASE("DataPort.Buffer.KeptBuffersAreReusedWithinTheirLimits" * doctest::tim
     CHECK(b->data()[2 * mib - 1] == 2);
   }
   {
-    auto big = data::Buffer::allocate(41 * mib);  // over the limit: mapped afresh, unmapped after
+    auto big = net::Buffer::allocate(41 * mib);  // over the limit: mapped afresh, unmapped after
     CHECK(big->data() != first);
   }
   const char* second;
   {
     // Both kept buffers are taken: the 8 MiB one and the 16 MiB one (24 MiB kept in all).
-    auto c = data::Buffer::allocate(16 * mib);
-    auto d = data::Buffer::allocate(8 * mib);
+    auto c = net::Buffer::allocate(16 * mib);
+    auto d = net::Buffer::allocate(8 * mib);
     CHECK(c->data() == first);
     second = d->data();
-    auto e = data::Buffer::allocate(30 * mib);  // kept too when let go: 54 MiB, over 40
+    auto e = net::Buffer::allocate(30 * mib);  // kept too when let go: 54 MiB, over 40
     (void)e;
   }
   {
     // Let go in the order e, d, c: keeping c (after e and d, 54 MiB) put the oldest, e, out.
-    auto c = data::Buffer::allocate(30 * mib);
+    auto c = net::Buffer::allocate(30 * mib);
     CHECK(c->data() != first);
-    auto d = data::Buffer::allocate(8 * mib);
+    auto d = net::Buffer::allocate(8 * mib);
     CHECK(d->data() == second);
-    auto e = data::Buffer::allocate(16 * mib);
+    auto e = net::Buffer::allocate(16 * mib);
     CHECK(e->data() == first);
   }
-  data::Buffer::keep_for_reuse(0);  // off: everything kept is let go, nothing kept from now
-  auto g = data::Buffer::allocate(16 * mib);
+  net::Buffer::keep_for_reuse(0);  // off: everything kept is let go, nothing kept from now
+  auto g = net::Buffer::allocate(16 * mib);
   std::memset(g->mutable_data(), 3, g->size());
 }
 
@@ -670,13 +670,13 @@ TEST_CASE("DataPort.Lane.ResultsReceivedIntoAKeptBufferArriveWhole" * doctest::t
   // and opened in the pages the first was received into, and carries its own bytes, not the
   // first's.
   struct Off {
-    ~Off() { data::Buffer::keep_for_reuse(0); }
+    ~Off() { net::Buffer::keep_for_reuse(0); }
   } off;
-  data::Buffer::keep_for_reuse(std::size_t{64} << 20);
+  net::Buffer::keep_for_reuse(std::size_t{64} << 20);
   const auto keys = test_keys();
   Port port(keys);
   port.with_lanes(true);
-  const std::size_t size = 3 * data::kLaneRecord + 7;
+  const std::size_t size = 3 * net::kLaneRecord + 7;
   port.store[1] = pattern(size, 1);
   port.store[2] = pattern(size, 2);
   port.start();

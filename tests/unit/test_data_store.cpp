@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <string>
 
-#include "common/data_port.hpp"
+#include "net/data_port.hpp"
 #include "worker/data_store.hpp"
 
 using herd::protocol::TaskId;
@@ -21,13 +21,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-herd::data::PayloadPtr bytes_of(std::size_t n, int seed) {
-  auto b = herd::data::Buffer::allocate(n);
+herd::net::PayloadPtr bytes_of(std::size_t n, int seed) {
+  auto b = herd::net::Buffer::allocate(n);
   for (std::size_t i = 0; i < n; ++i) b->mutable_data()[i] = static_cast<char>((seed * 31 + i * 7) & 0xff);
-  return herd::data::PayloadPtr(std::move(b));
+  return herd::net::PayloadPtr(std::move(b));
 }
 
-bool same(const herd::data::PayloadPtr& p, std::size_t n, int seed) {
+bool same(const herd::net::PayloadPtr& p, std::size_t n, int seed) {
   if (!p || p->size() != n) return false;
   for (std::size_t i = 0; i < n; ++i) {
     if (p->data()[i] != static_cast<char>((seed * 31 + i * 7) & 0xff)) return false;

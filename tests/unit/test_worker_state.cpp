@@ -10,7 +10,7 @@
 
 #include <herd/options.hpp>
 
-#include "common/data_port.hpp"
+#include "net/data_port.hpp"
 #include "task/this_task.hpp"
 #include "worker/worker_state.hpp"
 
@@ -50,7 +50,7 @@ Completion ok(TaskId id, std::size_t size = 8) {
   Completion c;
   c.id = id;
   c.ok = true;
-  c.bytes = std::make_shared<herd::data::Buffer>(static_cast<char*>(std::calloc(size, 1)), size);
+  c.bytes = std::make_shared<herd::net::Buffer>(static_cast<char*>(std::calloc(size, 1)), size);
   return c;
 }
 

@@ -1,4 +1,4 @@
-#include "common/data_lane.hpp"
+#include "net/lane.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -15,9 +15,10 @@
 #include <stdexcept>
 
 #include "common/logging.hpp"
-#include "common/tcp.hpp"
+#include "net/bytes.hpp"
+#include "net/tcp.hpp"
 
-namespace herd::data {
+namespace herd::net {
 
 namespace {
 
@@ -54,18 +55,18 @@ bool send_all(int fd, const char* p, std::size_t n) {
 
 LaneServer::LaneServer(const std::string& host, bool encrypt, std::chrono::milliseconds progress_timeout)
     : encrypt_(encrypt), timeout_(progress_timeout) {
-  if (encrypt_) aead::init();
-  listen_fd_ = tcp::listen_on(host, kSocketBuffer, "herd data lane");
-  if (!tcp::set_nonblocking(listen_fd_)) {
+  if (encrypt_) net::crypto_init();
+  listen_fd_ = net::listen_on(host, kSocketBuffer, "herd data lane");
+  if (!net::set_nonblocking(listen_fd_)) {
     const int err = errno;
-    tcp::close_fd(listen_fd_);
+    net::close_fd(listen_fd_);
     throw std::runtime_error("herd data lane: fcntl(O_NONBLOCK): " + errno_text(err));
   }
-  port_ = tcp::local_port(listen_fd_);
+  port_ = net::local_port(listen_fd_);
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) {
     const int err = errno;
-    tcp::close_fd(listen_fd_);
+    net::close_fd(listen_fd_);
     throw std::runtime_error("herd data lane: eventfd: " + errno_text(err));
   }
   acceptor_ = std::thread([this] { accept_loop(); });
@@ -86,8 +87,8 @@ LaneServer::~LaneServer() {
   for (Transfer& t : transfers_) {
     if (t.thread.joinable()) t.thread.join();
   }
-  tcp::close_fd(listen_fd_);
-  tcp::close_fd(wake_fd_);
+  net::close_fd(listen_fd_);
+  net::close_fd(wake_fd_);
 }
 
 protocol::DataLane LaneServer::offer(std::vector<PayloadPtr> payloads, bool fetcher_has_aes) {
@@ -96,11 +97,11 @@ protocol::DataLane LaneServer::offer(std::vector<PayloadPtr> payloads, bool fetc
   o.expires = Clock::now() + timeout_;
   protocol::DataLane lane;
   lane.port = port_;
-  lane.token = aead::random_bytes(kLaneToken);
+  lane.token = net::random_bytes(kLaneToken);
   if (encrypt_) {
-    o.key = aead::random_key();
-    o.cipher = fetcher_has_aes && aead::aes_available() ? aead::kCipherAes : aead::kCipherChacha;
-    lane.key = aead::to_bytes(o.key);
+    o.key = net::random_key();
+    o.cipher = fetcher_has_aes && net::aes_available() ? net::kCipherAes : net::kCipherChacha;
+    lane.key = net::key_bytes(o.key);
     lane.cipher = o.cipher;
   }
   std::lock_guard<std::mutex> lock(mutex_);
@@ -159,15 +160,15 @@ void LaneServer::accept_loop() {
         const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) break;  // EAGAIN, or a connection reset before we took it
         if (pending.size() >= kMaxPending) {  // a flood: a random old one makes room
-          const std::size_t victim = static_cast<std::size_t>(aead::random_bytes(1)[0]) % pending.size();
-          tcp::close_fd(pending[victim].fd);
+          const std::size_t victim = static_cast<std::size_t>(net::random_bytes(1)[0]) % pending.size();
+          net::close_fd(pending[victim].fd);
           pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(victim));
         }
         pending.push_back({fd, {}, now + std::min<Clock::duration>(kHelloTimeout, timeout_)});
       }
     }
     for (auto it = pending.begin(); it != pending.end();) {
-      if (it->fd >= 0 && now >= it->deadline) tcp::close_fd(it->fd);
+      if (it->fd >= 0 && now >= it->deadline) net::close_fd(it->fd);
       it = it->fd < 0 ? pending.erase(it) : std::next(it);
     }
     std::lock_guard<std::mutex> lock(mutex_);
@@ -183,7 +184,7 @@ void LaneServer::accept_loop() {
       it = transfers_.erase(it);
     }
   }
-  for (Pending& p : pending) tcp::close_fd(p.fd);
+  for (Pending& p : pending) net::close_fd(p.fd);
 }
 
 void LaneServer::on_hello(Pending& p) {
@@ -191,13 +192,13 @@ void LaneServer::on_hello(Pending& p) {
   const ssize_t k = ::recv(p.fd, buf, kHello - p.hello.size(), 0);
   if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
   if (k <= 0) {
-    tcp::close_fd(p.fd);
+    net::close_fd(p.fd);
     return;
   }
   p.hello.append(buf, static_cast<std::size_t>(k));
   // A stray is dropped at its first wrong byte of the magic.
   if (std::memcmp(p.hello.data(), kHelloMagic, std::min<std::size_t>(4, p.hello.size())) != 0) {
-    tcp::close_fd(p.fd);
+    net::close_fd(p.fd);
     return;
   }
   if (p.hello.size() < kHello) return;
@@ -206,7 +207,7 @@ void LaneServer::on_hello(Pending& p) {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = offers_.find(p.hello.substr(4));
     if (it == offers_.end()) {
-      tcp::close_fd(p.fd);  // no such token, or it was used already
+      net::close_fd(p.fd);  // no such token, or it was used already
       return;
     }
     offer = std::move(it->second);
@@ -222,7 +223,7 @@ void LaneServer::start_transfer(int fd, Offer offer) {
   t.thread = std::thread([this, &t, offer = std::move(offer)] {
     send_offer(t, offer);
     std::lock_guard<std::mutex> held(mutex_);
-    tcp::close_fd(t.fd);
+    net::close_fd(t.fd);
     t.done = true;
   });
 }
@@ -237,12 +238,12 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
   tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
   (void)::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  tcp::set_liveness(fd);
+  net::set_liveness(fd);
 
-  std::unique_ptr<aead::RecordCipher> cipher;
+  std::unique_ptr<net::RecordCipher> cipher;
   std::unique_ptr<unsigned char[]> stage;
-  if (offer.cipher != aead::kCipherNone) {
-    cipher = std::make_unique<aead::RecordCipher>(offer.cipher, offer.key);
+  if (offer.cipher != net::kCipherNone) {
+    cipher = std::make_unique<net::RecordCipher>(offer.cipher, offer.key);
     {
       std::lock_guard lock(mutex_);
       if (!stages_.empty()) {
@@ -250,7 +251,7 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
         stages_.pop_back();
       }
     }
-    if (!stage) stage.reset(new unsigned char[aead::kHeader + kLaneRecord + aead::kTag]);
+    if (!stage) stage.reset(new unsigned char[net::kRecordHeader + kLaneRecord + net::kRecordTag]);
   }
   struct GiveBack {  // the stage goes back for the next transfer, however this one ends
     LaneServer& server;
@@ -272,7 +273,7 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
       if (cipher) {
         n = std::min(kLaneRecord, size - off);
         cipher->seal(data + off, n, stage.get());
-        ok = send_all(fd, reinterpret_cast<const char*>(stage.get()), aead::kHeader + n + aead::kTag);
+        ok = send_all(fd, reinterpret_cast<const char*>(stage.get()), net::kRecordHeader + n + net::kRecordTag);
       } else {
         n = std::min(kMaxSend, size - off);
         ok = send_all(fd, data + off, n);
@@ -302,7 +303,7 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
 // buffer, while the fetcher's thread reads the next one into the bytes after it.
 class LaneReceiver::Opener {
  public:
-  Opener(std::unique_ptr<aead::RecordCipher> cipher, std::size_t items)
+  Opener(std::unique_ptr<net::RecordCipher> cipher, std::size_t items)
       : cipher_(std::move(cipher)), pending_(items, 0), thread_([this] { run(); }) {}
   ~Opener() {
     {
@@ -318,8 +319,8 @@ class LaneReceiver::Opener {
   void push(const unsigned char* header, char* data, std::size_t len, const unsigned char* tag, std::size_t item,
             std::uint64_t offset) {
     Job job;
-    std::memcpy(job.header, header, aead::kHeader);
-    std::memcpy(job.tag, tag, aead::kTag);
+    std::memcpy(job.header, header, net::kRecordHeader);
+    std::memcpy(job.tag, tag, net::kRecordTag);
     job.data = data;
     job.len = len;
     job.item = item;
@@ -351,8 +352,8 @@ class LaneReceiver::Opener {
 
  private:
   struct Job {
-    unsigned char header[aead::kHeader];
-    unsigned char tag[aead::kTag];
+    unsigned char header[net::kRecordHeader];
+    unsigned char tag[net::kRecordTag];
     char* data;
     std::size_t len;
     std::size_t item;
@@ -380,7 +381,7 @@ class LaneReceiver::Opener {
     }
   }
 
-  std::unique_ptr<aead::RecordCipher> cipher_;
+  std::unique_ptr<net::RecordCipher> cipher_;
   std::mutex mu_;
   std::condition_variable work_, idle_;
   std::deque<Job> jobs_;
@@ -398,13 +399,13 @@ LaneReceiver::LaneReceiver(const std::string& host, const protocol::DataLane& la
   const std::string port = std::to_string(lane.port);
   where_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
   if (!lane.key.empty()) {
-    aead::Key key{};
-    if (!aead::from_bytes(lane.key, key)) {
+    net::Key key{};
+    if (!net::key_from_bytes(lane.key, key)) {
       throw std::runtime_error("the lane " + where_ + " came with a key of " + std::to_string(lane.key.size()) +
                                " bytes");
     }
     try {
-      cipher_ = std::make_unique<aead::RecordCipher>(lane.cipher, key);
+      cipher_ = std::make_unique<net::RecordCipher>(lane.cipher, key);
     } catch (const std::invalid_argument& e) {
       throw std::runtime_error("the lane " + where_ + ": " + e.what());
     }
@@ -417,9 +418,9 @@ LaneReceiver::LaneReceiver(const std::string& host, const protocol::DataLane& la
   hello_ += lane.token;
   // Refused at once (nothing listens there): the first step() reports it as unreachable.
   std::string error;
-  fd_ = tcp::connect_start(host, port, kSocketBuffer, connect_error_, error);
+  fd_ = net::connect_start(host, port, kSocketBuffer, connect_error_, error);
   if (fd_ < 0) throw std::runtime_error("the lane " + where_ + ": " + error);
-  tcp::set_liveness(fd_);
+  net::set_liveness(fd_);
   while (current_ < items_.size() && items_[current_].buffer->size() == 0) ++current_;  // nothing to read
   delivered_ = current_;
   if (cipher_) {
@@ -431,7 +432,7 @@ LaneReceiver::LaneReceiver(const std::string& host, const protocol::DataLane& la
 
 LaneReceiver::~LaneReceiver() {
   opener_.reset();  // before the results it writes into
-  tcp::close_fd(fd_);
+  net::close_fd(fd_);
 }
 
 std::vector<const LaneReceiver::Item*> LaneReceiver::unfinished() const {
@@ -514,15 +515,15 @@ std::string LaneReceiver::receive(std::size_t budget) {
     if (!sealed) {
       to = base + item.received;
       want = std::min(size - item.received, budget - moved);
-    } else if (header_have_ < aead::kHeader) {
+    } else if (header_have_ < net::kRecordHeader) {
       to = reinterpret_cast<char*>(header_) + header_have_;
-      want = aead::kHeader - header_have_;
+      want = net::kRecordHeader - header_have_;
     } else if (body_have_ < body_len_) {
       to = base + item.received + body_have_;
       want = body_len_ - body_have_;
     } else {
       to = reinterpret_cast<char*>(tag_) + tag_have_;
-      want = aead::kTag - tag_have_;
+      want = net::kRecordTag - tag_have_;
     }
     const ssize_t k = ::recv(fd_, to, want, 0);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
@@ -535,10 +536,10 @@ std::string LaneReceiver::receive(std::size_t budget) {
     progress_ += got;
     if (!sealed) {
       item.received += got;
-    } else if (header_have_ < aead::kHeader) {
+    } else if (header_have_ < net::kRecordHeader) {
       header_have_ += got;
-      if (header_have_ == aead::kHeader) {
-        body_len_ = aead::get_length(header_);
+      if (header_have_ == net::kRecordHeader) {
+        body_len_ = read_u32(header_);
         const std::size_t due = std::min(kLaneRecord, size - item.received);
         if (body_len_ != due) {
           return "its lane " + where_ + " sent a record of " + std::to_string(body_len_) + " bytes where " +
@@ -551,7 +552,7 @@ std::string LaneReceiver::receive(std::size_t budget) {
       body_have_ += got;
     } else {
       tag_have_ += got;
-      if (tag_have_ == aead::kTag) {
+      if (tag_have_ == net::kRecordTag) {
         if (opener_) {
           opener_->push(header_, base + item.received, body_len_, tag_, current_, item.received);
         } else if (!cipher_->open_in_place(header_, base + item.received, body_len_, tag_)) {
@@ -567,4 +568,4 @@ std::string LaneReceiver::receive(std::size_t budget) {
   return "";
 }
 
-}  // namespace herd::data
+}  // namespace herd::net

@@ -1,4 +1,4 @@
-#include "common/control_link.hpp"
+#include "net/link.hpp"
 
 #include <poll.h>
 #include <sys/epoll.h>
@@ -11,9 +11,10 @@
 #include <stdexcept>
 
 #include "common/logging.hpp"
-#include "common/tcp.hpp"
+#include "net/bytes.hpp"
+#include "net/tcp.hpp"
 
-namespace herd::link {
+namespace herd::net {
 
 namespace {
 
@@ -23,17 +24,7 @@ constexpr std::size_t kReadChunk = 64u << 10;
 
 std::string errno_text(int e) { return std::strerror(e); }
 
-void put_u32(std::vector<char>& out, std::uint32_t v) {
-  const char b[4] = {static_cast<char>(v & 0xff), static_cast<char>((v >> 8) & 0xff), static_cast<char>((v >> 16) & 0xff),
-                     static_cast<char>((v >> 24) & 0xff)};
-  out.insert(out.end(), b, b + 4);
-}
 
-std::uint32_t get_u32(const char* p) {
-  const auto* b = reinterpret_cast<const unsigned char*>(p);
-  return static_cast<std::uint32_t>(b[0]) | (static_cast<std::uint32_t>(b[1]) << 8) |
-         (static_cast<std::uint32_t>(b[2]) << 16) | (static_cast<std::uint32_t>(b[3]) << 24);
-}
 
 /// Removes what was consumed from the front of a buffer, once it is most of it.
 void compact(std::vector<char>& buffer, std::size_t& begin, std::size_t& end) {
@@ -49,27 +40,27 @@ void compact(std::vector<char>& buffer, std::size_t& begin, std::size_t& end) {
 
 }  // namespace
 
-DirectionKeys derive_keys(const aead::Key& offered) {
+DirectionKeys derive_keys(const net::Key& offered) {
   DirectionKeys k;
-  k.to_worker = aead::blake2b("herd control link: scheduler to worker", &offered);
-  k.to_scheduler = aead::blake2b("herd control link: worker to scheduler", &offered);
+  k.to_worker = net::blake2b("herd control link: scheduler to worker", &offered);
+  k.to_scheduler = net::blake2b("herd control link: worker to scheduler", &offered);
   return k;
 }
 
-Link::Link(int fd, std::uint32_t cipher, const aead::Key& send_key, const aead::Key& receive_key,
+Link::Link(int fd, std::uint32_t cipher, const net::Key& send_key, const net::Key& receive_key,
            std::uint64_t max_frame, std::string peer)
     : fd_(fd), peer_(std::move(peer)), max_frame_(max_frame) {
-  tcp::set_nonblocking(fd_);
-  tcp::set_nodelay(fd_);
-  tcp::set_liveness(fd_);
-  if (cipher != aead::kCipherNone) {
-    sealer_ = std::make_unique<aead::RecordCipher>(cipher, send_key);
-    opener_ = std::make_unique<aead::RecordCipher>(cipher, receive_key);
+  net::set_nonblocking(fd_);
+  net::set_nodelay(fd_);
+  net::set_liveness(fd_);
+  if (cipher != net::kCipherNone) {
+    sealer_ = std::make_unique<net::RecordCipher>(cipher, send_key);
+    opener_ = std::make_unique<net::RecordCipher>(cipher, receive_key);
   }
   in_.resize(kReadChunk);
 }
 
-Link::~Link() { tcp::close_fd(fd_); }
+Link::~Link() { net::close_fd(fd_); }
 
 void Link::fail(const std::string& why) {
   if (error_.empty()) error_ = why;
@@ -79,7 +70,7 @@ void Link::append_sealed(const char* data, std::size_t n) {
   while (n > 0) {
     const std::size_t len = std::min(n, kLinkRecord);
     const std::size_t at = out_.size();
-    out_.resize(at + aead::kHeader + len + aead::kTag);
+    out_.resize(at + net::kRecordHeader + len + net::kRecordTag);
     sealer_->seal(data, len, reinterpret_cast<unsigned char*>(out_.data() + at));
     data += len;
     n -= len;
@@ -98,12 +89,12 @@ void Link::send(const zmq::message_t& message, const std::vector<zmq::message_t>
   const bool was_empty = !want_write();
   std::vector<char>& plain = sealer_ ? plain_out_ : out_;
   if (sealer_) plain.clear();
-  put_u32(plain, static_cast<std::uint32_t>(1 + payloads.size()));
-  put_u32(plain, static_cast<std::uint32_t>(message.size()));
+  append_u32(plain, static_cast<std::uint32_t>(1 + payloads.size()));
+  append_u32(plain, static_cast<std::uint32_t>(message.size()));
   const char* m = static_cast<const char*>(message.data());
   plain.insert(plain.end(), m, m + message.size());
   for (const auto& p : payloads) {
-    put_u32(plain, static_cast<std::uint32_t>(p.size()));
+    append_u32(plain, static_cast<std::uint32_t>(p.size()));
     const char* d = static_cast<const char*>(p.data());
     plain.insert(plain.end(), d, d + p.size());
   }
@@ -149,7 +140,7 @@ bool Link::parse_messages(std::vector<char>& buffer, std::size_t& begin, std::si
                           std::vector<protocol::Received>& out) {
   for (;;) {
     if (end - begin < 4) return true;
-    const std::uint32_t frames = get_u32(buffer.data() + begin);
+    const std::uint32_t frames = read_u32(buffer.data() + begin);
     if (frames == 0 || frames > kMaxFrames) {
       fail(peer_ + " sent a message of " + std::to_string(frames) + " frames (1 to " + std::to_string(kMaxFrames) +
            "): not a herd link, or out of step");
@@ -159,7 +150,7 @@ bool Link::parse_messages(std::vector<char>& buffer, std::size_t& begin, std::si
     std::uint32_t complete = 0;
     for (; complete < frames; ++complete) {
       if (end - at < 4) break;
-      const std::uint32_t len = get_u32(buffer.data() + at);
+      const std::uint32_t len = read_u32(buffer.data() + at);
       if (max_frame_ > 0 && len > max_frame_) {
         fail(peer_ + " sent a frame of " + std::to_string(len) + " bytes, over the limit of " +
              std::to_string(max_frame_));
@@ -172,7 +163,7 @@ bool Link::parse_messages(std::vector<char>& buffer, std::size_t& begin, std::si
     protocol::Received r;
     std::size_t p = begin + 4;
     for (std::uint32_t i = 0; i < frames; ++i) {
-      const std::uint32_t len = get_u32(buffer.data() + p);
+      const std::uint32_t len = read_u32(buffer.data() + p);
       zmq::message_t frame(buffer.data() + p + 4, len);
       if (i == 0) r.message = std::move(frame);
       else r.payloads.push_back(std::move(frame));
@@ -205,17 +196,17 @@ void Link::receive(std::vector<protocol::Received>& out, std::size_t budget) {
       continue;
     }
     // Sealed: open every whole record into the plaintext, then read messages from it.
-    while (in_end_ - in_begin_ >= aead::kHeader) {
+    while (in_end_ - in_begin_ >= net::kRecordHeader) {
       auto* header = reinterpret_cast<unsigned char*>(in_.data() + in_begin_);
-      const std::uint32_t len = aead::get_length(header);
+      const std::uint32_t len = read_u32(header);
       if (len > kLinkRecord) {
         fail(peer_ + " sent a record of " + std::to_string(len) + " bytes (at most " + std::to_string(kLinkRecord) +
              "): not a herd link, or out of step");
         break;
       }
-      const std::size_t whole = aead::kHeader + len + aead::kTag;
+      const std::size_t whole = net::kRecordHeader + len + net::kRecordTag;
       if (in_end_ - in_begin_ < whole) break;
-      char* data = in_.data() + in_begin_ + aead::kHeader;
+      char* data = in_.data() + in_begin_ + net::kRecordHeader;
       if (!opener_->open_in_place(header, data, len, reinterpret_cast<unsigned char*>(data + len))) {
         fail(peer_ + " sent a record that does not open (a wrong key, or altered on the way)");
         break;
@@ -243,10 +234,10 @@ void Link::receive(std::vector<protocol::Received>& out, std::size_t budget) {
 
 int start_connect(const std::string& host, std::uint16_t port, std::string& error) {
   int refused = 0;
-  int fd = tcp::connect_start(host, std::to_string(port), 0, refused, error);
+  int fd = net::connect_start(host, std::to_string(port), 0, refused, error);
   if (fd >= 0 && refused != 0) {
     error = errno_text(refused);
-    tcp::close_fd(fd);
+    net::close_fd(fd);
   }
   return fd;
 }
@@ -268,12 +259,12 @@ std::string finish_connect(int fd, const std::string& token) {
 
 LinkHub::LinkHub(const std::string& host, std::uint64_t max_frame, std::chrono::milliseconds offer_timeout)
     : max_frame_(max_frame), timeout_(offer_timeout) {
-  listen_fd_ = tcp::listen_on(host, 0, "the scheduler's control links");
-  port_ = tcp::local_port(listen_fd_);
-  tcp::set_nonblocking(listen_fd_);
+  listen_fd_ = net::listen_on(host, 0, "the scheduler's control links");
+  port_ = net::local_port(listen_fd_);
+  net::set_nonblocking(listen_fd_);
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
   if (epoll_fd_ < 0) {
-    tcp::close_fd(listen_fd_);
+    net::close_fd(listen_fd_);
     throw std::runtime_error("the scheduler's control links: epoll_create1 failed: " + errno_text(errno));
   }
   epoll_event ev{};
@@ -285,20 +276,20 @@ LinkHub::LinkHub(const std::string& host, std::uint64_t max_frame, std::chrono::
 LinkHub::~LinkHub() {
   for (auto& [fd, p] : pending_) ::close(fd);
   links_.clear();
-  tcp::close_fd(listen_fd_);
-  tcp::close_fd(epoll_fd_);
+  net::close_fd(listen_fd_);
+  net::close_fd(epoll_fd_);
 }
 
 LinkHub::Offer LinkHub::offer(const std::string& owner, bool encrypt, bool peer_has_aes) {
   Offer o;
-  o.token = aead::random_bytes(kLinkToken);
+  o.token = net::random_bytes(kLinkToken);
   OfferEntry e;
   e.owner = owner;
-  e.cipher = aead::kCipherNone;
+  e.cipher = net::kCipherNone;
   if (encrypt) {
-    e.cipher = peer_has_aes && aead::aes_available() ? aead::kCipherAes : aead::kCipherChacha;
-    e.key = aead::random_key();
-    o.key = aead::to_bytes(e.key);
+    e.cipher = peer_has_aes && net::aes_available() ? net::kCipherAes : net::kCipherChacha;
+    e.key = net::random_key();
+    o.key = net::key_bytes(e.key);
   }
   o.cipher = e.cipher;
   e.expires = std::chrono::steady_clock::now() + timeout_;
@@ -526,4 +517,4 @@ void LinkHub::drain(std::chrono::milliseconds timeout) {
   }
 }
 
-}  // namespace herd::link
+}  // namespace herd::net

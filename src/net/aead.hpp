@@ -1,6 +1,6 @@
 // Sealed records over a byte stream (AEAD), for the links herd opens itself beside
 // ZeroMQ: the gang ring (collective/ring.cpp) and the bulk lanes of data ports
-// (common/data_lane.hpp).
+// (net/lane.hpp).
 //
 // A record, byte-exact: u32 length L, little-endian | L bytes of ciphertext | 16-byte tag. The
 // length header is the additional data; the nonce is the record's number under its key (u64
@@ -16,16 +16,16 @@
 
 struct evp_cipher_ctx_st;
 
-namespace herd::aead {
+namespace herd::net {
 
 using Key = std::array<unsigned char, 32>;
 
 inline constexpr std::uint32_t kCipherNone = 0, kCipherChacha = 1, kCipherAes = 2;
-inline constexpr std::size_t kHeader = 4;  // the length
-inline constexpr std::size_t kTag = 16;
+inline constexpr std::size_t kRecordHeader = 4;  // the length
+inline constexpr std::size_t kRecordTag = 16;
 
 /// libsodium initialised (once, thread-safe); throws std::runtime_error when it cannot be.
-void init();
+void crypto_init();
 /// AES-256-GCM in hardware here (libsodium's implementation needs AES-NI and CLMUL).
 bool aes_available();
 /// `n` bytes from the system's random source.
@@ -35,8 +35,8 @@ Key blake2b(const std::string& message, const Key* key);
 /// A fresh random key.
 Key random_key();
 /// The bytes of a key, and back (false: not 32 bytes).
-std::string to_bytes(const Key& key);
-bool from_bytes(const std::string& bytes, Key& key);
+std::string key_bytes(const Key& key);
+bool key_from_bytes(const std::string& bytes, Key& key);
 
 /// One direction of one stream: the sender seals records, the receiver opens them, each with
 /// the record counter as nonce.
@@ -49,7 +49,7 @@ class RecordCipher {
   RecordCipher(const RecordCipher&) = delete;
   RecordCipher& operator=(const RecordCipher&) = delete;
 
-  /// Writes length header | ciphertext of [m, m+len) | tag to `out` (kHeader + len + kTag bytes).
+  /// Writes length header | ciphertext of [m, m+len) | tag to `out` (kRecordHeader + len + kRecordTag bytes).
   void seal(const char* m, std::size_t len, unsigned char* out);
   /// `record` = what seal() made for `len` bytes; the plaintext goes to `m`. False: not authentic.
   bool open(const unsigned char* record, std::size_t len, char* m);
@@ -66,8 +66,4 @@ class RecordCipher {
   std::uint64_t counter_ = 0;
 };
 
-/// The length header of a record (little-endian), and back.
-void put_length(unsigned char* out, std::uint32_t len);
-std::uint32_t get_length(const unsigned char* header);
-
-}  // namespace herd::aead
+}  // namespace herd::net

@@ -1,4 +1,4 @@
-#include "common/net.hpp"
+#include "net/interfaces.hpp"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,4 +1,4 @@
-#include "common/aead.hpp"
+#include "net/aead.hpp"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -10,7 +10,9 @@
 #include <new>
 #include <stdexcept>
 
-namespace herd::aead {
+#include "net/bytes.hpp"
+
+namespace herd::net {
 
 namespace {
 // AES-256-GCM through OpenSSL's EVP interface: the same records as libsodium's (a standard
@@ -36,7 +38,7 @@ constexpr std::size_t kPiece = std::size_t{1} << 30;
 bool gcm_update(EVP_CIPHER_CTX* c, const unsigned char* header, const unsigned char* in, std::size_t len,
                 unsigned char* out) {
   int n = 0;
-  if (EVP_CipherUpdate(c, nullptr, &n, header, static_cast<int>(kHeader)) != 1) return false;
+  if (EVP_CipherUpdate(c, nullptr, &n, header, static_cast<int>(kRecordHeader)) != 1) return false;
   for (std::size_t at = 0; at < len; at += kPiece) {
     const int piece = static_cast<int>(std::min(kPiece, len - at));
     if (EVP_CipherUpdate(c, out + at, &n, in + at, piece) != 1) return false;
@@ -49,7 +51,7 @@ void gcm_seal(EVP_CIPHER_CTX* c, const unsigned char* nonce, const unsigned char
   int n = 0;
   bool ok = EVP_EncryptInit_ex(c, nullptr, nullptr, nullptr, nonce) == 1 && gcm_update(c, header, in, len, out);
   ok = ok && EVP_EncryptFinal_ex(c, out + len, &n) == 1 &&
-       EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kTag), tag) == 1;
+       EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_GET_TAG, static_cast<int>(kRecordTag), tag) == 1;
   if (!ok) throw std::runtime_error("herd: AES-256-GCM sealing failed (OpenSSL)");
 }
 
@@ -57,24 +59,24 @@ bool gcm_open(EVP_CIPHER_CTX* c, const unsigned char* nonce, const unsigned char
               std::size_t len, const unsigned char* tag, unsigned char* out) {
   int n = 0;
   bool ok = EVP_DecryptInit_ex(c, nullptr, nullptr, nullptr, nonce) == 1 && gcm_update(c, header, in, len, out);
-  ok = ok && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kTag), const_cast<unsigned char*>(tag)) == 1 &&
+  ok = ok && EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_GCM_SET_TAG, static_cast<int>(kRecordTag), const_cast<unsigned char*>(tag)) == 1 &&
        EVP_DecryptFinal_ex(c, out + len, &n) == 1;
   if (!ok) OPENSSL_cleanse(out, len);  // nothing of a forged record is left to read, as libsodium does
   return ok;
 }
 }  // namespace
 
-void init() {
+void crypto_init() {
   if (sodium_init() < 0) throw std::runtime_error("herd: libsodium cannot be initialised");
 }
 
 bool aes_available() {
-  init();
+  crypto_init();
   return crypto_aead_aes256gcm_is_available() != 0;
 }
 
 std::string random_bytes(std::size_t n) {
-  init();
+  crypto_init();
   std::string out(n, '\0');
   randombytes_buf(out.data(), n);
   return out;
@@ -88,32 +90,24 @@ Key blake2b(const std::string& message, const Key* key) {
 }
 
 Key random_key() {
-  init();
+  crypto_init();
   Key k{};
   randombytes_buf(k.data(), k.size());
   return k;
 }
 
-std::string to_bytes(const Key& key) { return std::string(reinterpret_cast<const char*>(key.data()), key.size()); }
+std::string key_bytes(const Key& key) { return std::string(reinterpret_cast<const char*>(key.data()), key.size()); }
 
-bool from_bytes(const std::string& bytes, Key& key) {
+bool key_from_bytes(const std::string& bytes, Key& key) {
   if (bytes.size() != key.size()) return false;
   for (std::size_t i = 0; i < key.size(); ++i) key[i] = static_cast<unsigned char>(bytes[i]);
   return true;
 }
 
-void put_length(unsigned char* out, std::uint32_t len) {
-  for (int i = 0; i < 4; ++i) out[i] = static_cast<unsigned char>((len >> (8 * i)) & 0xffu);
-}
 
-std::uint32_t get_length(const unsigned char* header) {
-  std::uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(header[i]) << (8 * i);
-  return v;
-}
 
 RecordCipher::RecordCipher(std::uint32_t cipher, const Key& key) : cipher_(cipher), key_(key) {
-  init();
+  crypto_init();
   if (cipher_ == kCipherAes) {
     if (!crypto_aead_aes256gcm_is_available()) throw std::invalid_argument("herd: AES-256-GCM is not available here");
     seal_ = gcm_context(key_, true);
@@ -142,14 +136,14 @@ std::array<unsigned char, 12> RecordCipher::next_nonce() {
 }
 
 void RecordCipher::seal(const char* m, std::size_t len, unsigned char* out) {
-  put_length(out, static_cast<std::uint32_t>(len));
+  write_u32(out, static_cast<std::uint32_t>(len));
   const auto nonce = next_nonce();
   const auto* plain = reinterpret_cast<const unsigned char*>(m);
   if (cipher_ == kCipherAes) {
-    gcm_seal(seal_, nonce.data(), out, plain, len, out + kHeader, out + kHeader + len);
+    gcm_seal(seal_, nonce.data(), out, plain, len, out + kRecordHeader, out + kRecordHeader + len);
   } else {
-    crypto_aead_chacha20poly1305_ietf_encrypt_detached(out + kHeader, out + kHeader + len, nullptr, plain, len, out,
-                                                       kHeader, nullptr, nonce.data(), key_.data());
+    crypto_aead_chacha20poly1305_ietf_encrypt_detached(out + kRecordHeader, out + kRecordHeader + len, nullptr, plain, len, out,
+                                                       kRecordHeader, nullptr, nonce.data(), key_.data());
   }
 }
 
@@ -157,10 +151,10 @@ bool RecordCipher::open(const unsigned char* record, std::size_t len, char* m) {
   const auto nonce = next_nonce();
   auto* plain = reinterpret_cast<unsigned char*>(m);
   if (cipher_ == kCipherAes) {
-    return gcm_open(open_, nonce.data(), record, record + kHeader, len, record + kHeader + len, plain);
+    return gcm_open(open_, nonce.data(), record, record + kRecordHeader, len, record + kRecordHeader + len, plain);
   }
-  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(plain, nullptr, record + kHeader, len,
-                                                            record + kHeader + len, record, kHeader, nonce.data(),
+  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(plain, nullptr, record + kRecordHeader, len,
+                                                            record + kRecordHeader + len, record, kRecordHeader, nonce.data(),
                                                             key_.data()) == 0;
 }
 
@@ -170,8 +164,8 @@ bool RecordCipher::open_in_place(const unsigned char* header, char* data, std::s
   if (cipher_ == kCipherAes) {
     return gcm_open(open_, nonce.data(), header, p, len, tag, p);
   }
-  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(p, nullptr, p, len, tag, header, kHeader, nonce.data(),
+  return crypto_aead_chacha20poly1305_ietf_decrypt_detached(p, nullptr, p, len, tag, header, kRecordHeader, nonce.data(),
                                                             key_.data()) == 0;
 }
 
-}  // namespace herd::aead
+}  // namespace herd::net

@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-namespace herd::tcp {
+namespace herd::net {
 
 /// Closes `fd` when open and sets it to -1.
 void close_fd(int& fd);
@@ -50,4 +50,4 @@ int connect_start(const std::string& host, const std::string& port, int buffer_b
 /// The port a bound socket got (0 on error).
 unsigned short local_port(int fd);
 
-}  // namespace herd::tcp
+}  // namespace herd::net

@@ -5,7 +5,7 @@
 // size goes on a lane instead: the holder's reply (on the data port, so CURVE-encrypted when the
 // cluster is) names a port of its LaneServer, a fresh token and, when the cluster encrypts, a
 // fresh key. The fetcher connects and sends the token; the holder writes the results straight
-// from where it holds them (plain), or sealed record by record (common/aead.hpp) through one
+// from where it holds them (plain), or sealed record by record (net/aead.hpp) through one
 // small staging buffer; the fetcher reads them straight into their final buffers and opens each
 // record in place. One pass over the bytes on each side beyond the kernel's copy.
 //
@@ -36,10 +36,11 @@
 #include <utility>
 #include <vector>
 
-#include "common/aead.hpp"
-#include "common/data_port.hpp"
+#include "net/aead.hpp"
+#include "net/buffer.hpp"
+#include "protocol/messages.hpp"
 
-namespace herd::data {
+namespace herd::net {
 
 inline constexpr std::size_t kLaneRecord = 1 << 20;  // plaintext bytes per sealed record at most
 inline constexpr std::size_t kLaneToken = 32;
@@ -68,8 +69,8 @@ class LaneServer {
  private:
   struct Offer {
     std::vector<PayloadPtr> payloads;
-    aead::Key key{};
-    std::uint32_t cipher = aead::kCipherNone;
+    net::Key key{};
+    std::uint32_t cipher = net::kCipherNone;
     std::chrono::steady_clock::time_point expires;
   };
   struct Pending {  // accepted, its hello not read yet
@@ -106,7 +107,7 @@ class LaneServer {
 class LaneReceiver {
  public:
   struct Item {
-    TaskId id = 0;
+    protocol::TaskId id = 0;
     std::unique_ptr<Buffer> buffer;
     std::uint64_t received = 0;
   };
@@ -147,18 +148,18 @@ class LaneReceiver {
   std::string where_;
   std::string hello_;
   std::size_t hello_sent_ = 0;
-  std::unique_ptr<aead::RecordCipher> cipher_;
+  std::unique_ptr<net::RecordCipher> cipher_;
   std::vector<Item> items_;
   std::size_t current_ = 0;    // the result being received
   std::size_t delivered_ = 0;  // the first result not moved to `done` yet (received, perhaps not opened)
   std::unique_ptr<Opener> opener_;  // sealed lanes of several records; else records open inline
   // The record being read (sealed lanes): header, body (into the buffer), tag.
-  unsigned char header_[aead::kHeader] = {};
+  unsigned char header_[net::kRecordHeader] = {};
   std::size_t header_have_ = 0;
   std::size_t body_len_ = 0, body_have_ = 0;
-  unsigned char tag_[aead::kTag] = {};
+  unsigned char tag_[net::kRecordTag] = {};
   std::size_t tag_have_ = 0;
   std::uint64_t progress_ = 0;
 };
 
-}  // namespace herd::data
+}  // namespace herd::net

@@ -26,7 +26,7 @@
 //   then, each way, a stream of messages; a message is u32 n (frames, 1..2^20) and n times
 //   (u32 length | bytes): the header-and-body frame, then the payload frames, as on ZeroMQ. All
 //   integers little-endian. With a key, the stream is cut into sealed records of at most
-//   kLinkRecord bytes (common/aead.hpp), under a key per direction derived from the offered one.
+//   kLinkRecord bytes (net/aead.hpp), under a key per direction derived from the offered one.
 #pragma once
 
 #include <chrono>
@@ -39,10 +39,10 @@
 
 #include <zmq.hpp>
 
-#include "common/aead.hpp"
+#include "net/aead.hpp"
 #include "protocol/codec.hpp"
 
-namespace herd::link {
+namespace herd::net {
 
 inline constexpr std::size_t kLinkToken = 32;
 inline constexpr std::size_t kLinkRecord = 256u << 10;  // plaintext bytes per sealed record at most
@@ -50,19 +50,19 @@ inline constexpr std::uint32_t kMaxFrames = 1u << 20;   // frames in one message
 
 /// The key of each direction, from the key the scheduler offered.
 struct DirectionKeys {
-  aead::Key to_worker{}, to_scheduler{};
+  net::Key to_worker{}, to_scheduler{};
 };
-DirectionKeys derive_keys(const aead::Key& offered);
+DirectionKeys derive_keys(const net::Key& offered);
 
 /// One link, either end: a connected non-blocking socket, what waits to be written, and what was
 /// read but is not a whole message yet. Never blocks, except drain().
 class Link {
  public:
   /// Takes `fd` (a connected TCP socket; made non-blocking, closed by the destructor). `cipher`:
-  /// aead::kCipherNone (plain), else the records are sealed with `send_key` and opened with
+  /// net::kCipherNone (plain), else the records are sealed with `send_key` and opened with
   /// `receive_key`. `max_frame`: the largest frame accepted (0: any up to 4 GiB). `peer`: how
   /// errors name the other end.
-  Link(int fd, std::uint32_t cipher, const aead::Key& send_key, const aead::Key& receive_key,
+  Link(int fd, std::uint32_t cipher, const net::Key& send_key, const net::Key& receive_key,
        std::uint64_t max_frame, std::string peer);
   ~Link();
   Link(const Link&) = delete;
@@ -97,7 +97,7 @@ class Link {
   int fd_ = -1;
   std::string peer_;
   std::uint64_t max_frame_;
-  std::unique_ptr<aead::RecordCipher> sealer_, opener_;
+  std::unique_ptr<net::RecordCipher> sealer_, opener_;
   std::string error_;
   std::vector<char> out_;  // bytes to write, from out_begin_
   std::size_t out_begin_ = 0;
@@ -132,7 +132,7 @@ class LinkHub {
 
   struct Offer {
     std::string token, key;  // key "" = plain
-    std::uint32_t cipher = aead::kCipherNone;
+    std::uint32_t cipher = net::kCipherNone;
   };
   /// A fresh offer for the peer `owner`, claimed once within the offer timeout.
   Offer offer(const std::string& owner, bool encrypt, bool peer_has_aes);
@@ -183,7 +183,7 @@ class LinkHub {
   struct OfferEntry {
     std::string owner;
     std::uint32_t cipher;
-    aead::Key key;
+    net::Key key;
     std::chrono::steady_clock::time_point expires;
   };
   void accept_all(std::chrono::steady_clock::time_point now);
@@ -204,4 +204,4 @@ class LinkHub {
   std::chrono::steady_clock::time_point last_sweep_{};
 };
 
-}  // namespace herd::link
+}  // namespace herd::net

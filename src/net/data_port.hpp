@@ -23,66 +23,12 @@
 #include <zmq.hpp>
 
 #include "common/security.hpp"
-#include "herd/detail/client_core.hpp"
+#include "net/buffer.hpp"
 #include "protocol/codec.hpp"
 
-namespace herd::data {
+namespace herd::net {
 
 using protocol::TaskId;
-using PayloadPtr = std::shared_ptr<const detail::Payload>;
-
-/// Bytes in one buffer: a malloc'ed one (msgpack's sbuffer), or pages of its own (a buffer a
-/// stream is written into).
-class Buffer : public detail::Payload {
- public:
-  Buffer(char* data, std::size_t size) : data_(data), size_(size) {}
-  /// A buffer of `size` bytes, uninitialised: pages mapped for it alone from 1 MiB up (their
-  /// pages can be lent to a value: recycle). Throws std::bad_alloc.
-  static std::unique_ptr<Buffer> allocate(std::size_t size);
-  /// From now on this process keeps up to `bytes` of mapped buffers of at most `bytes` each
-  /// when they are let go, and allocate() reuses them: a result received into pages already
-  /// faulted in costs no page faults (on a VM, 6-9 ms for 16 MiB), and repeated gathers of
-  /// results that size are what a client does. Buffers kept are MADV_FREE'd (the kernel may
-  /// take their pages back under pressure) and let go after kKeptFor unused. The client calls
-  /// it; a worker does not (its memory limit counts what it holds).
-  static void keep_for_reuse(std::size_t bytes);
-  ~Buffer() override;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
-  const char* data() const override { return data_; }
-  std::size_t size() const override { return size_; }
-  /// The whole pages under [data, data + upto) go back to the system (madvise DONTNEED); not
-  /// those of a buffer kept for reuse (keep_for_reuse), whose pages are the point.
-  void release_prefix(std::size_t upto) const override;
-  /// Pages of its own: moved under `dest` (mremap), a fresh untouched mapping left in their
-  /// place; nothing for a buffer kept for reuse.
-  void recycle(std::size_t from, std::size_t upto, char* dest, std::size_t n) const override;
-  char* mutable_data() { return data_; }
-
- private:
-  Buffer(char* data, std::size_t size, std::size_t mapped, bool kept)
-      : data_(data), size_(size), mapped_(mapped), kept_(kept) {}
-  char* data_;
-  std::size_t size_;
-  std::size_t mapped_ = 0;  // bytes mmap'ed for it (0: malloc'ed)
-  bool kept_ = false;       // goes back to the pool of keep_for_reuse when let go
-};
-
-/// Bytes that arrived as one ZeroMQ frame.
-class MessagePayload : public detail::Payload {
- public:
-  explicit MessagePayload(zmq::message_t m) : m_(std::move(m)) {}
-  const char* data() const override { return static_cast<const char*>(m_.data()); }
-  std::size_t size() const override { return m_.size(); }
-
- private:
-  zmq::message_t m_;
-};
-
-/// A frame referencing bytes [offset, offset + size) of `payload`, without a copy; the payload
-/// lives until ZeroMQ has sent the frame.
-zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset = 0, std::size_t size = SIZE_MAX);
-
 class LaneServer;
 class LaneReceiver;
 
@@ -214,4 +160,4 @@ class DataClient {
   std::uint64_t next_request_ = 1;
 };
 
-}  // namespace herd::data
+}  // namespace herd::net

@@ -1,4 +1,4 @@
-#include "common/tcp.hpp"
+#include "net/tcp.hpp"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <stdexcept>
 
-namespace herd::tcp {
+namespace herd::net {
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -114,4 +114,4 @@ unsigned short local_port(int fd) {
   return 0;
 }
 
-}  // namespace herd::tcp
+}  // namespace herd::net
