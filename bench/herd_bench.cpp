@@ -299,10 +299,10 @@ double raw_lane_mbps(std::size_t bytes, bool sealed) {
   const herd::net::PayloadPtr payload(std::move(held));
   herd::net::LaneServer lanes("127.0.0.1", sealed, std::chrono::seconds(30));
   const auto t0 = Clock::now();
-  const herd::protocol::DataLane lane = lanes.offer({payload}, herd::net::aes_available());
+  const herd::protocol::DataLane lane = lanes.offer({payload});
   std::vector<herd::net::LaneReceiver::Item> items;
   items.push_back({1, herd::net::Buffer::allocate(bytes), 0});
-  herd::net::LaneReceiver in("127.0.0.1", lane, std::move(items));
+  herd::net::LaneReceiver in("127.0.0.1", lane, std::move(items), sealed);
   std::vector<herd::net::LaneReceiver::Item> done;
   while (!in.finished()) {
     pollfd p{in.fd(), in.events(), 0};

@@ -1,25 +1,18 @@
 // The CPU ring (see ring.hpp): setup, the transfer engine, and the reductions.
 //
 // Wire format. Each ring link is one TCP connection from rank r to rank r+1, used in one
-// direction only (r -> r+1) once set up. Setup, byte-exact, integers little-endian, K = the
-// link key = BLAKE2b-256("herd-ring-2" | gang token), MAC = keyed BLAKE2b-256 with K:
-//   challenge (acceptor -> connector, at once on accept): "HRC2" | nonce_a (32 random bytes)
-//   hello     (connector -> acceptor): "HRH2" | u32 version (2) | u32 rank | u32 size |
-//             u32 flags (1: wants encryption, 2: has AES-256-GCM) | nonce_c (32) |
-//             MAC("herd-ring-2/c" | nonce_a | nonce_c | rank | size | flags)
-//   ack       (acceptor -> connector): "HRA2" | u32 rank of the acceptor | u32 cipher (0 none,
-//             1 ChaCha20-Poly1305, 2 AES-256-GCM) | MAC("herd-ring-2/a" | nonce_a | nonce_c |
-//             rank | size | flags | acceptor rank | cipher)
-// Each side proves it holds the token (which only the gang's members got, over the scheduler's
-// CURVE link) for this connection's fresh nonces before anything else moves: a stray learns a
-// random nonce and is dropped at its first wrong byte of the magic, at a hello without the proof,
-// or after kHandshakeTimeout; a replayed hello fails on the new nonce.
-// The acceptor handles every pending connection at once (non-blocking, a deadline each, a large
-// backlog, a random one dropped when too many pile up), so junk cannot keep a gang from forming.
-// Encryption (on unless HERD_AUTH=off on both ends; the acceptor picks the cipher) uses the
-// data key BLAKE2b-256(key K, "herd-ring-2/data" | nonce_a | nonce_c), fresh per connection:
-//   record: u32 length L (1..kRecord) | L bytes ciphertext | 16-byte tag; nonce = record
-//           counter (u64, from 0, never reused under a key), the length header is the AD.
+// direction only (r -> r+1) once set up. Setup is the handshake of net/handshake.hpp (purpose
+// "herd ring"): the offer is derived from the gang's token (ticket_from_token), which only the
+// gang's members got, over the scheduler's CURVE link; rank r+1 accepts it, rank r dials it with
+// hello a = its rank, b = the gang's size, wanting encryption unless HERD_AUTH=off; the
+// acceptor admits only its predecessor of a gang of that size and answers with its own rank.
+// Each side proves it holds the token for this connection's fresh nonces before anything else
+// moves: a stray learns a random nonce and is dropped at its first wrong byte, at a hello
+// without the proof, or after kHandshakeTimeout; a replayed hello fails on the new nonce.
+// Pending connections are served side by side (a deadline each, a random one dropped when too
+// many pile up), so junk cannot keep a gang from forming. The data of a link is sealed with the
+// handshake's connector-to-acceptor key (fresh per connection), records of at most kRecord
+// bytes (net/aead.hpp), unless encryption is off at both ends.
 // A record that fails authentication aborts the gang. Without encryption the bytes go as they
 // are. After setup, each operation on a link starts with a header, then the payload bytes
 // (whose length both ends know, since every rank calls the same operations with the same counts):
@@ -52,7 +45,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <sodium.h>
 
 #include <algorithm>
 #include <array>
@@ -62,13 +54,13 @@
 #include <limits>
 #include <mutex>
 #include <new>
-#include <random>
 #include <stdexcept>
 #include <type_traits>
 #include <utility>
 
 #include "net/aead.hpp"
 #include "net/bytes.hpp"
+#include "net/handshake.hpp"
 #include "net/tcp.hpp"
 #include "common/util.hpp"
 #include "herd/error.hpp"
@@ -83,21 +75,12 @@ constexpr int kSocketBuffer = 4 << 20;              // SO_SNDBUF / SO_RCVBUF of 
 constexpr std::size_t kScratch = 4 << 20;           // receive ring of a reducing step
 constexpr std::size_t kSegment = 256 << 10;         // reduce once this much has arrived
 constexpr std::size_t kMaxRecv = 1 << 20;           // one recv() call at most
-constexpr std::uint32_t kVersion = 2;
+constexpr char kPurpose[] = "herd ring";
 constexpr std::size_t kMaxToken = 4096;
-constexpr char kChallengeMagic[4] = {'H', 'R', 'C', '2'};
-constexpr char kHelloMagic[4] = {'H', 'R', 'H', '2'};
-constexpr char kAckMagic[4] = {'H', 'R', 'A', '2'};
 constexpr char kOpMagic[4] = {'H', 'R', 'O', 'P'};
 constexpr std::size_t kOpHeader = 24;
-constexpr std::size_t kNonce = 32, kMac = 32;
-constexpr std::size_t kChallenge = 4 + kNonce;                // 36
-constexpr std::size_t kHello = 4 + 16 + kNonce + kMac;        // 84
-constexpr std::size_t kAck = 4 + 8 + kMac;                    // 44
-constexpr std::uint32_t kWantsEncryption = 1, kHasAes = 2;
 constexpr std::size_t kRecord = 256 << 10;                    // plaintext bytes per record at most
 constexpr std::size_t kMinRecord = 64 << 10;                  // a partial step waits for this much
-constexpr std::size_t kMaxPending = 512;                      // accepted, not yet verified
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);  // for one accepted connection
 
 std::string errno_text(int err) { return std::strerror(err); }
@@ -110,26 +93,11 @@ void set_nonblocking(int fd) {
   if (!net::set_nonblocking(fd)) throw_sys("fcntl(O_NONBLOCK)");
 }
 
-void set_buffers(int fd) { net::set_buffers(fd, kSocketBuffer); }
-
-
-
-
 // ------------------------------------------------------------------------------------------
 // Keys and records (see the top of the file).
 
-using net::Key;
-using net::kCipherAes;
-using net::kCipherChacha;
-using net::kCipherNone;
 using net::kRecordTag;
 using LinkCipher = net::RecordCipher;  // one direction of a link
-
-using net::aes_available;
-using net::blake2b;
-using net::random_bytes;
-
-Key link_key(const std::string& token) { return blake2b("herd-ring-2" + token, nullptr); }
 
 std::pair<std::string, std::string> split_address(const std::string& address) {
   try {
@@ -139,9 +107,7 @@ std::pair<std::string, std::string> split_address(const std::string& address) {
   }
 }
 
-using net::AddrInfo;
 using net::close_fd;
-using net::resolve;
 using net::set_liveness;
 using net::set_nodelay;
 
@@ -621,57 +587,6 @@ class SoloCommunicator final : public herd::detail::CommunicatorImpl {
   std::string reason_;
 };
 
-// ------------------------------------------------------------------------------------------
-// Setup
-
-/// An accepted connection that has not yet proved it holds the token.
-struct Pending {
-  int fd = -1;
-  std::string nonce;      // our challenge's nonce_a
-  std::size_t sent = 0;   // bytes of the challenge sent
-  std::string in;         // the hello so far
-  Clock::time_point deadline;
-};
-
-std::string challenge_of(const std::string& nonce_a) { return std::string(kChallengeMagic, 4) + nonce_a; }
-
-/// The MAC'd part of a hello: what both sides put in the connector's proof.
-std::string hello_fields(std::uint32_t rank, std::uint32_t size, std::uint32_t flags) {
-  std::string f;
-  net::append_u32(f, rank);
-  net::append_u32(f, size);
-  net::append_u32(f, flags);
-  return f;
-}
-
-std::string connector_proof(const Key& k, const std::string& nonce_a, const std::string& nonce_c,
-                            const std::string& fields) {
-  const Key mac = blake2b("herd-ring-2/c" + nonce_a + nonce_c + fields, &k);
-  return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
-}
-
-std::string acceptor_proof(const Key& k, const std::string& nonce_a, const std::string& nonce_c,
-                           const std::string& fields, std::uint32_t rank, std::uint32_t cipher) {
-  std::string tail;
-  net::append_u32(tail, rank);
-  net::append_u32(tail, cipher);
-  const Key mac = blake2b("herd-ring-2/a" + nonce_a + nonce_c + fields + tail, &k);
-  return std::string(reinterpret_cast<const char*>(mac.data()), mac.size());
-}
-
-std::unique_ptr<LinkCipher> data_cipher(std::uint32_t cipher, const Key& k, const std::string& nonce_a,
-                                        const std::string& nonce_c) {
-  if (cipher == kCipherNone) return nullptr;
-  Key data = blake2b("herd-ring-2/data" + nonce_a + nonce_c, &k);
-  auto c = std::make_unique<LinkCipher>(cipher, data);
-  sodium_memzero(data.data(), data.size());
-  return c;
-}
-
-bool same_bytes(const std::string& a, const char* b, std::size_t n) {
-  return a.size() == n && sodium_memcmp(a.data(), b, n) == 0;  // constant time: proofs are secrets
-}
-
 }  // namespace
 
 RingListener::RingListener(const std::string& host) {
@@ -719,245 +634,127 @@ std::unique_ptr<herd::detail::CommunicatorImpl> make_ring(RingSetup setup, RingL
   }
   if (setup.token.size() > kMaxToken) throw std::invalid_argument("herd ring: token longer than 4096 bytes");
   if (listener.fd() < 0) throw std::invalid_argument("herd ring: no listener");
-  if (sodium_init() < 0) throw std::runtime_error("herd ring: libsodium cannot be initialised");
+  net::crypto_init();
 
   const int next = (rank + 1) % n, prev = (rank + n - 1) % n;
   const std::string& next_address = setup.addresses[static_cast<std::size_t>(next)];
   const auto deadline = Clock::now() + setup.connect_timeout;
   const std::string me = "rank " + std::to_string(rank);
-  const Key key = link_key(setup.token);
-  const std::uint32_t my_flags = (setup.encrypt ? kWantsEncryption : 0u) | (aes_available() ? kHasAes : 0u);
+  const net::OfferTicket ticket = net::ticket_from_token(kPurpose, setup.token);
+  const auto [host, port] = split_address(next_address);
 
-  auto [host, port] = split_address(next_address);
-  AddrInfo targets;
-  if (const int rc = resolve(host, port, 0, targets); rc != 0) {
-    throw GangAborted(me + ": cannot resolve the address of rank " + std::to_string(next) + " (" + next_address +
-                      "): " + ::gai_strerror(rc));
-  }
+  // Accept side: the gang's offer, for as long as the setup lasts; only rank `prev` of a gang of
+  // this size gets in.
+  net::Gate::Options options;
+  options.purpose = kPurpose;
+  options.who = "herd ring (" + me + ")";
+  options.hello_timeout = kHandshakeTimeout;
+  net::Gate gate(listener.release(), std::move(options));
+  gate.offer(ticket, 0, deadline + std::chrono::seconds(1), false);
+  const net::Gate::Decide decide = [&](std::uint64_t, const net::Hello& hello) -> std::optional<net::Ack> {
+    if (hello.a != static_cast<std::uint32_t>(prev) || hello.b != static_cast<std::uint32_t>(n)) return std::nullopt;
+    net::Ack ack;
+    ack.cipher = net::choose_cipher(setup.encrypt, hello.flags);
+    ack.a = static_cast<std::uint32_t>(rank);
+    return ack;
+  };
+  std::vector<net::Session> admitted;
+  net::Session in;  // from prev, once admitted
 
-  // Connect side: idle -> connecting -> challenge (read it) -> greeting (send the hello) ->
-  // ack (read and check it) -> done.
-  enum class Out { idle, connecting, challenge, greeting, ack, done } out = Out::idle;
-  int out_fd = -1;
-  std::string in_bytes, hello, nonce_a, nonce_c;
-  std::size_t hello_sent = 0;
-  std::unique_ptr<LinkCipher> send_cipher;
-  addrinfo* target = targets.list;
+  // Connect side: a dialer per attempt (the next resolved address each time).
+  net::Hello hello;
+  hello.flags = net::hello_flags(setup.encrypt);
+  hello.a = static_cast<std::uint32_t>(rank);
+  hello.b = static_cast<std::uint32_t>(n);
+  std::unique_ptr<net::Dialer> dialer;
+  net::Session out;  // to next, once done
+  unsigned attempt = 0;
   auto retry_at = Clock::now();
   std::string last_error = "no attempt";
 
-  int in_fd = -1;  // the accepted, verified connection from prev
-  std::unique_ptr<LinkCipher> recv_cipher;
-  std::vector<Pending> pending;
-  std::minstd_rand pick(static_cast<unsigned>(randombytes_random()));
-
   auto cleanup = [&] {
-    close_fd(out_fd);
-    close_fd(in_fd);
-    for (Pending& p : pending) close_fd(p.fd);
+    close_fd(in.fd);
+    close_fd(out.fd);
   };
-  auto retry_later = [&](const std::string& why) {
-    last_error = why;
-    close_fd(out_fd);
-    out = Out::idle;
-    target = target->ai_next ? target->ai_next : targets.list;  // try the next resolved address
+  // The dialer's step; a refusal or a failure waits a moment and tries again (the next rank may
+  // not listen yet).
+  auto advance = [&](short revents) {
+    const net::Dialer::State state = dialer->step(revents);
+    if (state == net::Dialer::State::working) return;
+    if (state == net::Dialer::State::done) {
+      net::Session s = dialer->take();
+      dialer.reset();
+      if (s.ack.a == static_cast<std::uint32_t>(next)) {
+        out = std::move(s);
+        return;
+      }
+      close_fd(s.fd);
+      last_error = "a peer that is not rank " + std::to_string(next) + " answered";
+    } else {
+      last_error = dialer->error();  // refused: not listening yet, or gone
+      dialer.reset();
+    }
     retry_at = Clock::now() + std::chrono::milliseconds(20);
   };
-  auto drop_pending = [&](std::size_t i) {
-    close_fd(pending[i].fd);
-    pending[i] = std::move(pending.back());
-    pending.pop_back();
-  };
-  /// Reads up to `want` bytes of `fd` into `into`: false when the peer closed or failed.
-  auto read_into = [](int fd, std::string& into, std::size_t want) {
-    char buf[128];
-    while (into.size() < want) {
-      const ssize_t k = ::recv(fd, buf, std::min(sizeof buf, want - into.size()), MSG_DONTWAIT);
-      if (k > 0) {
-        into.append(buf, static_cast<std::size_t>(k));
-      } else {
-        return k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR);
-      }
-    }
-    return true;
-  };
-
   try {
-    while (out != Out::done || in_fd < 0) {
+    while (out.fd < 0 || in.fd < 0) {
       if (setup.aborted) {
         if (std::string why = setup.aborted(); !why.empty()) throw GangAborted(me + ": ring setup aborted: " + why);
       }
       const auto now = Clock::now();
       if (now >= deadline) {
         std::string why = me + ": ring setup timed out after " + std::to_string(setup.connect_timeout.count()) + " ms: ";
-        if (out != Out::done) {
+        if (out.fd < 0) {
           why += "could not connect to rank " + std::to_string(next) + " at " + next_address + " (" + last_error + ")";
         } else {
           why += "rank " + std::to_string(prev) + " never connected (or was refused: wrong token?)";
         }
         throw GangAborted(why);
       }
-      if (out == Out::idle && now >= retry_at) {
-        out_fd = ::socket(target->ai_family, target->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, target->ai_protocol);
-        if (out_fd < 0) throw_sys("socket");
-        set_buffers(out_fd);
-        set_nodelay(out_fd);
-        in_bytes.clear();
-        if (::connect(out_fd, target->ai_addr, target->ai_addrlen) == 0) {
-          out = Out::challenge;
-        } else if (errno == EINPROGRESS || errno == EINTR) {
-          out = Out::connecting;
-        } else {
-          retry_later(errno_text(errno));
+      if (out.fd < 0 && !dialer && now >= retry_at) {
+        try {
+          dialer = std::make_unique<net::Dialer>(host, port, kPurpose, ticket, hello, kSocketBuffer, attempt++);
+          set_nodelay(dialer->fd());
+        } catch (const std::exception& e) {
+          throw GangAborted(me + ": cannot reach rank " + std::to_string(next) + " (" + next_address + "): " + e.what());
         }
       }
-      if (out == Out::greeting) {
-        const ssize_t k = ::send(out_fd, hello.data() + hello_sent, hello.size() - hello_sent, MSG_NOSIGNAL);
-        if (k > 0) hello_sent += static_cast<std::size_t>(k);
-        else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) retry_later(errno_text(errno));
-        if (out == Out::greeting && hello_sent == hello.size()) {
-          out = Out::ack;
-          in_bytes.clear();
+      if (dialer) advance(0);
+      if (in.fd < 0) {
+        admitted.clear();
+        gate.step(now, decide, admitted);
+        for (net::Session& s : admitted) {
+          if (in.fd < 0) in = std::move(s);
+          else close_fd(s.fd);  // a second copy of prev: the first one stands
         }
       }
-      // Accept side: answer every new connection with a challenge at once.
-      if (in_fd < 0) {
-        for (int accepted = 0; accepted < 256; ++accepted) {  // bounded: the pending ones get their turn too
-          const int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-          if (fd < 0) {
-            // Out of descriptors (a flood of strays): make room, the real peer retries.
-            if ((errno == EMFILE || errno == ENFILE) && !pending.empty()) drop_pending(pick() % pending.size());
-            break;
-          }
-          if (pending.size() >= kMaxPending) drop_pending(pick() % pending.size());  // never all the old ones
-          Pending p;
-          p.fd = fd;
-          p.nonce = random_bytes(kNonce);
-          p.deadline = Clock::now() + kHandshakeTimeout;
-          pending.push_back(std::move(p));
-        }
-      }
-      for (std::size_t i = 0; i < pending.size() && in_fd < 0;) {
-        Pending& p = pending[i];
-        bool drop = Clock::now() >= p.deadline;
-        const std::string challenge = challenge_of(p.nonce);
-        if (!drop && p.sent < challenge.size()) {
-          // 36 bytes into a new connection's empty buffer: they fit at once.
-          const ssize_t k = ::send(p.fd, challenge.data() + p.sent, challenge.size() - p.sent, MSG_NOSIGNAL);
-          if (k > 0) p.sent += static_cast<std::size_t>(k);
-          else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) drop = true;
-        }
-        if (!drop && !read_into(p.fd, p.in, kHello)) drop = true;
-        // Checked as it arrives: a stray is dropped at its first wrong byte of the magic.
-        if (!drop && std::memcmp(p.in.data(), kHelloMagic, std::min<std::size_t>(4, p.in.size())) != 0) drop = true;
-        if (!drop && p.in.size() == kHello) {
-          const char* h = p.in.data();
-          const std::uint32_t version = net::read_u32(h + 4), from = net::read_u32(h + 8), size = net::read_u32(h + 12),
-                              flags = net::read_u32(h + 16);
-          const std::string nonce_peer = p.in.substr(20, kNonce);
-          const std::string fields = hello_fields(from, size, flags);
-          drop = true;  // verified (moved to in_fd) or refused
-          if (version == kVersion && from == static_cast<std::uint32_t>(prev) && size == static_cast<std::uint32_t>(n) &&
-              same_bytes(connector_proof(key, p.nonce, nonce_peer, fields), h + 20 + kNonce, kMac)) {
-            const bool encrypt = ((flags | my_flags) & kWantsEncryption) != 0;
-            const std::uint32_t cipher = !encrypt ? kCipherNone
-                                         : (flags & my_flags & kHasAes) != 0 ? kCipherAes
-                                                                             : kCipherChacha;
-            std::string ack(kAckMagic, 4);
-            net::append_u32(ack, static_cast<std::uint32_t>(rank));
-            net::append_u32(ack, cipher);
-            ack += acceptor_proof(key, p.nonce, nonce_peer, fields, static_cast<std::uint32_t>(rank), cipher);
-            // 44 bytes into a socket that only carried 36 out: they fit at once.
-            if (::send(p.fd, ack.data(), ack.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(ack.size())) {
-              recv_cipher = data_cipher(cipher, key, p.nonce, nonce_peer);
-              in_fd = std::exchange(p.fd, -1);
-            }
-          }
-        }
-        if (drop) {
-          drop_pending(i);
-        } else {
-          ++i;
-        }
-      }
+      if (out.fd >= 0 && in.fd >= 0) break;
 
-      if (out == Out::done && in_fd >= 0) break;  // both links are up: nothing to wait for
-
-      std::vector<pollfd> fds;
-      fds.push_back({listener.fd(), static_cast<short>(in_fd < 0 ? POLLIN : 0), 0});
-      short out_events = 0;
-      if (out == Out::connecting || out == Out::greeting) out_events = POLLOUT;
-      if (out == Out::challenge || out == Out::ack) out_events = POLLIN;
-      fds.push_back({out == Out::idle || out == Out::done ? -1 : out_fd, out_events, 0});
+      pollfd fds[2] = {{in.fd < 0 ? gate.fd() : -1, POLLIN, 0}, {dialer ? dialer->fd() : -1, dialer ? dialer->events() : short{0}, 0}};
       auto wake = deadline;
-      if (out == Out::idle) wake = std::min(wake, retry_at);
-      if (in_fd < 0) {
-        for (const Pending& p : pending) {
-          const bool challenge_left = p.sent < kChallenge;
-          fds.push_back({p.fd, static_cast<short>(POLLIN | (challenge_left ? POLLOUT : 0)), 0});
-          wake = std::min(wake, p.deadline);
-        }
+      if (!dialer && out.fd < 0) wake = std::min(wake, retry_at);
+      if (in.fd < 0) {
+        if (const auto d = gate.next_deadline()) wake = std::min(wake, *d);
       }
       const auto wait_ms = std::chrono::ceil<std::chrono::milliseconds>(wake - Clock::now()).count();
-      const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<long long>(wait_ms, 0, setup.aborted ? 50 : 1000)));
+      const int rc = ::poll(fds, 2, static_cast<int>(std::clamp<long long>(wait_ms, 0, setup.aborted ? 50 : 1000)));
       if (rc < 0) {
         if (errno == EINTR) continue;
         throw_sys("poll");
       }
-
-      // Connect side.
-      if (fds[1].revents && out == Out::connecting) {
-        int err = 0;
-        socklen_t len = sizeof err;
-        (void)::getsockopt(out_fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        if (err == 0) out = Out::challenge;
-        else retry_later(errno_text(err));  // ECONNREFUSED: not listening yet, or gone
-      } else if (fds[1].revents && out == Out::challenge) {
-        if (!read_into(out_fd, in_bytes, kChallenge)) {
-          retry_later("closed the connection before its challenge");
-        } else if (std::memcmp(in_bytes.data(), kChallengeMagic, std::min<std::size_t>(4, in_bytes.size())) != 0) {
-          retry_later("not a herd ring (its first bytes are no challenge)");
-        } else if (in_bytes.size() == kChallenge) {
-          nonce_a = in_bytes.substr(4);
-          nonce_c = random_bytes(kNonce);
-          const std::string fields = hello_fields(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(n), my_flags);
-          hello.assign(kHelloMagic, 4);
-          net::append_u32(hello, kVersion);
-          hello += fields;
-          hello += nonce_c;
-          hello += connector_proof(key, nonce_a, nonce_c, fields);
-          hello_sent = 0;
-          out = Out::greeting;
-        }
-      } else if (fds[1].revents && out == Out::ack) {
-        if (!read_into(out_fd, in_bytes, kAck)) {
-          retry_later("refused the hello (wrong token?)");
-        } else if (in_bytes.size() == kAck) {
-          const char* a = in_bytes.data();
-          const std::uint32_t cipher = net::read_u32(a + 8);
-          const std::string fields = hello_fields(static_cast<std::uint32_t>(rank), static_cast<std::uint32_t>(n), my_flags);
-          const bool encrypt_ok = !setup.encrypt || cipher != kCipherNone;  // we asked for it: no downgrade
-          if (std::memcmp(a, kAckMagic, 4) != 0 || net::read_u32(a + 4) != static_cast<std::uint32_t>(next) ||
-              cipher > kCipherAes || (cipher == kCipherAes && !aes_available()) || !encrypt_ok ||
-              !same_bytes(acceptor_proof(key, nonce_a, nonce_c, fields, static_cast<std::uint32_t>(next), cipher),
-                          a + 12, kMac)) {
-            retry_later("bad acknowledgement (not a herd ring of this gang?)");
-          } else {
-            send_cipher = data_cipher(cipher, key, nonce_a, nonce_c);
-            out = Out::done;
-          }
-        }
-      }
+      if (dialer && fds[1].revents != 0) advance(fds[1].revents);
     }
   } catch (...) {
     cleanup();
     throw;
   }
-  for (Pending& p : pending) close_fd(p.fd);
-  set_nodelay(in_fd);
-  set_liveness(in_fd);
-  set_liveness(out_fd);
-  return std::make_unique<RingCommunicator>(rank, n, std::exchange(out_fd, -1), std::exchange(in_fd, -1),
+  set_nodelay(in.fd);
+  set_liveness(in.fd);
+  set_liveness(out.fd);
+  // Each link carries data one way: prev -> this rank (in), this rank -> next (out).
+  auto send_cipher = std::move(out.send);
+  auto recv_cipher = std::move(in.receive);
+  return std::make_unique<RingCommunicator>(rank, n, std::exchange(out.fd, -1), std::exchange(in.fd, -1),
                                             std::move(send_cipher), std::move(recv_cipher));
 }
 

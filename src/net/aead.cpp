@@ -82,6 +82,15 @@ std::string random_bytes(std::size_t n) {
   return out;
 }
 
+std::uint32_t random_below(std::uint32_t n) {
+  crypto_init();
+  return randombytes_uniform(n);
+}
+
+bool same_secret(const void* a, const void* b, std::size_t n) { return sodium_memcmp(a, b, n) == 0; }
+
+void wipe(void* p, std::size_t n) { sodium_memzero(p, n); }
+
 Key blake2b(const std::string& message, const Key* key) {
   Key out{};
   crypto_generichash(out.data(), out.size(), reinterpret_cast<const unsigned char*>(message.data()), message.size(),
@@ -104,9 +113,9 @@ bool key_from_bytes(const std::string& bytes, Key& key) {
   return true;
 }
 
-
-
-RecordCipher::RecordCipher(std::uint32_t cipher, const Key& key) : cipher_(cipher), key_(key) {
+RecordCipher::RecordCipher(std::uint32_t cipher, const Key& key, std::uint64_t rekey_records, std::uint64_t rekey_bytes)
+    : cipher_(cipher), key_(key), rekey_records_(std::max<std::uint64_t>(1, rekey_records)),
+      rekey_bytes_(std::max<std::uint64_t>(1, rekey_bytes)) {
   crypto_init();
   if (cipher_ == kCipherAes) {
     if (!crypto_aead_aes256gcm_is_available()) throw std::invalid_argument("herd: AES-256-GCM is not available here");
@@ -128,7 +137,26 @@ RecordCipher::~RecordCipher() {
   EVP_CIPHER_CTX_free(open_);
 }
 
-std::array<unsigned char, 12> RecordCipher::next_nonce() {
+void RecordCipher::rekey() {
+  const Key next = blake2b("herd records: next key", &key_);
+  sodium_memzero(key_.data(), key_.size());
+  key_ = next;
+  if (cipher_ == kCipherAes) {
+    if (EVP_EncryptInit_ex(seal_, nullptr, nullptr, key_.data(), nullptr) != 1 ||
+        EVP_DecryptInit_ex(open_, nullptr, nullptr, key_.data(), nullptr) != 1) {
+      throw std::runtime_error("herd: OpenSSL cannot change the AES-256-GCM key");
+    }
+  }
+  counter_ = 0;
+  bytes_ = 0;
+  ++rekeys_;
+}
+
+std::array<unsigned char, 12> RecordCipher::next_nonce(std::size_t len) {
+  if (counter_ >= rekey_records_ || bytes_ + len > rekey_bytes_) {
+    if (counter_ > 0) rekey();  // a first record bigger than the byte limit still goes
+  }
+  bytes_ += len;
   std::array<unsigned char, 12> n{};
   for (int i = 0; i < 8; ++i) n[static_cast<std::size_t>(i)] = static_cast<unsigned char>((counter_ >> (8 * i)) & 0xffu);
   ++counter_;
@@ -137,7 +165,7 @@ std::array<unsigned char, 12> RecordCipher::next_nonce() {
 
 void RecordCipher::seal(const char* m, std::size_t len, unsigned char* out) {
   write_u32(out, static_cast<std::uint32_t>(len));
-  const auto nonce = next_nonce();
+  const auto nonce = next_nonce(len);
   const auto* plain = reinterpret_cast<const unsigned char*>(m);
   if (cipher_ == kCipherAes) {
     gcm_seal(seal_, nonce.data(), out, plain, len, out + kRecordHeader, out + kRecordHeader + len);
@@ -148,7 +176,7 @@ void RecordCipher::seal(const char* m, std::size_t len, unsigned char* out) {
 }
 
 bool RecordCipher::open(const unsigned char* record, std::size_t len, char* m) {
-  const auto nonce = next_nonce();
+  const auto nonce = next_nonce(len);
   auto* plain = reinterpret_cast<unsigned char*>(m);
   if (cipher_ == kCipherAes) {
     return gcm_open(open_, nonce.data(), record, record + kRecordHeader, len, record + kRecordHeader + len, plain);
@@ -159,7 +187,7 @@ bool RecordCipher::open(const unsigned char* record, std::size_t len, char* m) {
 }
 
 bool RecordCipher::open_in_place(const unsigned char* header, char* data, std::size_t len, const unsigned char* tag) {
-  const auto nonce = next_nonce();
+  const auto nonce = next_nonce(len);
   auto* p = reinterpret_cast<unsigned char*>(data);
   if (cipher_ == kCipherAes) {
     return gcm_open(open_, nonce.data(), header, p, len, tag, p);

@@ -41,7 +41,7 @@ DataServer::DataServer(zmq::context_t& context, const security::Auth& auth, cons
   }
   address_ = socket_.get(zmq::sockopt::last_endpoint);
   if (const auto pos = address_.find("0.0.0.0"); pos != std::string::npos) {
-    address_.replace(pos, 7, net::reachable_host());
+    address_.replace(pos, 7, reachable_host());
   }
   // Big results leave on bulk lanes beside the data port (net/lane.hpp), on the same
   // interface.
@@ -89,7 +89,7 @@ void serve_data(zmq::socket_t& router, const std::string& identity, const protoc
   if (lanes != nullptr && (request.lanes & protocol::kTakesLane) != 0 && !streams.empty()) {
     std::vector<PayloadPtr> payloads;
     for (auto& [id, bytes] : streams) payloads.push_back(std::move(bytes));
-    reply.lane = lanes->offer(std::move(payloads), (request.lanes & protocol::kHasAes) != 0);
+    reply.lane = lanes->offer(std::move(payloads));
     protocol::send<MessageType::get_data_reply>(router, identity, reply, std::move(inline_frames));
     return;
   }
@@ -132,7 +132,7 @@ void DataClient::request(const std::string& address, std::vector<TaskId> ids, Cl
   zmq::socket_t& s = connect(address, now);
   std::uint32_t lanes = 0;
   if (lanes_ && no_lane_.count(address) == 0) {
-    lanes = protocol::kTakesLane | (net::aes_available() ? protocol::kHasAes : 0u);
+    lanes = protocol::kTakesLane;
   }
   protocol::send<MessageType::get_data_request>(s, "", {rid, ids, lanes});
   Request r;
@@ -292,11 +292,6 @@ void DataClient::on_reply(const std::string& address, protocol::Received& msg, c
     return;
   }
   const bool on_lane = reply.lane.port != 0 && !reply.streamed.empty();
-  if (on_lane && auth_.keys && reply.lane.key.empty()) {
-    // This cluster encrypts: a holder offering plain bytes is not one of ours, or is broken.
-    fail(reply.request_id, "the holder offered an unencrypted lane in an encrypted cluster", events);
-    return;
-  }
   r.replied = true;
   r.waiting.clear();
   for (std::size_t i = 0; i < reply.found.size(); ++i) {
@@ -318,9 +313,11 @@ void DataClient::on_reply(const std::string& address, protocol::Received& msg, c
     std::vector<TaskId> ids;  // what to ask for again if the lane cannot even be started
     for (const auto& item : items) ids.push_back(item.id);
     try {
-      r.lane = std::make_unique<LaneReceiver>(net::endpoint_host(address), reply.lane, std::move(items));
+      // In an encrypted cluster the bytes must come sealed: the handshake refuses a holder that
+      // would send them plain (not one of ours, or broken).
+      r.lane = std::make_unique<LaneReceiver>(endpoint_host(address), reply.lane, std::move(items), auth_.keys.has_value());
       HERD_LOG(debug) << "data port " << address << ": " << reply.streamed.size() << " result(s) on its lane "
-                      << r.lane->where() << (reply.lane.key.empty() ? " (plain)" : " (sealed)");
+                      << r.lane->where();
     } catch (const std::exception& e) {
       // Unresolvable, no socket (out of descriptors), or a malformed lane: as good as unreachable.
       lane_unreachable(reply.request_id, e.what(), now, std::move(ids));

@@ -24,11 +24,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr char kHelloMagic[4] = {'H', 'D', 'L', '1'};
-constexpr std::size_t kHello = 4 + kLaneToken;
+constexpr char kPurpose[] = "herd lane";
 constexpr int kSocketBuffer = 4 << 20;           // SO_SNDBUF / SO_RCVBUF of a lane
 constexpr std::size_t kMaxSend = 8 << 20;         // one send() of plain bytes at most
-constexpr std::size_t kMaxPending = 512;          // accepted, hello not read yet
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
 std::string errno_text(int err) { return std::strerror(err); }
@@ -55,20 +53,16 @@ bool send_all(int fd, const char* p, std::size_t n) {
 
 LaneServer::LaneServer(const std::string& host, bool encrypt, std::chrono::milliseconds progress_timeout)
     : encrypt_(encrypt), timeout_(progress_timeout) {
-  if (encrypt_) net::crypto_init();
-  listen_fd_ = net::listen_on(host, kSocketBuffer, "herd data lane");
-  if (!net::set_nonblocking(listen_fd_)) {
-    const int err = errno;
-    net::close_fd(listen_fd_);
-    throw std::runtime_error("herd data lane: fcntl(O_NONBLOCK): " + errno_text(err));
-  }
-  port_ = net::local_port(listen_fd_);
+  crypto_init();
+  const int listen_fd = listen_on(host, kSocketBuffer, "herd data lane");  // accepted sockets inherit the buffers
+  port_ = local_port(listen_fd);
+  Gate::Options options;
+  options.purpose = kPurpose;
+  options.who = "data lanes";
+  options.hello_timeout = std::min<Clock::duration>(kHelloTimeout, timeout_);
+  gate_ = std::make_unique<Gate>(listen_fd, std::move(options));
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) {
-    const int err = errno;
-    net::close_fd(listen_fd_);
-    throw std::runtime_error("herd data lane: eventfd: " + errno_text(err));
-  }
+  if (wake_fd_ < 0) throw std::runtime_error("herd data lane: eventfd: " + errno_text(errno));
   acceptor_ = std::thread([this] { accept_loop(); });
 }
 
@@ -87,25 +81,25 @@ LaneServer::~LaneServer() {
   for (Transfer& t : transfers_) {
     if (t.thread.joinable()) t.thread.join();
   }
-  net::close_fd(listen_fd_);
-  net::close_fd(wake_fd_);
+  gate_.reset();
+  close_fd(wake_fd_);
 }
 
-protocol::DataLane LaneServer::offer(std::vector<PayloadPtr> payloads, bool fetcher_has_aes) {
+protocol::DataLane LaneServer::offer(std::vector<PayloadPtr> payloads) {
   Offer o;
   o.payloads = std::move(payloads);
   o.expires = Clock::now() + timeout_;
+  std::uint64_t tag;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    tag = next_tag_++;
+    offers_.emplace(tag, o);
+  }
+  const OfferTicket ticket = gate_->offer(tag, o.expires, true);
   protocol::DataLane lane;
   lane.port = port_;
-  lane.token = net::random_bytes(kLaneToken);
-  if (encrypt_) {
-    o.key = net::random_key();
-    o.cipher = fetcher_has_aes && net::aes_available() ? net::kCipherAes : net::kCipherChacha;
-    lane.key = net::key_bytes(o.key);
-    lane.cipher = o.cipher;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  offers_.emplace(lane.token, std::move(o));
+  lane.offer = ticket.id;
+  lane.secret = ticket.secret;
   return lane;
 }
 
@@ -122,23 +116,22 @@ std::size_t LaneServer::transfers() const {
 }
 
 void LaneServer::accept_loop() {
-  std::vector<Pending> pending;
-  std::vector<pollfd> fds;
+  std::vector<Session> admitted;
+  // The fetcher proved the offer: the bytes go sealed when this server encrypts or it asks.
+  const Gate::Decide decide = [this](std::uint64_t, const Hello& hello) -> std::optional<Ack> {
+    Ack ack;
+    ack.cipher = choose_cipher(encrypt_, hello.flags);
+    return ack;
+  };
   while (!stop_) {
-    fds.clear();
-    fds.push_back({listen_fd_, POLLIN, 0});
-    fds.push_back({wake_fd_, POLLIN, 0});
-    for (const Pending& p : pending) fds.push_back({p.fd, POLLIN, 0});
+    pollfd fds[2] = {{gate_->fd(), POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     // Wake for the nearest hello deadline, and now and then to withdraw stale offers and
     // reap finished transfers.
     auto wait = std::chrono::milliseconds(500);
-    const auto now0 = Clock::now();
-    for (const Pending& p : pending) {
-      wait = std::min(wait, std::chrono::duration_cast<std::chrono::milliseconds>(p.deadline - now0) +
-                                std::chrono::milliseconds(1));
+    if (const auto next = gate_->next_deadline()) {
+      wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()) + std::chrono::milliseconds(1));
     }
-    if (::poll(fds.data(), fds.size(), static_cast<int>(std::max<std::int64_t>(0, wait.count()))) < 0 &&
-        errno != EINTR) {
+    if (::poll(fds, 2, static_cast<int>(std::max<std::int64_t>(0, wait.count()))) < 0 && errno != EINTR) {
       HERD_LOG(error) << "herd data lane: poll: " << errno_text(errno);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
@@ -149,27 +142,21 @@ void LaneServer::accept_loop() {
       (void)!::read(wake_fd_, &n, sizeof n);
     }
     const auto now = Clock::now();
-    // The hellos first, while `pending` is still what was polled (fds[2 + i] is pending[i]);
-    // then the new connections, polled from the next turn on.
-    for (std::size_t i = 0; i < pending.size(); ++i) {
-      if ((fds[2 + i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
-      on_hello(pending[i]);
-    }
-    if (fds[0].revents & POLLIN) {
-      for (;;) {
-        const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) break;  // EAGAIN, or a connection reset before we took it
-        if (pending.size() >= kMaxPending) {  // a flood: a random old one makes room
-          const std::size_t victim = static_cast<std::size_t>(net::random_bytes(1)[0]) % pending.size();
-          net::close_fd(pending[victim].fd);
-          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(victim));
+    admitted.clear();
+    gate_->step(now, decide, admitted);
+    for (Session& session : admitted) {
+      Offer offer;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        auto it = offers_.find(session.tag);
+        if (it == offers_.end()) {  // expired between the gate's look and ours
+          ::close(session.fd);
+          continue;
         }
-        pending.push_back({fd, {}, now + std::min<Clock::duration>(kHelloTimeout, timeout_)});
+        offer = std::move(it->second);
+        offers_.erase(it);
       }
-    }
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->fd >= 0 && now >= it->deadline) net::close_fd(it->fd);
-      it = it->fd < 0 ? pending.erase(it) : std::next(it);
+      start_transfer(std::move(session), std::move(offer));
     }
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto it = offers_.begin(); it != offers_.end();) {
@@ -184,51 +171,21 @@ void LaneServer::accept_loop() {
       it = transfers_.erase(it);
     }
   }
-  for (Pending& p : pending) net::close_fd(p.fd);
 }
 
-void LaneServer::on_hello(Pending& p) {
-  char buf[kHello];
-  const ssize_t k = ::recv(p.fd, buf, kHello - p.hello.size(), 0);
-  if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  if (k <= 0) {
-    net::close_fd(p.fd);
-    return;
-  }
-  p.hello.append(buf, static_cast<std::size_t>(k));
-  // A stray is dropped at its first wrong byte of the magic.
-  if (std::memcmp(p.hello.data(), kHelloMagic, std::min<std::size_t>(4, p.hello.size())) != 0) {
-    net::close_fd(p.fd);
-    return;
-  }
-  if (p.hello.size() < kHello) return;
-  Offer offer;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = offers_.find(p.hello.substr(4));
-    if (it == offers_.end()) {
-      net::close_fd(p.fd);  // no such token, or it was used already
-      return;
-    }
-    offer = std::move(it->second);
-    offers_.erase(it);
-  }
-  start_transfer(std::exchange(p.fd, -1), std::move(offer));
-}
-
-void LaneServer::start_transfer(int fd, Offer offer) {
+void LaneServer::start_transfer(Session session, Offer offer) {
   std::lock_guard<std::mutex> lock(mutex_);
   Transfer& t = transfers_.emplace_back();
-  t.fd = fd;
-  t.thread = std::thread([this, &t, offer = std::move(offer)] {
-    send_offer(t, offer);
+  t.fd = session.fd;
+  t.thread = std::thread([this, &t, offer = std::move(offer), cipher = std::move(session.send)] {
+    send_offer(t, offer, cipher.get());
     std::lock_guard<std::mutex> held(mutex_);
-    net::close_fd(t.fd);
+    close_fd(t.fd);
     t.done = true;
   });
 }
 
-void LaneServer::send_offer(Transfer& t, const Offer& offer) {
+void LaneServer::send_offer(Transfer& t, const Offer& offer, RecordCipher* cipher) {
   const int fd = t.fd;
   // Blocking from here: the thread has nothing else to do. A fetcher that stops reading for
   // the whole progress timeout is given up on (its request fails over, as on the data port).
@@ -238,12 +195,10 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
   tv.tv_sec = static_cast<time_t>(timeout_.count() / 1000);
   tv.tv_usec = static_cast<suseconds_t>((timeout_.count() % 1000) * 1000);
   (void)::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  net::set_liveness(fd);
+  set_liveness(fd);
 
-  std::unique_ptr<net::RecordCipher> cipher;
   std::unique_ptr<unsigned char[]> stage;
-  if (offer.cipher != net::kCipherNone) {
-    cipher = std::make_unique<net::RecordCipher>(offer.cipher, offer.key);
+  if (cipher != nullptr) {
     {
       std::lock_guard lock(mutex_);
       if (!stages_.empty()) {
@@ -251,7 +206,7 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
         stages_.pop_back();
       }
     }
-    if (!stage) stage.reset(new unsigned char[net::kRecordHeader + kLaneRecord + net::kRecordTag]);
+    if (!stage) stage.reset(new unsigned char[kRecordHeader + kLaneRecord + kRecordTag]);
   }
   struct GiveBack {  // the stage goes back for the next transfer, however this one ends
     LaneServer& server;
@@ -273,7 +228,7 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
       if (cipher) {
         n = std::min(kLaneRecord, size - off);
         cipher->seal(data + off, n, stage.get());
-        ok = send_all(fd, reinterpret_cast<const char*>(stage.get()), net::kRecordHeader + n + net::kRecordTag);
+        ok = send_all(fd, reinterpret_cast<const char*>(stage.get()), kRecordHeader + n + kRecordTag);
       } else {
         n = std::min(kMaxSend, size - off);
         ok = send_all(fd, data + off, n);
@@ -303,7 +258,7 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer) {
 // buffer, while the fetcher's thread reads the next one into the bytes after it.
 class LaneReceiver::Opener {
  public:
-  Opener(std::unique_ptr<net::RecordCipher> cipher, std::size_t items)
+  Opener(std::unique_ptr<RecordCipher> cipher, std::size_t items)
       : cipher_(std::move(cipher)), pending_(items, 0), thread_([this] { run(); }) {}
   ~Opener() {
     {
@@ -319,8 +274,8 @@ class LaneReceiver::Opener {
   void push(const unsigned char* header, char* data, std::size_t len, const unsigned char* tag, std::size_t item,
             std::uint64_t offset) {
     Job job;
-    std::memcpy(job.header, header, net::kRecordHeader);
-    std::memcpy(job.tag, tag, net::kRecordTag);
+    std::memcpy(job.header, header, kRecordHeader);
+    std::memcpy(job.tag, tag, kRecordTag);
     job.data = data;
     job.len = len;
     job.item = item;
@@ -332,28 +287,36 @@ class LaneReceiver::Opener {
     }
     work_.notify_one();
   }
-  /// Records of `item` queued and not opened yet.
-  std::uint32_t pending(std::size_t item) {
-    std::lock_guard lock(mu_);
-    return pending_[item];
-  }
   /// Waits until every record queued is opened.
   void drain() {
     std::unique_lock lock(mu_);
     idle_.wait(lock, [&] { return jobs_.empty() && !busy_; });
   }
-  /// Whether a record failed: then the result it was in and where that record starts.
-  bool failed(std::size_t& item, std::uint64_t& offset) {
+  /// One look, under one lock, at the results [from, upto): how many of them, from `from` on,
+  /// have every record opened and authentic (`ready`); whether a record failed, and then in
+  /// which result and where (no result from that one on is ready). Asked in two looks, a record
+  /// that failed between them would count its result whole (its bytes wiped to zeros).
+  struct Settled {
+    std::size_t ready = 0;
+    bool failed = false;
+    std::size_t bad_item = 0;
+    std::uint64_t bad_offset = 0;
+  };
+  Settled settle(std::size_t from, std::size_t upto) {
     std::lock_guard lock(mu_);
-    item = bad_item_;
-    offset = bad_offset_;
-    return failed_;
+    Settled s;
+    s.failed = failed_;
+    s.bad_item = bad_item_;
+    s.bad_offset = bad_offset_;
+    const std::size_t end = failed_ ? std::min(upto, bad_item_) : upto;
+    for (std::size_t i = from; i < end && pending_[i] == 0; ++i) ++s.ready;
+    return s;
   }
 
  private:
   struct Job {
-    unsigned char header[net::kRecordHeader];
-    unsigned char tag[net::kRecordTag];
+    unsigned char header[kRecordHeader];
+    unsigned char tag[kRecordTag];
     char* data;
     std::size_t len;
     std::size_t item;
@@ -381,7 +344,7 @@ class LaneReceiver::Opener {
     }
   }
 
-  std::unique_ptr<net::RecordCipher> cipher_;
+  std::unique_ptr<RecordCipher> cipher_;
   std::mutex mu_;
   std::condition_variable work_, idle_;
   std::deque<Job> jobs_;
@@ -394,45 +357,31 @@ class LaneReceiver::Opener {
   std::thread thread_;  // last: starts once the rest is ready
 };
 
-LaneReceiver::LaneReceiver(const std::string& host, const protocol::DataLane& lane, std::vector<Item> items)
+LaneReceiver::LaneReceiver(const std::string& host, const protocol::DataLane& lane, std::vector<Item> items,
+                           bool encrypt)
     : items_(std::move(items)) {
   const std::string port = std::to_string(lane.port);
   where_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + port;
-  if (!lane.key.empty()) {
-    net::Key key{};
-    if (!net::key_from_bytes(lane.key, key)) {
-      throw std::runtime_error("the lane " + where_ + " came with a key of " + std::to_string(lane.key.size()) +
-                               " bytes");
-    }
-    try {
-      cipher_ = std::make_unique<net::RecordCipher>(lane.cipher, key);
-    } catch (const std::invalid_argument& e) {
-      throw std::runtime_error("the lane " + where_ + ": " + e.what());
-    }
+  OfferTicket ticket;
+  ticket.id = lane.offer;
+  ticket.secret = lane.secret;
+  Hello hello;
+  hello.flags = hello_flags(encrypt);
+  try {
+    // Refused at once (nothing listens there): the first step() reports it as unreachable.
+    dialer_ = std::make_unique<Dialer>(host, port, kPurpose, ticket, hello, kSocketBuffer);
+  } catch (const std::exception& e) {
+    throw std::runtime_error("the lane " + where_ + ": " + e.what());
   }
-  if (lane.token.size() != kLaneToken) {
-    throw std::runtime_error("the lane " + where_ + " came with a token of " + std::to_string(lane.token.size()) +
-                             " bytes");
-  }
-  hello_.assign(kHelloMagic, 4);
-  hello_ += lane.token;
-  // Refused at once (nothing listens there): the first step() reports it as unreachable.
-  std::string error;
-  fd_ = net::connect_start(host, port, kSocketBuffer, connect_error_, error);
-  if (fd_ < 0) throw std::runtime_error("the lane " + where_ + ": " + error);
-  net::set_liveness(fd_);
+  set_liveness(dialer_->fd());
   while (current_ < items_.size() && items_[current_].buffer->size() == 0) ++current_;  // nothing to read
   delivered_ = current_;
-  if (cipher_) {
-    std::uint64_t total = 0;
-    for (const auto& item : items_) total += item.buffer->size();
-    if (total > 2 * kLaneRecord) opener_ = std::make_unique<Opener>(std::move(cipher_), items_.size());
-  }
 }
 
 LaneReceiver::~LaneReceiver() {
   opener_.reset();  // before the results it writes into
-  net::close_fd(fd_);
+  dialer_.reset();
+  close_fd(fd_);
 }
 
 std::vector<const LaneReceiver::Item*> LaneReceiver::unfinished() const {
@@ -450,21 +399,23 @@ std::string LaneReceiver::deliver(std::vector<Item>& done) {
   if (opener_) {
     // Everything received: what is left to open is a record or two; wait for it here.
     if (current_ >= items_.size() && delivered_ < items_.size()) opener_->drain();
-    std::size_t bad = 0;
-    std::uint64_t offset = 0;
-    if (opener_->failed(bad, offset)) {
-      // The results before the one that failed are whole and authentic: they count. How far
-      // that one got is how far it was authentic (the bytes read past it count for nothing).
-      while (delivered_ < bad && opener_->pending(delivered_) == 0) {
-        done.push_back(std::move(items_[delivered_]));
-        ++delivered_;
-      }
-      items_[bad].received = offset;
-      for (std::size_t i = bad + 1; i < items_.size(); ++i) items_[i].received = 0;
-      return "a record on its lane " + where_ + " is not authentic (byte " + std::to_string(offset) + " of a result)";
+    const Opener::Settled settled = opener_->settle(delivered_, current_);
+    for (std::size_t i = 0; i < settled.ready; ++i) {
+      done.push_back(std::move(items_[delivered_]));
+      ++delivered_;
     }
+    if (settled.failed) {
+      // The results before the one that failed are whole and authentic: they counted above.
+      // How far that one got is how far it was authentic (the bytes read past it count for
+      // nothing).
+      items_[settled.bad_item].received = settled.bad_offset;
+      for (std::size_t i = settled.bad_item + 1; i < items_.size(); ++i) items_[i].received = 0;
+      return "a record on its lane " + where_ + " is not authentic (byte " + std::to_string(settled.bad_offset) +
+             " of a result)";
+    }
+    return "";
   }
-  while (delivered_ < current_ && (!opener_ || opener_->pending(delivered_) == 0)) {
+  while (delivered_ < current_) {
     done.push_back(std::move(items_[delivered_]));
     ++delivered_;
   }
@@ -473,26 +424,22 @@ std::string LaneReceiver::deliver(std::vector<Item>& done) {
 
 std::string LaneReceiver::step(short revents, std::size_t budget, std::vector<Item>& done, bool& unreachable) {
   unreachable = false;
-  if (state_ == State::connecting) {
-    int err = connect_error_;
-    if (err == 0) {
-      if ((revents & (POLLOUT | POLLERR | POLLHUP)) == 0) return "";
-      socklen_t len = sizeof err;
-      if (::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+  if (dialer_) {
+    const Dialer::State state = dialer_->step(revents);
+    if (state == Dialer::State::working) return "";
+    if (state == Dialer::State::failed) {
+      unreachable = dialer_->unreachable();
+      return "its lane " + where_ + ": " + dialer_->error();
     }
-    if (err != 0) {
-      unreachable = true;
-      return "cannot connect to its lane " + where_ + ": " + errno_text(err);
+    Session session = dialer_->take();
+    dialer_.reset();
+    fd_ = session.fd;
+    cipher_ = std::move(session.receive);
+    if (cipher_) {
+      std::uint64_t total = 0;
+      for (const auto& item : items_) total += item.buffer->size();
+      if (total > 2 * kLaneRecord) opener_ = std::make_unique<Opener>(std::move(cipher_), items_.size());
     }
-    state_ = State::hello;
-  }
-  if (state_ == State::hello) {
-    const ssize_t k = ::send(fd_, hello_.data() + hello_sent_, hello_.size() - hello_sent_, MSG_NOSIGNAL);
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return "";
-    if (k < 0) return "its lane " + where_ + " failed: " + errno_text(errno);
-    hello_sent_ += static_cast<std::size_t>(k);
-    if (hello_sent_ < hello_.size()) return "";
-    state_ = State::receiving;
     return "";  // the bytes come later: poll for them
   }
   if ((revents & (POLLIN | POLLERR | POLLHUP)) == 0) return deliver(done);
@@ -515,15 +462,15 @@ std::string LaneReceiver::receive(std::size_t budget) {
     if (!sealed) {
       to = base + item.received;
       want = std::min(size - item.received, budget - moved);
-    } else if (header_have_ < net::kRecordHeader) {
+    } else if (header_have_ < kRecordHeader) {
       to = reinterpret_cast<char*>(header_) + header_have_;
-      want = net::kRecordHeader - header_have_;
+      want = kRecordHeader - header_have_;
     } else if (body_have_ < body_len_) {
       to = base + item.received + body_have_;
       want = body_len_ - body_have_;
     } else {
       to = reinterpret_cast<char*>(tag_) + tag_have_;
-      want = net::kRecordTag - tag_have_;
+      want = kRecordTag - tag_have_;
     }
     const ssize_t k = ::recv(fd_, to, want, 0);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
@@ -536,9 +483,9 @@ std::string LaneReceiver::receive(std::size_t budget) {
     progress_ += got;
     if (!sealed) {
       item.received += got;
-    } else if (header_have_ < net::kRecordHeader) {
+    } else if (header_have_ < kRecordHeader) {
       header_have_ += got;
-      if (header_have_ == net::kRecordHeader) {
+      if (header_have_ == kRecordHeader) {
         body_len_ = read_u32(header_);
         const std::size_t due = std::min(kLaneRecord, size - item.received);
         if (body_len_ != due) {
@@ -552,7 +499,7 @@ std::string LaneReceiver::receive(std::size_t budget) {
       body_have_ += got;
     } else {
       tag_have_ += got;
-      if (tag_have_ == net::kRecordTag) {
+      if (tag_have_ == kRecordTag) {
         if (opener_) {
           opener_->push(header_, base + item.received, body_len_, tag_, current_, item.received);
         } else if (!cipher_->open_in_place(header_, base + item.received, body_len_, tag_)) {

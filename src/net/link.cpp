@@ -18,8 +18,6 @@ namespace herd::net {
 
 namespace {
 
-constexpr char kHelloMagic[4] = {'H', 'C', 'L', '1'};
-constexpr std::size_t kHelloSize = 4 + kLinkToken;
 constexpr std::size_t kReadChunk = 64u << 10;
 
 std::string errno_text(int e) { return std::strerror(e); }
@@ -40,27 +38,17 @@ void compact(std::vector<char>& buffer, std::size_t& begin, std::size_t& end) {
 
 }  // namespace
 
-DirectionKeys derive_keys(const net::Key& offered) {
-  DirectionKeys k;
-  k.to_worker = net::blake2b("herd control link: scheduler to worker", &offered);
-  k.to_scheduler = net::blake2b("herd control link: worker to scheduler", &offered);
-  return k;
-}
-
-Link::Link(int fd, std::uint32_t cipher, const net::Key& send_key, const net::Key& receive_key,
-           std::uint64_t max_frame, std::string peer)
-    : fd_(fd), peer_(std::move(peer)), max_frame_(max_frame) {
-  net::set_nonblocking(fd_);
-  net::set_nodelay(fd_);
-  net::set_liveness(fd_);
-  if (cipher != net::kCipherNone) {
-    sealer_ = std::make_unique<net::RecordCipher>(cipher, send_key);
-    opener_ = std::make_unique<net::RecordCipher>(cipher, receive_key);
-  }
+Link::Link(Session session, std::uint64_t max_frame, std::string peer)
+    : fd_(session.fd), peer_(std::move(peer)), max_frame_(max_frame) {
+  set_nonblocking(fd_);
+  set_nodelay(fd_);
+  set_liveness(fd_);
+  sealer_ = std::move(session.send);
+  opener_ = std::move(session.receive);
   in_.resize(kReadChunk);
 }
 
-Link::~Link() { net::close_fd(fd_); }
+Link::~Link() { close_fd(fd_); }
 
 void Link::fail(const std::string& why) {
   if (error_.empty()) error_ = why;
@@ -70,7 +58,7 @@ void Link::append_sealed(const char* data, std::size_t n) {
   while (n > 0) {
     const std::size_t len = std::min(n, kLinkRecord);
     const std::size_t at = out_.size();
-    out_.resize(at + net::kRecordHeader + len + net::kRecordTag);
+    out_.resize(at + kRecordHeader + len + kRecordTag);
     sealer_->seal(data, len, reinterpret_cast<unsigned char*>(out_.data() + at));
     data += len;
     n -= len;
@@ -196,7 +184,7 @@ void Link::receive(std::vector<protocol::Received>& out, std::size_t budget) {
       continue;
     }
     // Sealed: open every whole record into the plaintext, then read messages from it.
-    while (in_end_ - in_begin_ >= net::kRecordHeader) {
+    while (in_end_ - in_begin_ >= kRecordHeader) {
       auto* header = reinterpret_cast<unsigned char*>(in_.data() + in_begin_);
       const std::uint32_t len = read_u32(header);
       if (len > kLinkRecord) {
@@ -204,9 +192,9 @@ void Link::receive(std::vector<protocol::Received>& out, std::size_t budget) {
              "): not a herd link, or out of step");
         break;
       }
-      const std::size_t whole = net::kRecordHeader + len + net::kRecordTag;
+      const std::size_t whole = kRecordHeader + len + kRecordTag;
       if (in_end_ - in_begin_ < whole) break;
-      char* data = in_.data() + in_begin_ + net::kRecordHeader;
+      char* data = in_.data() + in_begin_ + kRecordHeader;
       if (!opener_->open_in_place(header, data, len, reinterpret_cast<unsigned char*>(data + len))) {
         fail(peer_ + " sent a record that does not open (a wrong key, or altered on the way)");
         break;
@@ -232,138 +220,62 @@ void Link::receive(std::vector<protocol::Received>& out, std::size_t budget) {
   }
 }
 
-int start_connect(const std::string& host, std::uint16_t port, std::string& error) {
-  int refused = 0;
-  int fd = net::connect_start(host, std::to_string(port), 0, refused, error);
-  if (fd >= 0 && refused != 0) {
-    error = errno_text(refused);
-    net::close_fd(fd);
-  }
-  return fd;
-}
-
-std::string finish_connect(int fd, const std::string& token) {
-  int err = 0;
-  socklen_t len = sizeof err;
-  if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-  if (err != 0) return errno_text(err);
-  if (token.size() != kLinkToken) return "the offer came with a token of " + std::to_string(token.size()) + " bytes";
-  std::string hello(kHelloMagic, 4);
-  hello += token;
-  const ssize_t n = ::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (n != static_cast<ssize_t>(hello.size())) return n < 0 ? errno_text(errno) : "the hello was cut short";
-  return "";
-}
-
 // ---------------------------------------------------------------------------------------------
 
 LinkHub::LinkHub(const std::string& host, std::uint64_t max_frame, std::chrono::milliseconds offer_timeout)
     : max_frame_(max_frame), timeout_(offer_timeout) {
-  listen_fd_ = net::listen_on(host, 0, "the scheduler's control links");
-  port_ = net::local_port(listen_fd_);
-  net::set_nonblocking(listen_fd_);
+  const int listen_fd = listen_on(host, 0, "the scheduler's control links");
+  port_ = local_port(listen_fd);
+  Gate::Options options;
+  options.purpose = kLinkPurpose;
+  options.who = "control links";
+  options.hello_timeout = std::min<std::chrono::steady_clock::duration>(timeout_, std::chrono::seconds(5));
+  gate_ = std::make_unique<Gate>(listen_fd, std::move(options));
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) {
-    net::close_fd(listen_fd_);
-    throw std::runtime_error("the scheduler's control links: epoll_create1 failed: " + errno_text(errno));
-  }
+  if (epoll_fd_ < 0) throw std::runtime_error("the scheduler's control links: epoll_create1 failed: " + errno_text(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
-  ev.data.fd = listen_fd_;
-  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, listen_fd_, &ev);
+  ev.data.fd = gate_->fd();
+  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, gate_->fd(), &ev);
 }
 
 LinkHub::~LinkHub() {
-  for (auto& [fd, p] : pending_) ::close(fd);
   links_.clear();
-  net::close_fd(listen_fd_);
-  net::close_fd(epoll_fd_);
+  gate_.reset();
+  close_fd(epoll_fd_);
 }
 
-LinkHub::Offer LinkHub::offer(const std::string& owner, bool encrypt, bool peer_has_aes) {
-  Offer o;
-  o.token = net::random_bytes(kLinkToken);
-  OfferEntry e;
-  e.owner = owner;
-  e.cipher = net::kCipherNone;
-  if (encrypt) {
-    e.cipher = peer_has_aes && net::aes_available() ? net::kCipherAes : net::kCipherChacha;
-    e.key = net::random_key();
-    o.key = net::key_bytes(e.key);
-  }
-  o.cipher = e.cipher;
-  e.expires = std::chrono::steady_clock::now() + timeout_;
-  offers_[o.token] = std::move(e);
-  return o;
+OfferTicket LinkHub::offer(const std::string& owner, bool encrypt) {
+  const std::uint64_t tag = next_tag_++;
+  const auto expires = std::chrono::steady_clock::now() + timeout_;
+  offers_[tag] = OfferEntry{owner, encrypt, expires};
+  return gate_->offer(tag, expires, true);
 }
 
-void LinkHub::accept_all(std::chrono::steady_clock::time_point now) {
-  for (;;) {
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EINTR || errno == ECONNABORTED) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) HERD_LOG(warning) << "control links: accept failed: " << errno_text(errno);
-      return;
-    }
-    Pending p;
-    p.fd = fd;
-    p.deadline = now + std::min(timeout_, std::chrono::milliseconds(5000));
-    pending_[fd] = std::move(p);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.fd = fd;
-    (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
-  }
-}
-
-void LinkHub::drop_pending(int fd) {
-  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  ::close(fd);
-  pending_.erase(fd);
-}
-
-void LinkHub::read_hello(int fd, Events& events, std::chrono::steady_clock::time_point now) {
-  auto it = pending_.find(fd);
-  if (it == pending_.end()) return;
-  Pending& p = it->second;
-  char buf[kHelloSize];
-  const ssize_t n = ::recv(fd, buf, kHelloSize - p.hello.size(), MSG_DONTWAIT);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-  if (n <= 0) {
-    drop_pending(fd);
+void LinkHub::admit(Session session, Events& events) {
+  auto offer = offers_.find(session.tag);
+  if (offer == offers_.end()) {  // its owner left meanwhile
+    ::close(session.fd);
     return;
   }
-  p.hello.append(buf, static_cast<std::size_t>(n));
-  if (p.hello.size() < kHelloSize) return;
-  const std::string token = p.hello.substr(4);
-  auto offer = std::memcmp(p.hello.data(), kHelloMagic, 4) == 0 ? offers_.find(token) : offers_.end();
-  if (offer == offers_.end() || offer->second.expires < now) {
-    HERD_LOG(warning) << "control links: refused a connection that presented "
-                      << (std::memcmp(p.hello.data(), kHelloMagic, 4) != 0 ? "no link hello" : "a token not offered (or used, or expired)");
-    if (offer != offers_.end()) offers_.erase(offer);
-    drop_pending(fd);
-    return;
-  }
-  const OfferEntry o = std::move(offer->second);
-  offers_.erase(offer);  // a token works once
-  (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
-  pending_.erase(it);
-  if (auto old = links_.find(o.owner); old != links_.end()) {  // a second claim for one peer
+  const std::string owner = std::move(offer->second.owner);
+  offers_.erase(offer);
+  if (auto old = links_.find(owner); old != links_.end()) {  // a second claim for one peer
     owner_of_fd_.erase(old->second.link->fd());
     (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, old->second.link->fd(), nullptr);
     links_.erase(old);
   }
-  const DirectionKeys keys = derive_keys(o.key);
+  const int fd = session.fd;
   Entry e;
-  e.link = std::make_unique<Link>(fd, o.cipher, keys.to_worker, keys.to_scheduler, max_frame_, "the worker's link");
-  owner_of_fd_[fd] = o.owner;
-  Entry& placed = links_[o.owner] = std::move(e);
+  e.link = std::make_unique<Link>(std::move(session), max_frame_, "the worker's link");
+  owner_of_fd_[fd] = owner;
+  Entry& placed = links_[owner] = std::move(e);
   epoll_event ev{};
   ev.events = 0;  // nothing is read before the worker's link_switch; errors are reported anyway
   ev.data.fd = fd;
   (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev);
   placed.events = 0;
-  events.claimed.push_back(o.owner);
+  events.claimed.push_back(owner);
 }
 
 void LinkHub::update_events(Entry& e) {
@@ -380,17 +292,14 @@ void LinkHub::update_events(Entry& e) {
 
 void LinkHub::step(Events& events, std::chrono::steady_clock::time_point now) {
   epoll_event ready[64];
+  bool gate_ready = false;
   for (int round = 0; round < 16; ++round) {
     const int n = ::epoll_wait(epoll_fd_, ready, 64, 0);
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) {
       const int fd = ready[i].data.fd;
-      if (fd == listen_fd_) {
-        accept_all(now);
-        continue;
-      }
-      if (pending_.count(fd) != 0) {
-        read_hello(fd, events, now);
+      if (fd == gate_->fd()) {
+        gate_ready = true;  // stepped below
         continue;
       }
       auto owner = owner_of_fd_.find(fd);
@@ -413,19 +322,26 @@ void LinkHub::step(Events& events, std::chrono::steady_clock::time_point now) {
     }
     if (n < 64) break;
   }
-  // Pending hellos past their deadline, offers past theirs.
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->second.deadline < now) {
-      (void)::epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->first, nullptr);
-      ::close(it->first);
-      it = pending_.erase(it);
-    } else {
-      ++it;
+  // The connections proving an offer, and the offers past their time (looked at every 100 ms
+  // with the links below, else only when the gate has news: not a system call more per step).
+  const bool sweep = now - last_sweep_ >= std::chrono::milliseconds(100);
+  if (gate_ready || sweep) {
+    admitted_.clear();
+    gate_->step(
+      now,
+      [this](std::uint64_t tag, const Hello& hello) -> std::optional<Ack> {
+        auto offer = offers_.find(tag);
+        if (offer == offers_.end()) return std::nullopt;  // its owner left
+        Ack ack;
+        ack.cipher = choose_cipher(offer->second.encrypt, hello.flags);
+        return ack;
+      },
+      admitted_);
+    for (Session& session : admitted_) admit(std::move(session), events);
+    for (auto it = offers_.begin(); it != offers_.end();) {  // the gate forgot these too
+      if (it->second.expires < now) it = offers_.erase(it);
+      else ++it;
     }
-  }
-  for (auto it = offers_.begin(); it != offers_.end();) {
-    if (it->second.expires < now) it = offers_.erase(it);
-    else ++it;
   }
   // Links touched this step (and every link every 100 ms: the ones closing past their time):
   // report failures, close the ones whose peer left once written, keep epoll in step.
@@ -444,7 +360,7 @@ void LinkHub::step(Events& events, std::chrono::steady_clock::time_point now) {
     links_.erase(it);
     return false;
   };
-  if (now - last_sweep_ >= std::chrono::milliseconds(100)) {
+  if (sweep) {
     last_sweep_ = now;
     for (auto it = links_.begin(); it != links_.end();) {
       auto next = std::next(it);
@@ -497,8 +413,12 @@ void LinkHub::flush() {
 
 void LinkHub::close(const std::string& owner) {
   for (auto it = offers_.begin(); it != offers_.end();) {
-    if (it->second.owner == owner) it = offers_.erase(it);
-    else ++it;
+    if (it->second.owner == owner) {
+      gate_->withdraw(it->first);
+      it = offers_.erase(it);
+    } else {
+      ++it;
+    }
   }
   auto it = links_.find(owner);
   if (it == links_.end() || it->second.closing) return;

@@ -7,26 +7,26 @@
 // data ports and everything before a worker's link is up stay on ZeroMQ.
 //
 // Set-up, over the CURVE-authenticated ZeroMQ hello: the worker's HelloRequest says it takes a
-// link; the scheduler's HelloReply offers one (the port of its LinkHub, a fresh one-use token
-// and, when the cluster encrypts, a fresh key). The worker connects and presents the token. The
+// link; the scheduler's HelloReply offers one (the port of its LinkHub and a fresh offer of
+// net/handshake.hpp, purpose "herd link"). The worker connects and proves the offer (wanting
+// the link sealed when its cluster encrypts: an offer without encryption is refused then). The
 // hand-over keeps every message in order:
-//   1. the scheduler, once the token checks, sends `link_switch` on ZeroMQ (its last ZeroMQ
+//   1. the scheduler, once the offer is proved, sends `link_switch` on ZeroMQ (its last ZeroMQ
 //      message to that worker) and writes to the worker on the link from then on;
 //   2. the worker reads ZeroMQ up to that `link_switch`, then reads the link; it answers with
 //      its own `link_switch` on ZeroMQ and writes on the link from then on;
 //   3. the scheduler reads that worker's link once its `link_switch` came.
 // A link the worker cannot make (a firewall, refused, no answer within a few seconds) or one the
 // scheduler does not accept before step 1 costs speed, never data: both stay on ZeroMQ. A link
-// that breaks after step 1 is the worker lost, as a ZeroMQ connection that breaks is today (a
+// that breaks after step 1 is the worker lost, as a ZeroMQ connection that breaks is (a
 // reconnected DEALER is a new peer to the ROUTER): the scheduler runs its tasks elsewhere and the
 // worker leaves. HERD_LINKS=0 keeps everything on ZeroMQ.
 //
-// Wire, byte-exact:
-//   hello (worker -> scheduler): "HCL1" | the token (32 bytes)
-//   then, each way, a stream of messages; a message is u32 n (frames, 1..2^20) and n times
-//   (u32 length | bytes): the header-and-body frame, then the payload frames, as on ZeroMQ. All
-//   integers little-endian. With a key, the stream is cut into sealed records of at most
-//   kLinkRecord bytes (net/aead.hpp), under a key per direction derived from the offered one.
+// Wire, byte-exact, after the handshake: each way, a stream of messages; a message is u32 n
+// (frames, 1..2^20) and n times (u32 length | bytes): the header-and-body frame, then the
+// payload frames. All integers little-endian. Sealed, the stream is cut into records of at most
+// kLinkRecord bytes (net/aead.hpp) under the handshake's key of each direction, re-keyed as the
+// records say.
 #pragma once
 
 #include <chrono>
@@ -40,30 +40,23 @@
 #include <zmq.hpp>
 
 #include "net/aead.hpp"
+#include "net/handshake.hpp"
 #include "protocol/codec.hpp"
 
 namespace herd::net {
 
-inline constexpr std::size_t kLinkToken = 32;
+inline constexpr char kLinkPurpose[] = "herd link";     // of its handshake
 inline constexpr std::size_t kLinkRecord = 256u << 10;  // plaintext bytes per sealed record at most
 inline constexpr std::uint32_t kMaxFrames = 1u << 20;   // frames in one message at most
-
-/// The key of each direction, from the key the scheduler offered.
-struct DirectionKeys {
-  net::Key to_worker{}, to_scheduler{};
-};
-DirectionKeys derive_keys(const net::Key& offered);
 
 /// One link, either end: a connected non-blocking socket, what waits to be written, and what was
 /// read but is not a whole message yet. Never blocks, except drain().
 class Link {
  public:
-  /// Takes `fd` (a connected TCP socket; made non-blocking, closed by the destructor). `cipher`:
-  /// net::kCipherNone (plain), else the records are sealed with `send_key` and opened with
-  /// `receive_key`. `max_frame`: the largest frame accepted (0: any up to 4 GiB). `peer`: how
-  /// errors name the other end.
-  Link(int fd, std::uint32_t cipher, const net::Key& send_key, const net::Key& receive_key,
-       std::uint64_t max_frame, std::string peer);
+  /// Takes the session the handshake made (its descriptor, made non-blocking and closed by the
+  /// destructor; its ciphers, or none for a plain link). `max_frame`: the largest frame accepted
+  /// (0: any up to 4 GiB). `peer`: how errors name the other end.
+  Link(Session session, std::uint64_t max_frame, std::string peer);
   ~Link();
   Link(const Link&) = delete;
   Link& operator=(const Link&) = delete;
@@ -97,7 +90,7 @@ class Link {
   int fd_ = -1;
   std::string peer_;
   std::uint64_t max_frame_;
-  std::unique_ptr<net::RecordCipher> sealer_, opener_;
+  std::unique_ptr<RecordCipher> sealer_, opener_;
   std::string error_;
   std::vector<char> out_;  // bytes to write, from out_begin_
   std::size_t out_begin_ = 0;
@@ -108,12 +101,6 @@ class Link {
   std::size_t plain_begin_ = 0;
 };
 
-/// The worker's end before the hand-over: a non-blocking connect to the offered port.
-/// Returns the socket (connecting) or -1 with `error` saying why.
-int start_connect(const std::string& host, std::uint16_t port, std::string& error);
-/// After poll reported the connecting socket writable (or in error): "" when connected, else why
-/// not. Then writes the hello with `token` (the socket's buffer takes it at once).
-std::string finish_connect(int fd, const std::string& token);
 
 /// The scheduler's end: a listener, the offers, the connections whose hello is not read yet, and
 /// every link by its worker's ZeroMQ identity; one epoll descriptor that is readable when any of
@@ -130,16 +117,13 @@ class LinkHub {
   int fd() const { return epoll_fd_; }
   std::uint16_t port() const { return port_; }
 
-  struct Offer {
-    std::string token, key;  // key "" = plain
-    std::uint32_t cipher = net::kCipherNone;
-  };
-  /// A fresh offer for the peer `owner`, claimed once within the offer timeout.
-  Offer offer(const std::string& owner, bool encrypt, bool peer_has_aes);
+  /// A fresh offer for the peer `owner`, claimed once within the offer timeout; `encrypt`: the
+  /// link is sealed (it is too when the worker asks).
+  OfferTicket offer(const std::string& owner, bool encrypt);
 
   /// What happened in a step.
   struct Events {
-    std::vector<std::string> claimed;                          // owners whose token checked
+    std::vector<std::string> claimed;                          // owners whose offer was proved
     std::vector<std::pair<std::string, std::string>> failed;  // owner, why: its link broke
     std::vector<protocol::Received> messages;                  // in order per owner; identity = owner
   };
@@ -166,14 +150,11 @@ class LinkHub {
   void drain(std::chrono::milliseconds timeout);
 
   std::size_t links() const { return links_.size(); }
-  std::size_t offers() const { return offers_.size(); }
+  std::size_t offers() const { return gate_->offers(); }
+  /// Connections that have not proved an offer yet (tests).
+  std::size_t pending() const { return gate_->pending(); }
 
  private:
-  struct Pending {
-    int fd = -1;
-    std::string hello;
-    std::chrono::steady_clock::time_point deadline;
-  };
   struct Entry {
     std::unique_ptr<Link> link;
     bool writing = false, reading = false, closing = false;
@@ -182,21 +163,20 @@ class LinkHub {
   };
   struct OfferEntry {
     std::string owner;
-    std::uint32_t cipher;
-    net::Key key;
+    bool encrypt = true;
     std::chrono::steady_clock::time_point expires;
   };
-  void accept_all(std::chrono::steady_clock::time_point now);
-  void read_hello(int fd, Events& events, std::chrono::steady_clock::time_point now);
+  void admit(Session session, Events& events);
   void update_events(Entry& e);
-  void drop_pending(int fd);
 
-  int listen_fd_ = -1, epoll_fd_ = -1;
+  std::unique_ptr<Gate> gate_;  // the listener and the connections proving an offer
+  int epoll_fd_ = -1;           // the gate's descriptor and every link's
   std::uint16_t port_ = 0;
   std::uint64_t max_frame_;
   std::chrono::milliseconds timeout_;
-  std::unordered_map<std::string, OfferEntry> offers_;   // by token
-  std::unordered_map<int, Pending> pending_;            // by fd
+  std::unordered_map<std::uint64_t, OfferEntry> offers_;  // by the gate's tag
+  std::uint64_t next_tag_ = 1;
+  std::vector<Session> admitted_;
   std::unordered_map<std::string, Entry> links_;        // by owner
   std::unordered_map<int, std::string> owner_of_fd_;
   std::unordered_set<std::string> dirty_;  // links to look at after this step's events

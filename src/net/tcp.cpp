@@ -43,20 +43,24 @@ void set_liveness(int fd) {
 }
 
 int connect_start(const std::string& host, const std::string& port, int buffer_bytes, int& connect_errno,
-                  std::string& error) {
+                  std::string& error, unsigned attempt) {
   connect_errno = 0;
   AddrInfo ai;
   if (const int rc = resolve(host, port, 0, ai); rc != 0 || ai.list == nullptr) {
     error = "cannot resolve '" + host + "': " + ::gai_strerror(rc);
     return -1;
   }
-  const int fd = ::socket(ai.list->ai_family, ai.list->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai.list->ai_protocol);
+  unsigned count = 0;
+  for (addrinfo* a = ai.list; a; a = a->ai_next) ++count;
+  addrinfo* target = ai.list;
+  for (unsigned i = attempt % count; i > 0; --i) target = target->ai_next;
+  const int fd = ::socket(target->ai_family, target->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, target->ai_protocol);
   if (fd < 0) {
     error = std::string("no socket: ") + std::strerror(errno);
     return -1;
   }
   if (buffer_bytes > 0) set_buffers(fd, buffer_bytes);
-  if (::connect(fd, ai.list->ai_addr, ai.list->ai_addrlen) != 0 && errno != EINPROGRESS) connect_errno = errno;
+  if (::connect(fd, target->ai_addr, target->ai_addrlen) != 0 && errno != EINPROGRESS) connect_errno = errno;
   return fd;
 }
 

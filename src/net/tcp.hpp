@@ -44,9 +44,10 @@ int listen_on(const std::string& host, int buffer_bytes, const std::string& who)
 /// `buffer_bytes` socket buffers first, when not 0, so the window scale is negotiated for them).
 /// Returns the socket with `connect_errno` 0 (connected, or connecting: poll for POLLOUT, then
 /// SO_ERROR) or connect()'s errno when it failed at once (refused); -1 with `error` saying why
-/// when the host does not resolve or no socket can be made.
+/// when the host does not resolve or no socket can be made. `attempt` picks among the addresses
+/// the host resolves to (modulo their number), for a caller that retries.
 int connect_start(const std::string& host, const std::string& port, int buffer_bytes, int& connect_errno,
-                  std::string& error);
+                  std::string& error, unsigned attempt = 0);
 /// The port a bound socket got (0 on error).
 unsigned short local_port(int fd);
 

@@ -26,7 +26,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 8;
+inline constexpr std::uint8_t kProtocolVersion = 9;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
@@ -134,9 +134,8 @@ struct HelloRequest {
   std::int64_t end_time = 0;                  // unix seconds when its job's time runs out (0 = never)
   std::vector<GpuInfo> gpus;                  // its GPUs (also counted in resources["gpu"])
   bool links = false;                         // it takes a control link (net/link.hpp)
-  bool has_aes = false;                       // AES-256-GCM in hardware: its link may use it
   MSGPACK_DEFINE_MAP(protocol, role, name, host, pid, nthreads, data_address, resources,
-                     memory_limit, job_id, pool, end_time, gpus, links, has_aes);
+                     memory_limit, job_id, pool, end_time, gpus, links);
 };
 
 struct HelloReply {
@@ -149,13 +148,12 @@ struct HelloReply {
   std::string scheduler_id;                   // random id of this scheduler instance
   std::uint64_t max_message_bytes = 0;        // largest message the scheduler accepts (0 = unknown):
                                               //   a task or scatter over it fails alone, before sending
-  // A control link offered to a worker (net/link.hpp); port 0: none.
+  // A control link offered to a worker (net/link.hpp, net/handshake.hpp); port 0: none.
   std::uint32_t link_port = 0;
-  std::string link_token;                     // 32 bytes, works once
-  std::string link_key;                       // 32 bytes, or "" for a plain link (no CURVE)
-  std::uint32_t link_cipher = 0;              // net::kCipher*
+  std::string link_offer;                     // the offer's id (16 bytes), works once
+  std::string link_secret;                    // its secret (32 bytes)
   MSGPACK_DEFINE_MAP(protocol, ok, error, peer_index, heartbeat_ms, timeout_ms, scheduler_id, max_message_bytes,
-                     link_port, link_token, link_key, link_cipher);
+                     link_port, link_offer, link_secret);
 };
 
 /// Sent on ZeroMQ as the sender's last message there: what follows goes on the control link.
@@ -655,23 +653,22 @@ struct GoodbyeEvent {
 
 /// GetDataRequest::lanes: what the fetcher can take besides data_chunk messages.
 inline constexpr std::uint32_t kTakesLane = 1;  // a bulk lane (net/lane.hpp)
-inline constexpr std::uint32_t kHasAes = 2;     // AES-256-GCM in hardware, for an encrypted lane
 
 struct GetDataRequest {
   std::uint64_t request_id = 0;  // echoed in the reply
   std::vector<TaskId> ids;       // results wanted
-  std::uint32_t lanes = 0;       // kTakesLane | kHasAes
+  std::uint32_t lanes = 0;       // kTakesLane
   MSGPACK_DEFINE(request_id, ids, lanes);
 };
 
-/// Where the streamed results of one reply come instead of data_chunk messages: a plain TCP
-/// connection to the holder's lane port, which the fetcher opens and proves with the token.
+/// Where the streamed results of one reply come instead of data_chunk messages: a TCP
+/// connection to the holder's lane port, which the fetcher opens and proves the offer on
+/// (net/handshake.hpp); the handshake also settles whether the bytes are sealed.
 struct DataLane {
   std::uint16_t port = 0;   // 0: no lane, data_chunk messages follow
-  std::string token;        // 32 random bytes, for this reply only
-  std::string key;          // 32 bytes: records sealed with it (net/aead.hpp); "": plain bytes
-  std::uint32_t cipher = 0; // 1 ChaCha20-Poly1305, 2 AES-256-GCM (with a key)
-  MSGPACK_DEFINE(port, token, key, cipher);
+  std::string offer;        // the offer's id (16 bytes), for this reply only
+  std::string secret;       // its secret (32 bytes): never sent again
+  MSGPACK_DEFINE(port, offer, secret);
 };
 
 /// A result too big to travel as one frame: it follows as data_chunk messages.

@@ -33,7 +33,7 @@ void Scheduler::handle_logs_request(ClientId client, const protocol::LogsRequest
   const std::string& target = req.target;
   auto answer = [&](protocol::LogsReply r) {
     r.request_id = in.request_id;
-    protocol::send<MessageType::logs_reply>(out_, *client_identity, r);
+    protocol::send<MessageType::logs_reply>(*channels_, *client_identity, r);
   };
   auto fail = [&](const std::string& why) {
     protocol::LogsReply r;
@@ -64,7 +64,7 @@ void Scheduler::handle_logs_request(ClientId client, const protocol::LogsRequest
       // A task dispatched this turn goes out first, so the worker knows it when asked about it.
       flush_worker(wid);
       if (const std::string* identity = identity_of(Role::worker, wid)) {
-        protocol::send<MessageType::logs_fetch>(out_, *identity, fwd);
+        protocol::send<MessageType::logs_fetch>(*channels_, *identity, fwd);
       }
     }
     logs_queries_.emplace(qid, std::move(q));
@@ -105,7 +105,7 @@ void Scheduler::handle_logs_request(ClientId client, const protocol::LogsRequest
             if (!gone.empty() && !r.sources.empty()) {
               r.sources.front().note = gone + (r.sources.front().note.empty() ? "" : "; " + r.sources.front().note);
             }
-            protocol::send<MessageType::logs_reply>(out_, client, r);
+            protocol::send<MessageType::logs_reply>(*channels_, client, r);
           });
       if (known) return;
     }
@@ -245,7 +245,7 @@ void Scheduler::finish_logs_query(std::uint64_t id) {
     r.error = std::move(why);
   }
   try {
-    protocol::send<MessageType::logs_reply>(out_, q.client, r);
+    protocol::send<MessageType::logs_reply>(*channels_, q.client, r);
   } catch (const zmq::error_t&) {
     // The client is gone; nothing to tell.
   }

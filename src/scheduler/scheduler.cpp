@@ -127,19 +127,21 @@ std::string Scheduler::bind() {
   // to 127.0.1.1 on the host itself), else the first outside interface's address. To choose,
   // bind one interface: --listen tcp://ib0:* (ZeroMQ binds an interface by name).
   if (const auto pos = address_.find("0.0.0.0"); pos != std::string::npos) address_.replace(pos, 7, net::reachable_host());
+  std::unique_ptr<net::LinkHub> hub;
   if (options_.config.links != 0) {
     // Beside the ROUTER, on the interface it binds (a worker that cannot reach this port stays
     // on ZeroMQ, so a firewall that opens only the scheduler's port costs speed, not data).
     try {
       std::string host = net::endpoint_host(options_.listen);
       host = host == "*" ? "" : net::bind_host(host);
-      links_ = std::make_unique<net::LinkHub>(host, static_cast<std::uint64_t>(std::max<std::int64_t>(0, options_.config.max_message_bytes)),
-                                               std::chrono::milliseconds(options_.config.timeout_ms));
-      HERD_LOG(info) << "control links at port " << links_->port();
+      hub = std::make_unique<net::LinkHub>(host, static_cast<std::uint64_t>(std::max<std::int64_t>(0, options_.config.max_message_bytes)),
+                                           std::chrono::milliseconds(options_.config.timeout_ms));
+      HERD_LOG(info) << "control links at port " << hub->port();
     } catch (const std::exception& e) {
       HERD_LOG(warning) << "no control links, workers stay on ZeroMQ: " << e.what();
     }
   }
+  channels_ = std::make_unique<net::SchedulerChannels>(socket_, std::move(hub));
   start_dashboard();
   return address_;
 }
@@ -172,32 +174,14 @@ int Scheduler::run() {
     const auto wait = std::chrono::milliseconds(look_often ? std::min<std::int64_t>(options_.config.heartbeat_ms, 250)
                                                           : static_cast<std::int64_t>(options_.config.heartbeat_ms));
     const auto turn_start = Clock::now();
-    std::optional<protocol::Received> msg;
-    bool backlog = false;
-    Now t;
-    if (links_) {
-      // Two descriptors however many workers: the ROUTER's and the links' (one epoll).
-      poll_items_.assign({{static_cast<void*>(socket_), 0, ZMQ_POLLIN, 0}, {nullptr, links_->fd(), ZMQ_POLLIN, 0}});
-      try {
-        protocol::poll(poll_items_, wait);
-      } catch (const zmq::error_t& e) {
-        if (e.num() != EINTR) throw;
-      }
-      t = now();
-      if ((poll_items_[1].revents & ZMQ_POLLIN) != 0 || t.mono - last_link_step_ >= std::chrono::milliseconds(100)) {
-        step_links(t);
-      }
-      if ((poll_items_[0].revents & ZMQ_POLLIN) != 0) msg = protocol::try_receive(socket_, true);
-      backlog = (poll_items_[0].revents & protocol::kQueued) != 0;
-    } else {
-      msg = protocol::receive(socket_, true, wait, receive_timeout_set_);
-      t = now();
-      // Read on while messages are queued, bounded by count and time so the timers below still
-      // run under a flood. A receive that came back within 10 µs did not sleep: a backlog. Else
-      // one message a turn: the next receive finds another already queued without a system
-      // call, where asking for one more now costs libzmq a poll(2) and a getpid(2) when none is.
-      backlog = msg && t.mono - turn_start < std::chrono::microseconds(10);
-    }
+    channels_->wait(wait);
+    Now t = now();
+    // The links' turn when due: claims answered, messages read, broken links' workers dropped.
+    step_links(t);
+    // Read on while messages are queued, bounded by count and time so the timers below still
+    // run under a flood; else one message a turn.
+    const bool backlog = channels_->backlog();
+    std::optional<protocol::Received> msg = channels_->next_zmq();
     bool woken = false;
     for (int n = 0; msg && n < kMaxMessagesPerTurn; ++n) {
       if (msg->identity == Waker::kIdentity) {
@@ -211,7 +195,7 @@ int Scheduler::run() {
         t = now();
         if (t.mono - turn_start > kMaxTurnReading) break;
       }
-      msg = protocol::try_receive(socket_, true);
+      msg = channels_->next_zmq();
     }
     t = now();
     if (options_.parent_fd >= 0 && t.mono - last_parent_look >= std::chrono::milliseconds(250)) {
@@ -243,55 +227,36 @@ int Scheduler::run() {
       last_publish_ = t.mono;
       publish_dashboard();
     }
-    if (links_) links_->flush();  // last: one write per worker for all the turn sent it
+    channels_->flush();  // last: one write per worker for all the turn sent it
   }
   // Tell everyone, then stop the workers we started.
   for (const auto& [id, identity] : worker_identity_) {
-    protocol::send<MessageType::shutdown>(out_, identity, {"scheduler is shutting down"});
+    protocol::send<MessageType::shutdown>(*channels_, identity, {"scheduler is shutting down"});
   }
   for (const auto& [id, identity] : client_identity_) {
-    protocol::send<MessageType::shutdown>(out_, identity, {"scheduler is shutting down"});
+    protocol::send<MessageType::shutdown>(*channels_, identity, {"scheduler is shutting down"});
   }
-  if (links_) links_->drain(std::chrono::milliseconds(1000));  // as the ROUTER's linger
+  channels_->drain(std::chrono::milliseconds(1000));  // as the ROUTER's linger
   for (auto& p : pools_) p->close();  // no job of ours stays in the queue
   http_.reset();
   return 0;
 }
 
-void Scheduler::Out::send(const std::string& identity, zmq::message_t message, std::vector<zmq::message_t> payloads) {
-  if (s.links_ && s.links_->writing(identity)) {
-    s.links_->send(identity, message, payloads);
-  } else {
-    protocol::send(s.socket_, identity, std::move(message), std::move(payloads));
-  }
-}
-
 void Scheduler::step_links(const Now& now) {
-  last_link_step_ = now.mono;
-  link_events_.claimed.clear();
-  link_events_.failed.clear();
   link_events_.messages.clear();
-  links_->step(link_events_, now.mono);
-  for (const std::string& owner : link_events_.claimed) {
-    if (peers_.count(owner) == 0) {  // left meanwhile
-      links_->close(owner);
-      continue;
-    }
-    // Its last ZeroMQ message; everything after goes on the link.
-    protocol::send<MessageType::link_switch>(socket_, owner, {});
-    links_->start_writing(owner);
-  }
+  link_events_.broken.clear();
+  channels_->step_links(now.mono, [this](const std::string& peer) { return peers_.count(peer) != 0; }, link_events_);
   for (auto& msg : link_events_.messages) handle(msg, now);
-  for (const auto& [owner, why] : link_events_.failed) {
+  for (const auto& [peer, why] : link_events_.broken) {
     // What was on its way on the link is lost with it: the worker is lost, as when its ZeroMQ
     // connection breaks (it would come back as a peer nobody knows).
-    if (peers_.count(owner) != 0) drop_peer(owner, "its control link broke: " + why);
+    if (peers_.count(peer) != 0) drop_peer(peer, "its control link broke: " + why);
   }
 }
 
 void Scheduler::send_error(const std::string& identity, const std::string& message) {
   try {
-    protocol::send<MessageType::error>(out_, identity, {message});
+    protocol::send<MessageType::error>(*channels_, identity, {message});
   } catch (const zmq::error_t&) {
   }
 }
@@ -320,7 +285,7 @@ void Scheduler::handle(protocol::Received& msg, const Now& now) {
       // A worker declared lost (silent too long, retired) or a peer that skipped the hello:
       // its message is ignored, and it is told to leave rather than work for nobody.
       HERD_LOG(info) << "ignoring " << protocol::to_string(*type) << " from an unregistered peer";
-      protocol::send<MessageType::shutdown>(out_, msg.identity,
+      protocol::send<MessageType::shutdown>(*channels_, msg.identity,
                                             {"not registered with this scheduler (declared lost, retired, or no hello)"});
     }
     return;
@@ -349,12 +314,12 @@ void Scheduler::handle_hello(const std::string& identity, protocol::Received& ms
     worker_identity_[id] = identity;
     reply.ok = true;
     reply.peer_index = id;
-    if (links_ && hello.links) {
-      const net::LinkHub::Offer offer = links_->offer(identity, auth_.keys.has_value(), hello.has_aes);
-      reply.link_port = links_->port();
-      reply.link_token = offer.token;
-      reply.link_key = offer.key;
-      reply.link_cipher = offer.cipher;
+    if (hello.links) {
+      if (const auto offer = channels_->offer_link(identity, auth_.keys.has_value())) {
+        reply.link_port = offer->port;
+        reply.link_offer = offer->ticket.id;
+        reply.link_secret = offer->ticket.secret;
+      }
     }
   } else if (hello.role == static_cast<std::uint8_t>(protocol::Role::client)) {
     const ClientId id = state_.add_client(hello, now);
@@ -366,7 +331,7 @@ void Scheduler::handle_hello(const std::string& identity, protocol::Received& ms
     reply.error = "unknown role " + std::to_string(hello.role);
   }
   if (!reply.ok) HERD_LOG(warning) << "refused a hello: " << reply.error;
-  protocol::send<MessageType::hello_reply>(out_, identity, reply);
+  protocol::send<MessageType::hello_reply>(*channels_, identity, reply);
 }
 
 void Scheduler::handle_worker(WorkerId id, MessageType type, protocol::Received& msg, const Now& now) {
@@ -380,7 +345,7 @@ void Scheduler::handle_worker(WorkerId id, MessageType type, protocol::Received&
     }
     case MessageType::link_switch:
       // Its last ZeroMQ message: its link is read from now on.
-      if (!links_ || !links_->peer_switched(msg.identity)) error = "a link switch without a control link";
+      if (!channels_->peer_switched(msg.identity)) error = "a link switch without a control link";
       break;
     case MessageType::task_results: {
       protocol::TaskResultsEvent ev;
@@ -504,12 +469,12 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
         protocol::StatusReply reply;
         reply.explanation = explain(req);
         reply.request_id = req.request_id;
-        protocol::send<MessageType::status_reply>(out_, msg.identity, reply);
+        protocol::send<MessageType::status_reply>(*channels_, msg.identity, reply);
         break;
       }
       protocol::StatusReply reply = status_snapshot(std::min<std::uint32_t>(req.max_events, 10000));
       reply.request_id = req.request_id;
-      protocol::send<MessageType::status_reply>(out_, msg.identity, reply);
+      protocol::send<MessageType::status_reply>(*channels_, msg.identity, reply);
       break;
     }
     case MessageType::campaign_request: {
@@ -532,7 +497,7 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
         default:
           reply.error = "unknown campaign operation " + std::to_string(req.op);
       }
-      protocol::send<MessageType::campaign_reply>(out_, msg.identity, reply);
+      protocol::send<MessageType::campaign_reply>(*channels_, msg.identity, reply);
       break;
     }
     case MessageType::fetch_failed: {
@@ -588,7 +553,7 @@ void Scheduler::flush() {
   std::uint64_t turn = 0;
   auto send_updates = [&](ClientId c, const protocol::TaskUpdatesEvent& ev) {
     if (const std::string* identity = identity_of(Role::client, c)) {
-      protocol::send<MessageType::task_updates>(out_, *identity, ev);
+      protocol::send<MessageType::task_updates>(*channels_, *identity, ev);
     }
   };
   if (journal_) {
@@ -608,15 +573,15 @@ void Scheduler::flush() {
       if (hold) held_updates_.hold(turn, id, std::move(c.updates));
       else send_updates(id, c.updates);
     }
-    if (!c.scatter_inline.ids.empty()) protocol::send<MessageType::scatter_inline>(out_, *identity, c.scatter_inline);
-    if (c.heartbeat) protocol::send<MessageType::heartbeat>(out_, *identity, {});
-    if (c.shutdown) protocol::send<MessageType::shutdown>(out_, *identity, {*c.shutdown});
+    if (!c.scatter_inline.ids.empty()) protocol::send<MessageType::scatter_inline>(*channels_, *identity, c.scatter_inline);
+    if (c.heartbeat) protocol::send<MessageType::heartbeat>(*channels_, *identity, {});
+    if (c.shutdown) protocol::send<MessageType::shutdown>(*channels_, *identity, {*c.shutdown});
   }
   protocol::PeersGoneEvent gone;
   for (const Departure& d : out.departed) {
     if (!d.address.empty()) gone.addresses.push_back(d.address);
     if (auto identity = worker_identity_.find(d.id); identity != worker_identity_.end()) {
-      if (links_) links_->close(identity->second);  // after what is queued there (its shutdown)
+      channels_->close(identity->second);  // after what is queued there (its shutdown)
       peers_.erase(identity->second);
       worker_identity_.erase(identity);
     }
@@ -640,7 +605,7 @@ void Scheduler::flush() {
   }
   if (!gone.addresses.empty()) {
     // One message per peer per turn, however many left in it.
-    for (const auto& [identity, p] : peers_) protocol::send<MessageType::peers_gone>(out_, identity, gone);
+    for (const auto& [identity, p] : peers_) protocol::send<MessageType::peers_gone>(*channels_, identity, gone);
   }
   if (out.cluster_changed) broadcast_cluster_state();
   out.clear();
@@ -669,30 +634,30 @@ void Scheduler::flush_worker(WorkerId id) {
     const bool free_with_execute = !w.free.empty() && !w.execute.empty() && w.put.empty() && w.put_from.empty() &&
                                    w.acquire.empty();
     if (!w.free.empty() && !free_with_execute) {
-      protocol::send<MessageType::free_keys>(out_, *identity, {std::move(w.free)});
+      protocol::send<MessageType::free_keys>(*channels_, *identity, {std::move(w.free)});
     }
     for (auto& [tid, payload] : w.put) {
       std::vector<zmq::message_t> payloads;
       payloads.push_back(std::move(payload));
-      protocol::send<MessageType::put_data>(out_, *identity, {tid, ""}, std::move(payloads));
+      protocol::send<MessageType::put_data>(*channels_, *identity, {tid, ""}, std::move(payloads));
     }
-    for (auto& ev : w.put_from) protocol::send<MessageType::put_data>(out_, *identity, ev);
-    if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(out_, *identity, {std::move(w.acquire)});
+    for (auto& ev : w.put_from) protocol::send<MessageType::put_data>(*channels_, *identity, ev);
+    if (!w.acquire.empty()) protocol::send<MessageType::acquire_keys>(*channels_, *identity, {std::move(w.acquire)});
     if (!w.execute.empty()) {
       protocol::ExecuteTasksEvent ev{std::move(w.execute), free_with_execute ? std::move(w.free) : std::vector<protocol::TaskId>{}};
-      protocol::send<MessageType::execute_tasks>(out_, *identity, ev);
+      protocol::send<MessageType::execute_tasks>(*channels_, *identity, ev);
       w.execute = std::move(ev.tasks);  // its memory, for the entry's next turn (reset below)
     }
-    if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(out_, *identity, {std::move(w.cancel)});
-    if (w.retiring) protocol::send<MessageType::retiring>(out_, *identity, *w.retiring);
+    if (!w.cancel.empty()) protocol::send<MessageType::cancel_tasks>(*channels_, *identity, {std::move(w.cancel)});
+    if (w.retiring) protocol::send<MessageType::retiring>(*channels_, *identity, *w.retiring);
     if (!w.abandon.empty()) {
-      protocol::send<MessageType::abandon_tasks>(out_, *identity,
+      protocol::send<MessageType::abandon_tasks>(*channels_, *identity,
                                                  {std::move(w.abandon), "cancelled while running (cancel(force))"});
     }
-    for (const auto& ev : w.gang_ready) protocol::send<MessageType::gang_ready>(out_, *identity, ev);
-    for (const auto& ev : w.gang_abort) protocol::send<MessageType::gang_abort>(out_, *identity, ev);
-    if (w.heartbeat) protocol::send<MessageType::heartbeat>(out_, *identity, {});
-    if (w.shutdown) protocol::send<MessageType::shutdown>(out_, *identity, {*w.shutdown});
+    for (const auto& ev : w.gang_ready) protocol::send<MessageType::gang_ready>(*channels_, *identity, ev);
+    for (const auto& ev : w.gang_abort) protocol::send<MessageType::gang_abort>(*channels_, *identity, ev);
+    if (w.heartbeat) protocol::send<MessageType::heartbeat>(*channels_, *identity, {});
+    if (w.shutdown) protocol::send<MessageType::shutdown>(*channels_, *identity, {*w.shutdown});
   }
   w.reset();  // sent (the entry goes with the turn's outbox)
 }
@@ -707,7 +672,7 @@ void Scheduler::broadcast_cluster_state() {
     for (const auto& [id, w] : state_.workers()) connected += (w.pool == p->name());
     ev.pools.push_back(p->status(connected));
   }
-  for (const auto& [id, identity] : client_identity_) protocol::send<MessageType::cluster_state>(out_, identity, ev);
+  for (const auto& [id, identity] : client_identity_) protocol::send<MessageType::cluster_state>(*channels_, identity, ev);
 }
 
 void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req, const Now& now) {
@@ -729,7 +694,7 @@ void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req,
     if (!refused.empty()) {
       reply.error = refused;
       if (const std::string* identity = identity_of(Role::client, id)) {
-        protocol::send<MessageType::scale_reply>(out_, *identity, reply);
+        protocol::send<MessageType::scale_reply>(*channels_, *identity, reply);
       }
       return;
     }
@@ -742,13 +707,13 @@ void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req,
     pool->when_settled([this, identity = *identity, reply](const std::string& error) mutable {
       reply.ok = error.empty();
       reply.error = error;
-      protocol::send<MessageType::scale_reply>(out_, identity, reply);
+      protocol::send<MessageType::scale_reply>(*channels_, identity, reply);
     });
     return;
   }
   state_.outbox().cluster_changed = true;
   if (const std::string* identity = identity_of(Role::client, id)) {
-    protocol::send<MessageType::scale_reply>(out_, *identity, reply);
+    protocol::send<MessageType::scale_reply>(*channels_, *identity, reply);
   }
 }
 
@@ -807,7 +772,7 @@ void Scheduler::check_restarts(const Now& now) {
         else if (!s.last_error.empty()) r.error += "; pool " + p->name() + ": " + s.last_error;
       }
     }
-    protocol::send<MessageType::restart_reply>(out_, it->client, r);
+    protocol::send<MessageType::restart_reply>(*channels_, it->client, r);
     it = restarts_.erase(it);
   }
 }

@@ -24,7 +24,7 @@
 #include <zmq.hpp>
 
 #include "common/config.hpp"
-#include "net/link.hpp"
+#include "net/channel.hpp"
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
 #include "jobqueue/command_runner.hpp"
@@ -129,14 +129,8 @@ class Scheduler {
     zmq::socket_t socket_;
   };
 
-  /// Where a message to a peer goes: its control link once the link carries it, else the ROUTER
-  /// (protocol::send's sink).
-  struct Out {
-    Scheduler& s;
-    void send(const std::string& identity, zmq::message_t message, std::vector<zmq::message_t> payloads);
-  };
-  /// The control links' turn: claims (each answered with `link_switch` on ZeroMQ), messages
-  /// read, links broken (their workers dropped).
+  /// The control links' turn (when due): messages read from links are handled, workers whose
+  /// link broke are dropped.
   void step_links(const Now& now);
 
   SchedulerOptions options_;
@@ -156,7 +150,6 @@ class Scheduler {
   std::unique_ptr<Journal> journal_;
   DurableGate<protocol::TaskUpdatesEvent> held_updates_;  // waiting for their journal records
   Clock::time_point last_pool_step_{};
-  int receive_timeout_set_ = -2;  // socket_'s receive timeout as last set (protocol::receive)
   Clock::time_point last_state_broadcast_{};
   Clock::time_point started_ = Clock::now();
   std::unique_ptr<HttpServer> http_;
@@ -181,11 +174,10 @@ class Scheduler {
     std::uint32_t timeout_ms = 0;
   };
   std::vector<PendingRestart> restarts_;
-  Out out_{*this};
-  std::unique_ptr<net::LinkHub> links_;  // null: HERD_LINKS=0, or no port to listen on
-  net::LinkHub::Events link_events_;
-  Clock::time_point last_link_step_{};
-  std::vector<zmq::pollitem_t> poll_items_;
+  // How messages travel to and from peers (the ROUTER, and workers' control links when
+  // offered); protocol::send's sink. Made by bind().
+  std::unique_ptr<net::SchedulerChannels> channels_;
+  net::SchedulerChannels::LinkEvents link_events_;
 };
 
 }  // namespace herd::scheduler

@@ -56,9 +56,7 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
     ws.spilled_bytes = w.spilled_bytes;
     ws.paused = w.paused;
     ws.last_seen_s = std::chrono::duration<double>(now - w.last_seen).count();
-    if (links_) {
-      if (auto identity = worker_identity_.find(id); identity != worker_identity_.end()) ws.link = links_->writing(identity->second);
-    }
+    if (auto identity = worker_identity_.find(id); identity != worker_identity_.end()) ws.link = channels_->on_link(identity->second);
     s.workers.push_back(std::move(ws));
   }
   std::sort(s.workers.begin(), s.workers.end(), [](const auto& a, const auto& b) { return a.id < b.id; });

@@ -96,6 +96,7 @@ Worker::Worker(WorkerOptions options)
       sched_(context_, zmq::socket_type::dealer),
       batch_(std::chrono::microseconds(options_.config.result_batch_us)) {
   auth_.client(sched_);
+  channels_ = std::make_unique<net::WorkerChannels>(sched_, net::endpoint_host(options_.scheduler));
   if (options_.name.empty()) {
     const char* job = std::getenv("HERD_JOB_ID");
     options_.name = job != nullptr && *job ? std::string(job) : hostname() + ":" + std::to_string(::getpid());
@@ -274,7 +275,6 @@ bool Worker::connect() {
   hello.end_time = end_time_;
   hello.memory_limit = options_.memory_limit;
   hello.links = options_.config.links != 0;
-  hello.has_aes = net::aes_available();
   protocol::send<MessageType::hello_request>(sched_, "", hello);
   zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
   const auto deadline = Clock::now() + std::chrono::milliseconds(options_.config.connect_timeout_ms);
@@ -306,7 +306,12 @@ bool Worker::connect() {
     options_.config.timeout_ms = reply.timeout_ms;
     // Half the scheduler's limit: a notice carries other results and fields beside this one.
     if (reply.max_message_bytes > 0) state_->set_max_full_result_bytes(reply.max_message_bytes / 2);
-    if (reply.link_port != 0 && options_.config.links != 0) start_link(reply);
+    if (reply.link_port != 0 && options_.config.links != 0) {
+      // Past the scheduler's offer (it is withdrawn after its timeout) the link cannot be made.
+      channels_->start_link(static_cast<std::uint16_t>(reply.link_port), {reply.link_offer, reply.link_secret},
+                            auth_.keys.has_value(),
+                            Clock::now() + std::chrono::milliseconds(reply.timeout_ms) + std::chrono::seconds(5));
+    }
     return true;
   }
   if (g_stop.load() || g_drain_signals.load() > 0) {
@@ -350,16 +355,9 @@ int Worker::io_loop(const std::string& relieved) {
     // idle port costs libzmq a poll(2) and a getpid(2) a turn otherwise (the round trip's path).
     zmq::pollitem_t data_item{static_cast<void*>(data_->socket()), 0, ZMQ_POLLIN, 0};
     if (data_quiet_) data_item = {nullptr, data_->socket().get(zmq::sockopt::fd), ZMQ_POLLIN, 0};
-    items.assign({{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0}, data_item, {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
-    // The link after the fixed three: connecting (writable when done), hello sent (only its
-    // errors), up (readable; writable when bytes wait).
-    const bool link_polled = link_state_ != LinkState::none;
-    if (link_polled) {
-      short ev = 0;
-      if (link_state_ == LinkState::connecting) ev = ZMQ_POLLOUT;
-      if (link_state_ == LinkState::up) ev = static_cast<short>(ZMQ_POLLIN | (link_->want_write() ? ZMQ_POLLOUT : 0));
-      items.push_back({nullptr, link_state_ == LinkState::connecting ? link_fd_ : link_->fd(), ev, 0});
-    }
+    items.assign({data_item, {nullptr, wake_fd_, ZMQ_POLLIN, 0}});
+    // The scheduler's: its DEALER, and its control link while there is one.
+    const std::size_t sched_items = channels_->add_poll_items(items);
     const std::size_t first_peer = fetcher_->add_poll_items(items);
     auto wait = std::chrono::milliseconds(options_.config.heartbeat_ms);
     for (const auto& [id, deadline] : deadlines_) {  // a time limit is kept within ~10 ms
@@ -379,7 +377,7 @@ int Worker::io_loop(const std::string& relieved) {
     turn.lock();
     inlined_this_turn_ = false;
     // Wake-ups only say "look at the completion queue".
-    if (items[2].revents & ZMQ_POLLIN) {
+    if (items[1].revents & ZMQ_POLLIN) {
       std::uint64_t n;
       (void)!::read(wake_fd_, &n, sizeof n);
     }
@@ -394,25 +392,22 @@ int Worker::io_loop(const std::string& relieved) {
       break;
     }
     bool shutdown = false;
-    // Not when only the eventfd woke us: an empty non-blocking receive costs libzmq a poll(2)
-    // and a getpid(2), on the round trip's path (bench/README.md). For the same reason, one
-    // message when it woke us, all when there is a backlog (protocol::kQueued).
-    const bool backlog = (items[0].revents & protocol::kQueued) != 0;
-    for (int n = 0; n < 1000 && (items[0].revents & ZMQ_POLLIN) != 0; ++n) {
-      auto msg = protocol::try_receive(sched_, false);
-      if (!msg) break;
-      last_from_scheduler_ = Clock::now();
-      on_scheduler_message(*msg, shutdown);
-      if (!backlog || shutdown) break;
+    // What the scheduler sent, in order, on whichever way it came (net/channel.hpp).
+    from_scheduler_.clear();
+    const bool link_ok = channels_->receive(items, sched_items, from_scheduler_);
+    if (!from_scheduler_.empty()) last_from_scheduler_ = Clock::now();
+    for (auto& msg : from_scheduler_) {
+      on_scheduler_message(msg, shutdown);
+      if (shutdown) break;
     }
-    if (!shutdown && link_polled && !step_link(items[3].revents, shutdown)) {
+    if (!shutdown && !link_ok) {
       exit_code = 2;
       break;
     }
     if (shutdown) break;
     // Its descriptor fired (commands or a message) or it was asked and had one: serve, and ask
     // it again next turn; else it stays quiet (its descriptor says when that changes).
-    data_quiet_ = (items[1].revents & ZMQ_POLLIN) == 0;
+    data_quiet_ = (items[0].revents & ZMQ_POLLIN) == 0;
     if (!data_quiet_) data_->serve([this](TaskId id) { return store_.get(id); });
     const auto now = Clock::now();
     fetcher_->receive(items, first_peer, fetch_events_, now);
@@ -420,8 +415,9 @@ int Worker::io_loop(const std::string& relieved) {
     carry_out();
     if (batch_.send_now(now)) flush_results();
     if (!deadlines_.empty()) check_deadlines(now);
-    if (link_state_ == LinkState::connecting || link_state_ == LinkState::hello_sent) {
-      if (now >= link_deadline_) abandon_link("no answer within " + std::to_string(options_.config.timeout_ms) + " ms");
+    if (!channels_->expire(now)) {
+      exit_code = 2;
+      break;
     }
     if (now - last_from_scheduler_ > std::chrono::milliseconds(options_.config.timeout_ms)) {
       HERD_LOG(error) << "scheduler at " << options_.scheduler << " silent for " << options_.config.timeout_ms
@@ -448,7 +444,7 @@ int Worker::io_loop(const std::string& relieved) {
       HERD_LOG(info) << "signal received: draining for at most " << grace.count() << " ms";
       if (!retire_asked_) {
         retire_asked_ = true;
-        protocol::send<MessageType::retire_request>(sched_out_, "", {"drain on signal (preemption, scancel or walltime warning)"});
+        protocol::send<MessageType::retire_request>(*channels_, "", {"drain on signal (preemption, scancel or walltime warning)"});
       }
     }
     if (draining_ && now >= drain_deadline_) {
@@ -463,7 +459,7 @@ int Worker::io_loop(const std::string& relieved) {
         retire_asked_ = true;
         detail::set_worker_draining();
         HERD_LOG(info) << "walltime ends in " << (end_time_ - unix_now) << " s: asking to retire";
-        protocol::send<MessageType::retire_request>(sched_out_, "", {"walltime ends in " + std::to_string(end_time_ - unix_now) + " s"});
+        protocol::send<MessageType::retire_request>(*channels_, "", {"walltime ends in " + std::to_string(end_time_ - unix_now) + " s"});
       }
     }
     if (now - last_heartbeat_ >= std::chrono::milliseconds(options_.config.heartbeat_ms)) {
@@ -477,7 +473,7 @@ int Worker::io_loop(const std::string& relieved) {
         std::lock_guard lock(pause_mu_);
         hb.paused = pause_reason_;
       }
-      protocol::send<MessageType::heartbeat>(sched_out_, "", hb);
+      protocol::send<MessageType::heartbeat>(*channels_, "", hb);
     }
     if (inline_next_) {
       Run run = std::move(*inline_next_);
@@ -492,7 +488,7 @@ int Worker::io_loop(const std::string& relieved) {
   }
   if (g_stop.load()) goodbye("worker stopped by signal");
   // What is still queued on the link goes before the process does (as the DEALER's linger).
-  if (link_state_ == LinkState::up) link_->drain(std::chrono::milliseconds(1000));
+  channels_->drain(std::chrono::milliseconds(1000));
   // Executors that end a task from now on find no one to send its result: the worker leaves.
   return exit_code;
 }
@@ -583,9 +579,6 @@ void Worker::on_scheduler_message(protocol::Received& msg, bool& shutdown) {
       if (protocol::decode<MessageType::logs_fetch>(msg, req, error)) on_logs_fetch(req);  // worker_logs.cpp
       break;
     }
-    case MessageType::link_switch:
-      link_switched();
-      break;
     case MessageType::heartbeat:
     case MessageType::error:
       break;
@@ -655,7 +648,7 @@ void Worker::carry_out() {
     protocol::SecedeEvent ev;
     ev.seceded = out.seceded;
     ev.rejoined = out.rejoined;
-    protocol::send<MessageType::task_seceded>(sched_out_, "", ev);
+    protocol::send<MessageType::task_seceded>(*channels_, "", ev);
     for (TaskId id : out.rejoined) {
       if (auto w = rejoin_waiters_.find(id); w != rejoin_waiters_.end()) {
         w->second->set_value();
@@ -1253,7 +1246,7 @@ void Worker::drain_completions() {
     }
   }
   for (const auto& function : seceded) function_times_[function].never = true;  // never on the I/O thread
-  for (const auto& join : joins) protocol::send<MessageType::gang_join>(sched_out_, "", join);
+  for (const auto& join : joins) protocol::send<MessageType::gang_join>(*channels_, "", join);
   for (auto& c : done) {
     if (!deadlines_.empty()) deadlines_.erase(c.id);
     state_->finished(std::move(c));
@@ -1274,7 +1267,7 @@ void Worker::flush_results() {
   }
   ev.acquired.swap(acquired_out_);
   ev.acquire_failed.swap(acquire_failed_out_);
-  protocol::send<MessageType::task_results>(sched_out_, "", ev);
+  protocol::send<MessageType::task_results>(*channels_, "", ev);
   // The executors' list keeps its storage for the next batch (not grown anew by doubling).
   ev.results.clear();
   if (ev.results.capacity() > exec_results_.capacity() && ev.results.capacity() <= kKeptEntries) {
@@ -1369,130 +1362,25 @@ void Worker::over_memory_limit(std::uint64_t rss) {
 
 void Worker::goodbye(const std::string& reason) {
   flush_results();
-  protocol::send<MessageType::goodbye>(sched_out_, "", {reason});
-  const bool on_link = link_state_ == LinkState::up;
-  std::vector<zmq::pollitem_t> items{{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0}};
-  if (on_link) items.push_back({nullptr, link_->fd(), ZMQ_POLLIN, 0});
+  protocol::send<MessageType::goodbye>(*channels_, "", {reason});
   const auto deadline = Clock::now() + std::chrono::milliseconds(2000);
+  std::vector<zmq::pollitem_t> items;
+  std::vector<protocol::Received> in;
   while (Clock::now() < deadline) {
-    if (on_link) {
-      items[1].events = static_cast<short>(ZMQ_POLLIN | (link_->want_write() ? ZMQ_POLLOUT : 0));
-    }
+    items.clear();
+    const std::size_t first = channels_->add_poll_items(items);
     try {
       protocol::poll(items, std::chrono::milliseconds(50));
     } catch (const zmq::error_t&) {
     }
-    std::vector<protocol::Received> in;
-    if ((items[0].revents & ZMQ_POLLIN) != 0) {
-      while (auto msg = protocol::try_receive(sched_, false)) in.push_back(std::move(*msg));
-    }
-    if (on_link) {
-      if ((items[1].revents & ZMQ_POLLOUT) != 0) link_->flush();
-      if ((items[1].revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) link_->receive(in);
-    }
+    in.clear();
+    if (!channels_->receive(items, first, in)) return;  // nobody left to answer
     for (auto& msg : in) {
       std::string error;
       auto type = protocol::parse_header(msg, error);
       if (type && *type == MessageType::shutdown) return;
     }
-    if (on_link && !link_->failed().empty()) return;  // nobody left to answer
   }
-}
-
-void Worker::SchedOut::send(const std::string& identity, zmq::message_t message, std::vector<zmq::message_t> payloads) {
-  if (w.link_state_ == LinkState::up) {
-    w.link_->send(message, payloads);
-  } else {
-    protocol::send(w.sched_, identity, std::move(message), std::move(payloads));
-  }
-}
-
-void Worker::start_link(const protocol::HelloReply& reply) {
-  const std::string host = net::endpoint_host(options_.scheduler);
-  link_where_ = (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" + std::to_string(reply.link_port);
-  if (auth_.keys && reply.link_key.empty()) {
-    HERD_LOG(warning) << "the scheduler offered an unencrypted control link in an encrypted cluster; staying on ZeroMQ";
-    return;
-  }
-  std::string error;
-  link_fd_ = net::start_connect(host, static_cast<std::uint16_t>(reply.link_port), error);
-  if (link_fd_ < 0) {
-    HERD_LOG(info) << "no control link to " << link_where_ << " (" << error << "); staying on ZeroMQ";
-    return;
-  }
-  link_offer_ = reply;
-  link_state_ = LinkState::connecting;
-  // Past the scheduler's offer (it is withdrawn after its timeout) the link cannot be claimed.
-  link_deadline_ = Clock::now() + std::chrono::milliseconds(reply.timeout_ms) + std::chrono::seconds(5);
-}
-
-void Worker::abandon_link(const std::string& why) {
-  HERD_LOG(info) << "no control link to " << link_where_ << " (" << why << "); staying on ZeroMQ";
-  net::close_fd(link_fd_);
-  link_.reset();
-  link_state_ = LinkState::none;
-}
-
-bool Worker::step_link(short revents, bool& shutdown) {
-  if (link_state_ == LinkState::connecting) {
-    if (revents == 0) return true;
-    if (const std::string why = net::finish_connect(link_fd_, link_offer_.link_token); !why.empty()) {
-      abandon_link(why);
-      return true;
-    }
-    net::Key offered{};
-    if (!link_offer_.link_key.empty() && !net::key_from_bytes(link_offer_.link_key, offered)) {
-      abandon_link("the offer came with a key of " + std::to_string(link_offer_.link_key.size()) + " bytes");
-      return true;
-    }
-    const net::DirectionKeys keys = net::derive_keys(offered);
-    try {
-      link_ = std::make_unique<net::Link>(link_fd_, link_offer_.link_key.empty() ? net::kCipherNone : link_offer_.link_cipher,
-                                           keys.to_scheduler, keys.to_worker,
-                                           // Any size, as the DEALER took: a batch of many tasks
-                                           // may exceed what one message to the scheduler may be.
-                                           0, "the scheduler's link " + link_where_);
-      link_fd_ = -1;  // the link's now
-    } catch (const std::exception& e) {
-      abandon_link(e.what());
-      return true;
-    }
-    link_state_ = LinkState::hello_sent;
-    return true;
-  }
-  if (link_state_ == LinkState::hello_sent) {
-    // The scheduler did not take it (a stale offer, a refused token): nothing went on it yet.
-    if ((revents & ZMQ_POLLERR) != 0) abandon_link("the scheduler closed it before taking it");
-    return true;
-  }
-  if (link_state_ != LinkState::up) return true;
-  if ((revents & ZMQ_POLLOUT) != 0) link_->flush();
-  if ((revents & (ZMQ_POLLIN | ZMQ_POLLERR)) != 0) {
-    link_in_.clear();
-    link_->receive(link_in_);
-    if (!link_in_.empty()) last_from_scheduler_ = Clock::now();
-    for (auto& msg : link_in_) {
-      on_scheduler_message(msg, shutdown);
-      if (shutdown) return true;
-    }
-  }
-  if (!link_->failed().empty()) {
-    HERD_LOG(error) << "control link to the scheduler broke (" << link_->failed()
-                    << "): what was on its way is lost, so the scheduler counts this worker lost; leaving";
-    return false;
-  }
-  return true;
-}
-
-void Worker::link_switched() {
-  if (link_state_ != LinkState::hello_sent) {
-    HERD_LOG(warning) << "the scheduler switched to a control link this worker does not have";
-    return;
-  }
-  // Everything the scheduler sent on ZeroMQ is read; ours goes on the link after this last one.
-  protocol::send<MessageType::link_switch>(sched_, "", {});
-  link_state_ = LinkState::up;
-  HERD_LOG(info) << "control link to the scheduler at " << link_where_ << " is up";
 }
 
 std::uint64_t Worker::rss_bytes() const {

@@ -27,7 +27,7 @@
 
 #include "collective/gang_runtime.hpp"
 #include "common/config.hpp"
-#include "net/link.hpp"
+#include "net/channel.hpp"
 #include "net/data_port.hpp"
 #include "common/security.hpp"
 #include "gpu/gpu.hpp"
@@ -138,36 +138,14 @@ class Worker {
   void goodbye(const std::string& reason);
   std::uint64_t rss_bytes() const;
 
-  // The control link (net/link.hpp): none, connecting, hello sent (waiting for the
-  // scheduler's link_switch on ZeroMQ), up (both ways on the link).
-  enum class LinkState { none, connecting, hello_sent, up };
-  /// Where messages to the scheduler go: the link once it is up, else the DEALER
-  /// (protocol::send's sink).
-  struct SchedOut {
-    Worker& w;
-    void send(const std::string& identity, zmq::message_t message, std::vector<zmq::message_t> payloads);
-  };
-  /// After the hello: starts the link the scheduler offered (or stays on ZeroMQ, saying why).
-  void start_link(const protocol::HelloReply& reply);
-  /// The loop's turn for the link: `revents` as poll said. False: the link broke once up (the
-  /// scheduler counts this worker lost; it leaves).
-  bool step_link(short revents, bool& shutdown);
-  /// The scheduler's link_switch came: read the link, and answer with ours.
-  void link_switched();
-  void abandon_link(const std::string& why);
-
   WorkerOptions options_;
   zmq::context_t context_{1};
   security::Auth auth_;  // before the sockets: the data port is a CURVE server
   zmq::socket_t sched_;
-  SchedOut sched_out_{*this};
-  LinkState link_state_ = LinkState::none;
-  int link_fd_ = -1;  // while connecting
-  std::unique_ptr<net::Link> link_;
-  protocol::HelloReply link_offer_;
-  std::string link_where_;  // "host:port", for messages
-  std::chrono::steady_clock::time_point link_deadline_{};
-  std::vector<protocol::Received> link_in_;
+  // How messages travel to and from the scheduler (its DEALER, and the control link once up);
+  // protocol::send's sink.
+  std::unique_ptr<net::WorkerChannels> channels_;
+  std::vector<protocol::Received> from_scheduler_;  // one turn's messages
   std::unique_ptr<net::DataServer> data_;  // the data port, with its lanes (net/data_port.hpp)
   int wake_fd_ = -1;  // eventfd: "look at the completion queue" (wake_io), polled by run()
   std::string data_address_;

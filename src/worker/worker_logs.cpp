@@ -41,7 +41,7 @@ void Worker::on_logs_fetch(const protocol::LogsRequest& req) {
     reply.ok = true;
     reply.sources.push_back(book.worker_log(options_.name, lines));
   }
-  protocol::send<protocol::MessageType::worker_logs_reply>(sched_out_, "", reply);
+  protocol::send<protocol::MessageType::worker_logs_reply>(*channels_, "", reply);
 }
 
 }  // namespace herd::worker

@@ -1,8 +1,8 @@
-// Control links (common/control_link): a LinkHub on a real TCP port, a worker's end connecting
-// to it as the worker does. Messages in order both ways, plain and sealed, across record edges;
-// a token that works once; offers withdrawn after their timeout; garbage, an altered record and
-// an oversized frame each a clear error naming the problem; a peer that leaves gets what was
-// queued for it before its link closes.
+// Control links (net/link): a LinkHub on a real TCP port, a worker's end dialling it as the
+// worker does (net/handshake). Messages in order both ways, plain and sealed, across record
+// edges; an offer that works once; offers withdrawn after their timeout; garbage, an altered
+// record and an oversized frame each a clear error naming the problem; a peer that leaves gets
+// what was queued for it before its link closes.
 #include <doctest/doctest.h>
 
 #include <poll.h>
@@ -17,7 +17,9 @@
 
 #include "net/aead.hpp"
 #include "net/bytes.hpp"
+#include "net/handshake.hpp"
 #include "net/link.hpp"
+#include "net/tcp.hpp"
 #include "protocol/codec.hpp"
 
 using namespace herd;
@@ -26,17 +28,6 @@ using namespace std::chrono_literals;
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-/// The worker's end: connects to the hub's port and presents `token`; the socket, connected.
-int connect_with(std::uint16_t port, const std::string& token) {
-  std::string error;
-  const int fd = net::start_connect("127.0.0.1", port, error);
-  REQUIRE_MESSAGE(fd >= 0, error);
-  pollfd p{fd, POLLOUT, 0};
-  REQUIRE(::poll(&p, 1, 5000) == 1);
-  REQUIRE(net::finish_connect(fd, token).empty());
-  return fd;
-}
 
 /// Steps the hub until `done` says so (or 5 s pass); every event is kept in `all`.
 template <typename F>
@@ -53,6 +44,28 @@ bool step_until(net::LinkHub& hub, net::LinkHub::Events& all, F done) {
     if (done()) return true;
   }
   return false;
+}
+
+/// The worker's end: dials the hub's port and proves `ticket` (wanting it sealed when
+/// `encrypt`), stepping the hub meanwhile as the scheduler's loop does; the session once the
+/// handshake is done, else one whose descriptor is -1.
+net::Session dial(net::LinkHub& hub, net::LinkHub::Events& all, const net::OfferTicket& ticket, bool encrypt) {
+  net::Hello hello;
+  hello.flags = net::hello_flags(encrypt);
+  net::Dialer d("127.0.0.1", std::to_string(hub.port()), net::kLinkPurpose, ticket, hello);
+  const auto deadline = Clock::now() + 5s;
+  short revents = 0;
+  while (Clock::now() < deadline) {
+    if (d.step(revents) != net::Dialer::State::working) break;
+    net::LinkHub::Events ev;
+    hub.step(ev, Clock::now());
+    for (auto& c : ev.claimed) all.claimed.push_back(c);
+    for (auto& f : ev.failed) all.failed.push_back(f);
+    pollfd p[2] = {{d.fd(), d.events(), 0}, {hub.fd(), POLLIN, 0}};
+    (void)::poll(p, 2, 20);
+    revents = p[0].revents;
+  }
+  return d.state() == net::Dialer::State::done ? d.take() : net::Session{};
 }
 
 /// Reads from a worker's end until `n` messages came (or 5 s pass).
@@ -99,15 +112,13 @@ struct Pair {
 Pair linked(bool sealed, std::uint64_t max_frame = 0) {
   Pair p;
   p.hub = std::make_unique<net::LinkHub>("127.0.0.1", max_frame, 5000ms);
-  const auto offer = p.hub->offer("w1", sealed, net::aes_available());
-  CHECK(offer.token.size() == net::kLinkToken);
-  CHECK(offer.key.size() == (sealed ? 32u : 0u));
-  const int fd = connect_with(p.hub->port(), offer.token);
-  net::Key key{};
-  if (sealed) REQUIRE(net::key_from_bytes(offer.key, key));
-  const auto keys = net::derive_keys(key);
-  p.worker = std::make_unique<net::Link>(fd, sealed ? offer.cipher : net::kCipherNone, keys.to_scheduler,
-                                          keys.to_worker, max_frame, "the scheduler's link");
+  const net::OfferTicket offer = p.hub->offer("w1", sealed);
+  CHECK(offer.id.size() == net::kOfferId);
+  CHECK(offer.secret.size() == 32);
+  net::Session session = dial(*p.hub, p.events, offer, sealed);
+  REQUIRE(session.fd >= 0);
+  CHECK((session.send != nullptr) == sealed);
+  p.worker = std::make_unique<net::Link>(std::move(session), max_frame, "the scheduler's link");
   REQUIRE(step_until(*p.hub, p.events, [&] { return !p.events.claimed.empty(); }));
   CHECK(p.events.claimed == std::vector<std::string>{"w1"});
   CHECK(p.hub->links() == 1);
@@ -164,67 +175,76 @@ TEST_CASE("ControlLink.Messages.ArriveInOrderBothWaysSealedAcrossRecords" * doct
   both_ways_in_order(true);
 }
 
-TEST_CASE("ControlLink.Hub.ATokenWorksOnceAndStraysAreDropped" * doctest::timeout(60)) {
+TEST_CASE("ControlLink.Hub.AnOfferWorksOnceAndStraysAreDropped" * doctest::timeout(60)) {
   net::LinkHub hub("127.0.0.1", 0, 5000ms);
-  const auto offer = hub.offer("w1", true, false);
+  const net::OfferTicket offer = hub.offer("w1", true);
   net::LinkHub::Events all;
-  const int first = connect_with(hub.port(), offer.token);
+  net::Session first = dial(hub, all, offer, true);
+  REQUIRE(first.fd >= 0);
   REQUIRE(step_until(hub, all, [&] { return all.claimed.size() == 1; }));
-  // The same token again, a token never offered, and bytes that are no hello at all.
-  const int replay = connect_with(hub.port(), offer.token);
-  const int unknown = connect_with(hub.port(), std::string(net::kLinkToken, 'x'));
+  // The same offer again, an offer never made, the right id with a wrong secret: each refused.
+  CHECK(dial(hub, all, offer, true).fd < 0);
+  CHECK(dial(hub, all, {std::string(net::kOfferId, 'x'), offer.secret}, true).fd < 0);
+  const net::OfferTicket second = hub.offer("w2", true);
+  CHECK(dial(hub, all, {second.id, std::string(32, 'k')}, true).fd < 0);
+  // Bytes that are no hello at all: the challenge, then the end.
   std::string error;
-  const int stray = net::start_connect("127.0.0.1", hub.port(), error);
+  int refused = 0;
+  const int stray = net::connect_start("127.0.0.1", std::to_string(hub.port()), 0, refused, error);
   REQUIRE(stray >= 0);
   pollfd w{stray, POLLOUT, 0};
   REQUIRE(::poll(&w, 1, 5000) == 1);
   const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\nmore";
   REQUIRE(::send(stray, junk.data(), junk.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(junk.size()));
-  // Each is closed by the hub: its reader sees the end.
-  for (int fd : {replay, unknown, stray}) {
-    bool closed = false;
-    const auto deadline = Clock::now() + 5s;
-    while (!closed && Clock::now() < deadline) {
-      net::LinkHub::Events ev;
-      hub.step(ev, Clock::now());
-      CHECK(ev.claimed.empty());
-      pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 20) == 1) {
-        char b;
-        closed = ::recv(fd, &b, 1, MSG_DONTWAIT) <= 0;
-      }
+  std::string got;
+  bool closed = false;
+  const auto deadline = Clock::now() + 5s;
+  while (!closed && Clock::now() < deadline) {
+    net::LinkHub::Events ev;
+    hub.step(ev, Clock::now());
+    CHECK(ev.claimed.empty());
+    pollfd p{stray, POLLIN, 0};
+    if (::poll(&p, 1, 20) == 1) {
+      char b[64];
+      const ssize_t k = ::recv(stray, b, sizeof b, MSG_DONTWAIT);
+      if (k > 0) got.append(b, static_cast<std::size_t>(k));
+      closed = k == 0;
     }
-    CHECK(closed);
-    ::close(fd);
   }
+  CHECK(closed);
+  CHECK(got.size() == 36);
+  CHECK(got.rfind("HNC1", 0) == 0);
+  ::close(stray);
   CHECK(all.claimed == std::vector<std::string>{"w1"});
   CHECK(hub.links() == 1);
-  ::close(first);
+  CHECK(hub.offers() == 1);  // w2's still stands: a wrong proof does not use it up
+  ::close(first.fd);
 }
 
 TEST_CASE("ControlLink.Hub.UnclaimedOfferIsWithdrawnAfterItsTimeout" * doctest::timeout(60)) {
   net::LinkHub hub("127.0.0.1", 0, 200ms);
-  const auto offer = hub.offer("w1", false, false);
+  const net::OfferTicket offer = hub.offer("w1", false);
   CHECK(hub.offers() == 1);
   std::this_thread::sleep_for(300ms);
   net::LinkHub::Events ev;
   hub.step(ev, Clock::now());
   CHECK(hub.offers() == 0);
-  const int late = connect_with(hub.port(), offer.token);
   net::LinkHub::Events all;
-  bool closed = false;
-  const auto deadline = Clock::now() + 5s;
-  while (!closed && Clock::now() < deadline) {
-    step_until(hub, all, [] { return true; });
-    pollfd p{late, POLLIN, 0};
-    if (::poll(&p, 1, 20) == 1) {
-      char b;
-      closed = ::recv(late, &b, 1, MSG_DONTWAIT) <= 0;
-    }
-  }
-  CHECK(closed);
+  CHECK(dial(hub, all, offer, false).fd < 0);
   CHECK(all.claimed.empty());
-  ::close(late);
+}
+
+TEST_CASE("ControlLink.Hub.AnEncryptingWorkerRefusesAPlainLink" * doctest::timeout(60)) {
+  // A hub that would not seal (its cluster has HERD_AUTH=off) and a worker whose cluster
+  // encrypts: the hub seals because the worker asks; and a peer that answers "none" to a
+  // worker that asked is refused (the dialer's no-downgrade rule, net/handshake).
+  net::LinkHub hub("127.0.0.1", 0, 5000ms);
+  net::LinkHub::Events all;
+  net::Session s = dial(hub, all, hub.offer("w1", false), true);
+  REQUIRE(s.fd >= 0);
+  CHECK(s.ack.cipher != net::kCipherNone);
+  CHECK(s.send != nullptr);
+  ::close(s.fd);
 }
 
 TEST_CASE("ControlLink.Garbage.OnALinkIsAClearErrorNamingIt" * doctest::timeout(60)) {

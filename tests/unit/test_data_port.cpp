@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "net/aead.hpp"
+#include "net/handshake.hpp"
 #include "net/lane.hpp"
 #include "net/data_port.hpp"
 
@@ -66,7 +67,7 @@ struct Port {
   std::thread thread;
   std::unique_ptr<net::LaneServer> lanes;  // big results on lanes when set
   std::uint16_t lane_port = 0;              // not 0: the reply names this port for the lane instead
-  bool short_token = false;                 // with lane_port: the reply's token is cut short
+  bool short_offer = false;                 // with lane_port: the reply's offer id is cut short
 
   explicit Port(const std::optional<security::Keys>& keys = std::nullopt) {
     if (keys) security::Auth{*keys, nullptr}.server(router);  // CURVE, as a cluster that encrypts
@@ -92,9 +93,9 @@ struct Port {
               reply.streamed.push_back({t, store.at(t)->size()});
               payloads.push_back(store.at(t));
             }
-            reply.lane = lanes->offer(std::move(payloads), (req.lanes & protocol::kHasAes) != 0);
+            reply.lane = lanes->offer(std::move(payloads));
             reply.lane.port = lane_port;
-            if (short_token) reply.lane.token.resize(5);
+            if (short_offer) reply.lane.offer.resize(5);
             protocol::send<protocol::MessageType::get_data_reply>(router, msg->identity, reply);
             continue;
           }
@@ -309,7 +310,7 @@ void fetch_every_edge(bool sealed) {
   fetch_sizes(port, lane_sizes(port.chunk), f);
   CHECK(f.client.lanes_unreachable().empty());
   CHECK(port.lanes->offers() == 0);  // the one offer was claimed
-  // Asked again: a new lane, a new token.
+  // Asked again: a new lane, a new offer.
   f.got.clear();
   f.client.request(port.address, {8}, std::chrono::steady_clock::now());
   f.run(30s);
@@ -319,6 +320,9 @@ void fetch_every_edge(bool sealed) {
 
 /// Between a fetcher and a lane: forwards the hello, and the bytes back with the one at
 /// `flip` (counted from the first byte back) changed.
+/// What a holder sends before a lane's bytes: its challenge and its ack (net/handshake.hpp).
+constexpr std::size_t kLaneHandshake = 36 + 44;
+
 struct Tamper {
   int listen_fd = -1;
   std::uint16_t port = 0;
@@ -403,7 +407,7 @@ TEST_CASE("DataPort.Lane.RecordAlteredOnTheWayIsRefusedNamingIt" * doctest::time
   port.with_lanes(true);
   port.store[1] = pattern(3 * net::kLaneRecord, 9);
   const std::size_t second_record = net::kRecordHeader + net::kLaneRecord + net::kRecordTag;
-  Tamper tamper(port.lanes->port(), second_record + net::kRecordHeader + 1000);
+  Tamper tamper(port.lanes->port(), kLaneHandshake + second_record + net::kRecordHeader + 1000);
   port.lane_port = tamper.port;
   port.start();
   Fetcher f(5000ms, keys);
@@ -430,7 +434,7 @@ TEST_CASE("DataPort.Lane.RecordAlteredInTheSecondResultTheFirstStillArrives" * d
   port.store[1] = pattern(2 * net::kLaneRecord, 11);
   port.store[2] = pattern(3 * net::kLaneRecord, 12);
   const std::size_t record = net::kRecordHeader + net::kLaneRecord + net::kRecordTag;
-  Tamper tamper(port.lanes->port(), 2 * record + net::kRecordHeader + 5);
+  Tamper tamper(port.lanes->port(), kLaneHandshake + 2 * record + net::kRecordHeader + 5);
   port.lane_port = tamper.port;
   port.start();
   Fetcher f(5000ms, keys);
@@ -483,13 +487,13 @@ TEST_CASE("DataPort.Lane.NobodyAtTheLaneFetchesOverTheDataPortInstead" * doctest
 }
 
 TEST_CASE("DataPort.Lane.MalformedLaneIsNotUsedValuesComeOverTheDataPort" * doctest::timeout(60)) {
-  // A reply whose lane cannot even be started (a token of 5 bytes; the same path as a host that
+  // A reply whose lane cannot even be started (an offer id of 5 bytes; the same path as a host that
   // does not resolve or no descriptor left): nothing is lost, the results are asked for again
   // without a lane.
   Port port;
   port.with_lanes(false);
   port.lane_port = port.lanes->port();
-  port.short_token = true;
+  port.short_offer = true;
   port.store[1] = pattern(3 * port.chunk + 1, 1);
   port.store[2] = pattern(2 * port.chunk, 2);
   fetch_without_the_lane(port);
@@ -515,7 +519,7 @@ TEST_CASE("DataPort.Lane.HolderGoneMidTransferFailsSayingHowFar" * doctest::time
   CHECK(f.failed[0].second.find(" of " + std::to_string(size) + " bytes of a result received)") != std::string::npos);
 }
 
-TEST_CASE("DataPort.Lane.StraysAreDroppedAndATokenWorksOnce" * doctest::timeout(60)) {
+TEST_CASE("DataPort.Lane.StraysAreDroppedAndAnOfferWorksOnce" * doctest::timeout(60)) {
   net::LaneServer lanes("127.0.0.1", false, 5000ms);
   auto connect = [&] {
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -538,41 +542,45 @@ TEST_CASE("DataPort.Lane.StraysAreDroppedAndATokenWorksOnce" * doctest::timeout(
       n += k;
     }
   };
+  // Proves `ticket` as a fetcher does; the connection once the handshake is done, else -1.
+  auto dial = [&](const net::OfferTicket& ticket) {
+    net::Dialer d("127.0.0.1", std::to_string(lanes.port()), "herd lane", ticket, net::Hello{});
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (d.step(0) == net::Dialer::State::working && std::chrono::steady_clock::now() < deadline) {
+      pollfd p{d.fd(), d.events(), 0};
+      (void)::poll(&p, 1, 50);
+      if (d.step(p.revents) != net::Dialer::State::working) break;
+    }
+    return d.state() == net::Dialer::State::done ? d.take().fd : -1;
+  };
   const auto payload = pattern(3 << 20, 1);
-  const protocol::DataLane lane = lanes.offer({payload}, false);
-  CHECK(lane.key.empty());
-  REQUIRE(lane.token.size() == net::kLaneToken);
+  const protocol::DataLane lane = lanes.offer({payload});
+  REQUIRE(lane.offer.size() == net::kOfferId);
+  REQUIRE(lane.secret.size() == 32);
   CHECK(lanes.offers() == 1);
 
-  const int junk = connect();  // wrong magic: dropped at once, nothing sent
+  const int junk = connect();  // no hello: the challenge, then dropped at the first wrong byte
   (void)!::send(junk, "GET / HTTP/1.0\r\n\r\n", 18, MSG_NOSIGNAL);
-  CHECK(drain(junk) == 0);
+  CHECK(drain(junk) == 36);
   ::close(junk);
-  const int guess = connect();  // the right magic, a guessed token
-  const std::string wrong = std::string("HDL1") + std::string(net::kLaneToken, '\0');
-  (void)!::send(guess, wrong.data(), wrong.size(), MSG_NOSIGNAL);
-  CHECK(drain(guess) == 0);
-  ::close(guess);
+  // The right id with a guessed secret, and a made-up id: refused after the challenge.
+  CHECK(dial({lane.offer, std::string(32, '\0')}) == -1);
+  CHECK(dial({std::string(16, 'x'), lane.secret}) == -1);
   CHECK(lanes.offers() == 1);  // the offer still stands
 
-  const std::string hello = "HDL1" + lane.token;
-  const int real = connect();
-  (void)!::send(real, hello.data(), hello.size(), MSG_NOSIGNAL);
-  CHECK(drain(real) == static_cast<long>(payload->size()));
+  const int real = dial({lane.offer, lane.secret});
+  REQUIRE(real >= 0);
+  CHECK(drain(real) == static_cast<long>(payload->size()));  // plain: this server does not encrypt
   ::close(real);
   CHECK(lanes.offers() == 0);
-  const int again = connect();  // the same token again: used up
-  (void)!::send(again, hello.data(), hello.size(), MSG_NOSIGNAL);
-  CHECK(drain(again) == 0);
-  ::close(again);
+  CHECK(dial({lane.offer, lane.secret}) == -1);  // the same offer again: used up
 }
 
 TEST_CASE("DataPort.Lane.UnclaimedOfferIsWithdrawnAfterTheTimeout" * doctest::timeout(60)) {
   net::LaneServer lanes("127.0.0.1", true, 300ms);
   const auto payload = pattern(1 << 20, 1);
-  const auto lane = lanes.offer({payload}, true);
-  CHECK(lane.key.size() == 32);
-  CHECK((lane.cipher == net::kCipherAes || lane.cipher == net::kCipherChacha));
+  const auto lane = lanes.offer({payload});
+  CHECK(lane.secret.size() == 32);
   CHECK(lanes.offers() == 1);
   CHECK(payload.use_count() == 2);  // the offer holds the bytes
   const auto t0 = std::chrono::steady_clock::now();

@@ -393,9 +393,10 @@ TEST_CASE("Ring.Setup.StraysAreIgnored") {
     (void)::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     return fd;
   };
-  // A well-formed hello of rank 0 whose proof was made without the token.
-  std::string hello("HRH2\x02\0\0\0\0\0\0\0\x02\0\0\0\x01\0\0\0", 20);
-  hello += std::string(64, 'x');
+  // A well-formed hello of rank 0 naming no offer, its proof made without the token.
+  std::string hello = "HNH1" + std::string(16, 'i');  // an offer id nobody made
+  hello += std::string("\x01\0\0\0\0\0\0\0\x02\0\0\0", 12);  // flags, rank 0, size 2
+  hello += std::string(64, 'x');  // a nonce, and a proof made without the token
   const int s1 = stray(hello);
   const int s2 = stray("GET / HTTP/1.0\r\n\r\n");
   // Refused: all it gets is the challenge (a magic and a random nonce), then the connection closes.
@@ -403,7 +404,7 @@ TEST_CASE("Ring.Setup.StraysAreIgnored") {
   char buf[256];
   for (ssize_t k; (k = ::recv(s1, buf, sizeof buf, 0)) > 0;) got.append(buf, static_cast<std::size_t>(k));
   CHECK(got.size() == 36);
-  CHECK(got.rfind("HRC2", 0) == 0);
+  CHECK(got.rfind("HNC1", 0) == 0);
   ::close(s1);
   ::close(s2);
   RingSetup setup;
@@ -570,7 +571,7 @@ TEST_CASE("Ring.Encryption.NothingInTheClear" * doctest::timeout(60)) {
 TEST_CASE("Ring.Encryption.AlteredDataAbortsTheGang" * doctest::timeout(60)) {
   // One bit of a record flipped on the way: the receiver refuses the record instead of
   // reducing it, and the gang is aborted.
-  Relay relay(84 + 24 + 1000);  // past the hello, inside the first data record
+  Relay relay(96 + 24 + 1000);  // past the hello (net/handshake.hpp), inside the first data record
   std::vector<std::int32_t> v0(1 << 16, 1), v1(1 << 16, 2);
   const auto errors = two_ranks_via([&](const std::string& t) { return relay.to(t); }, true, v0, v1);
   INFO(errors[0] << " | " << errors[1]);
@@ -610,15 +611,16 @@ TEST_CASE("Ring.Setup.JunkFloodDoesNotStopTheGang" * doctest::timeout(120)) {
   rv.addresses[0] = listener.address();
   rv.all_bound.arrive_and_wait();
   std::vector<int> junk;
-  std::string hello("HRH2\x02\0\0\0\0\0\0\0\x02\0\0\0\x01\0\0\0", 20);
-  hello += std::string(64, 'x');
+  std::string hello = "HNH1" + std::string(16, 'i');  // an offer id nobody made
+  hello += std::string("\x01\0\0\0\0\0\0\0\x02\0\0\0", 12);  // flags, rank 0, size 2
+  hello += std::string(64, 'x');  // a nonce, and a proof made without the token
   auto flood = [&](int count) {
     for (int i = 0; i < count; ++i) {
       const int fd = connect_loopback(port_of(rv.addresses[1]));
       REQUIRE(fd >= 0);
       if (i % 4 == 1) (void)::send(fd, "GET / HTTP/1.0\r\n\r\n", 18, MSG_NOSIGNAL);
       if (i % 4 == 2) (void)::send(fd, hello.data(), hello.size(), MSG_NOSIGNAL);
-      if (i % 4 == 3) (void)::send(fd, "HRH2", 4, MSG_NOSIGNAL);  // then silence
+      if (i % 4 == 3) (void)::send(fd, "HNH1", 4, MSG_NOSIGNAL);  // then silence
       junk.push_back(fd);  // i % 4 == 0: silence from the start
     }
   };
