@@ -237,6 +237,17 @@ std::optional<Keys> cluster_keys() {
 
 void make_server(zmq::socket_t& s, const Keys& k) {
   s.set(zmq::sockopt::zap_domain, "herd");
+  // Without it, a CURVE server whose ZAP handler is gone (its thread died, or was never bound)
+  // admits any client key that completes the handshake; with it, libzmq refuses every peer of
+  // the domain then: a dead handler fails closed. A draft option of libzmq 4.3 (its header hides
+  // it unless ZMQ_BUILD_DRAFT_API), honoured by the library Debian 12 ships.
+  constexpr int kZapEnforceDomain = 93;  // ZMQ_ZAP_ENFORCE_DOMAIN
+  const int on = 1;
+  if (zmq_setsockopt(s.handle(), kZapEnforceDomain, &on, sizeof on) != 0) {
+    throw std::runtime_error(std::string("herd: this libzmq cannot enforce ZAP domains (ZMQ_ZAP_ENFORCE_DOMAIN): ") +
+                             zmq_strerror(zmq_errno()) + "; a server socket without it would admit any key if its "
+                             "authentication thread died");
+  }
   s.set(zmq::sockopt::curve_server, true);
   s.set(zmq::sockopt::curve_secretkey, k.server_secret);
 }
@@ -279,8 +290,8 @@ ZapHandler::ZapHandler(zmq::context_t& context, std::string allowed_z85)
         break;
       }
       // ZAP 1.0 (RFC 27): version, request id, domain, address, identity, mechanism, credentials.
-      bool ok = request.size() >= 7 && request[5].to_string() == "CURVE" && request[6].size() == 32 &&
-                std::memcmp(request[6].data(), allowed_.data(), 32) == 0;
+      bool ok = request.size() >= 7 && request[2].to_string() == "herd" && request[5].to_string() == "CURVE" &&
+                request[6].size() == 32 && std::memcmp(request[6].data(), allowed_.data(), 32) == 0;
       if (!ok) {
         HERD_LOG(warning) << "refused a connection from " << (request.size() > 3 ? request[3].to_string() : "?")
                           << ": " << (request.size() > 5 && request[5].to_string() != "CURVE"
