@@ -11,12 +11,15 @@
 #include <cmath>
 #include <condition_variable>
 #include <cstdio>
+#include <deque>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <vector>
 
 #include <httplib.h>  // Debian: libcpp-httplib-dev (header-only)
 
@@ -29,6 +32,60 @@
 namespace herd::scheduler {
 
 namespace {
+
+constexpr std::size_t kThreads = 4;    // serving dashboard requests
+constexpr std::size_t kQueued = 64;    // accepted connections waiting for one of them
+constexpr time_t kReadTimeoutS = 2;   // a request's bytes, and an idle kept-alive connection
+
+/// httplib's ThreadPool with a bound: past `max_queued` waiting, the caller (the listening
+/// thread) runs the job itself.
+class BoundedQueue final : public httplib::TaskQueue {
+ public:
+  BoundedQueue(std::size_t threads, std::size_t max_queued) : max_queued_(max_queued) {
+    for (std::size_t i = 0; i < threads; ++i) threads_.emplace_back([this] { work(); });
+  }
+  void enqueue(std::function<void()> fn) override {
+    {
+      std::unique_lock lock(mu_);
+      if (jobs_.size() < max_queued_) {
+        jobs_.push_back(std::move(fn));
+        lock.unlock();
+        cv_.notify_one();
+        return;
+      }
+    }
+    fn();  // full: this thread serves it, and accepts nothing meanwhile
+  }
+  void shutdown() override {
+    {
+      std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  void work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, and nothing left
+        fn = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      fn();
+    }
+  }
+  std::size_t max_queued_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  bool stop_ = false;
+};
 
 /// Who listens on TCP `port` of this machine (from /proc/net/tcp and tcp6), if anyone does.
 std::optional<uid_t> listener_uid(int port) {
@@ -189,6 +246,14 @@ HttpServer::HttpServer(const HttpOptions& options) : impl_(std::make_unique<Impl
     throw std::runtime_error("dashboard address '" + address + "' has no port number");
   }
   auto& srv = impl_->server;
+  // Connections wait in a queue of bounded length for the server's threads; past it the
+  // listening thread serves one itself, so that it accepts nothing more meanwhile (the kernel's
+  // backlog holds the rest, at no descriptor of ours): a flood of idle connections holds at
+  // most kThreads + kQueued descriptors for at most the read timeout, where httplib's own
+  // queue grows without end.
+  srv.new_task_queue = [] { return new BoundedQueue(kThreads, kQueued); };
+  srv.set_read_timeout(kReadTimeoutS, 0);
+  srv.set_keep_alive_timeout(kReadTimeoutS);
   // Worker processes are spawned by this process: the listening socket must not leak into
   // them. SO_REUSEADDR (a restart within TIME_WAIT keeps its port) but never httplib's default
   // SO_REUSEPORT: a port another socket listens on, anyone's, is never shared with ours.

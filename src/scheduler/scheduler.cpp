@@ -69,6 +69,11 @@ Scheduler::Scheduler(SchedulerOptions options)
   socket_.set(zmq::sockopt::sndhwm, 0);  // batches are few; never drop one silently
   socket_.set(zmq::sockopt::rcvhwm, 0);
   socket_.set(zmq::sockopt::linger, 1000);
+  // A connection that has not finished ZeroMQ's handshake (and CURVE's) by then is dropped
+  // (libzmq's default: 30 s). Real peers take milliseconds and reconnect if they miss it; a
+  // stranger's flood of idle connections then holds a few seconds' worth of descriptors, not
+  // half a minute's.
+  socket_.set(zmq::sockopt::handshake_ivl, static_cast<int>(std::min<std::uint32_t>(kHandshakeMs, options_.config.timeout_ms)));
   waker_ = std::make_unique<Waker>(context_, socket_);
   commands_.set_wake_hook([w = waker_.get()] { w->wake(); });
   if (!options_.journal.empty()) {

@@ -129,6 +129,8 @@ class Scheduler {
     zmq::socket_t socket_;
   };
 
+  /// How long a connection to the ROUTER may take to finish its handshake (ms).
+  static constexpr std::uint32_t kHandshakeMs = 3000;
   /// The control links' turn (when due): messages read from links are handled, workers whose
   /// link broke are dropped.
   void step_links(const Now& now);
