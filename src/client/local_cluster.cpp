@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "common/util.hpp"
 #include "common/roles.hpp"
 #include "client/scheduler_process.hpp"
 #include "common/process.hpp"
@@ -99,7 +100,13 @@ std::string LocalCluster::start() {
                                    "--nthreads=" + std::to_string(m.threads)};
   args.push_back("--worker-exe=" + (m.worker_exe.empty() ? process::self_executable() : m.worker_exe));
   for (const auto& a : m.worker_args) args.push_back("--worker-arg=" + a);
-  if (!m.log_dir.empty()) args.push_back("--log-dir=" + m.log_dir);
+  if (!m.log_dir.empty()) {
+    // Made when missing (the scheduler's own log goes there first), this user's alone.
+    if (const std::string why = util::make_private_directories(m.log_dir); !why.empty()) {
+      throw ClusterError("LocalCluster: log_directory: " + why);
+    }
+    args.push_back("--log-dir=" + m.log_dir);
+  }
   std::map<std::string, std::string> env = m.env;
   if (m.gpus_per_worker > 0) env[jobqueue::kGpuSlicesEnv] = gpu_slices(m.gpus_per_worker, m.env);
   try {

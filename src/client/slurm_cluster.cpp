@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/util.hpp"
 #include "common/roles.hpp"
 #include "client/scheduler_process.hpp"
 #include "common/process.hpp"
@@ -99,7 +100,7 @@ std::string SlurmCluster::start() {
   try {
     // The scheduler's log goes beside the workers' logs, where a Slurm user looks first.
     const std::string logs = m.pools.front().log_directory();
-    std::filesystem::create_directories(logs);
+    if (const std::string why = util::make_private_directories(logs); !why.empty()) throw ClusterError(why);
     m.log = logs + "/herd-scheduler-" + std::to_string(::getpid()) + ".log";
     auto env = m.env;
     env["HERD_JOBS_FILE"] = m.directory + "/jobs";  // our record, in case the scheduler dies

@@ -41,7 +41,8 @@ pid_t spawn(const SpawnOptions& o) {
 
   int out_fd = -1;
   if (!o.stdout_path.empty()) {
-    out_fd = ::open(o.stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    // A log: what the process prints may hold secrets, so it is this user's alone.
+    out_fd = ::open(o.stdout_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (out_fd < 0) throw std::system_error(errno, std::generic_category(), "open " + o.stdout_path);
   }
   // A pipe that reports exec failure: closed by a successful exec (CLOEXEC), or carries errno.

@@ -1,14 +1,34 @@
 #include "common/util.hpp"
 
 #include <cxxabi.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 
 namespace herd::util {
+
+std::string make_private_directories(const std::string& path) {
+  if (path.empty()) return "";
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  std::filesystem::path at;
+  for (const auto& part : p) {
+    at /= part;
+    if (std::filesystem::is_directory(at, ec)) continue;
+    if (::mkdir(at.c_str(), 0700) != 0 && errno != EEXIST) {
+      return "cannot create the directory " + at.string() + ": " + std::strerror(errno);
+    }
+  }
+  if (!std::filesystem::is_directory(p, ec)) return path + " is not a directory";
+  return "";
+}
 namespace {
 
 // Characters no POSIX shell gives a meaning to in a word (nor in an assignment's value).

@@ -40,6 +40,11 @@ std::size_t invalid_utf8_at(std::string_view s);
 /// `s` with each byte that does not belong to valid UTF-8 replaced by U+FFFD.
 std::string to_valid_utf8(std::string_view s);
 
+/// Creates directory `path` and the parents it lacks, each of them readable by this user alone
+/// (0700: logs and task output may hold secrets); directories already there are left as they
+/// are. "" when `path` is a directory afterwards, else why not (naming the path).
+std::string make_private_directories(const std::string& path);
+
 /// "1.5 GiB", "512 MiB", "12 KiB", "100 B" (powers of 1024).
 std::string format_bytes(std::uint64_t bytes);
 

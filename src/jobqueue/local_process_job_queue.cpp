@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "common/util.hpp"
 #include "common/roles.hpp"
 #include "common/process.hpp"
 
@@ -47,6 +48,11 @@ LocalProcessJobQueue::~LocalProcessJobQueue() { close(); }
 void LocalProcessJobQueue::submit(std::size_t count, SubmitDone done) {
   SubmitResult res;
   std::vector<std::string>& ids = res.ids;
+  // Like a Slurm pool's: the directory is made when missing, readable by this user alone.
+  if (const std::string why = util::make_private_directories(options_.log_directory); !why.empty()) {
+    res.error = "cannot start local workers: their log directory: " + why;
+    count = 0;
+  }
   for (std::size_t i = 0; i < count; ++i) {
     const std::string id = "local-" + std::to_string(started_++);
     std::vector<std::string> args = options_.worker_args;

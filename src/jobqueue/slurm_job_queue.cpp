@@ -115,11 +115,9 @@ void SlurmJobQueue::submit(std::size_t count, SubmitDone done) {
     SubmitResult res;
     std::map<std::string, std::string> made;  // jobs a timed-out sbatch made after all
     // Slurm does not create the log directory, and a job whose output file cannot be opened
-    // dies without a trace.
-    std::error_code ec;
-    std::filesystem::create_directories(log_dir, ec);
-    if (ec) {
-      res.error = "cannot create the log directory " + log_dir + ": " + ec.message();
+    // dies without a trace. Made readable by this user alone: job output may hold secrets.
+    if (const std::string why = util::make_private_directories(log_dir); !why.empty()) {
+      res.error = "the log directory of pool '" + pool + "': " + why;
     } else {
       const auto r = run(argv, timeout);
       std::string out = std::string(util::trim(r.stdout_tail));

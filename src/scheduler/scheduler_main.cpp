@@ -2,16 +2,20 @@
 // pools, runs.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <iostream>
 
 #include "scheduler/scheduler_main.hpp"
 #include "common/logging.hpp"
 #include "common/process.hpp"
 #include "common/security.hpp"
+#include "common/util.hpp"
 #include "jobqueue/local_process_job_queue.hpp"
 #include "jobqueue/pool_config.hpp"
 #include "jobqueue/slurm_job_queue.hpp"
@@ -102,6 +106,21 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
   return std::make_unique<scheduler::Pool>(policy, std::move(queue));
 }
 
+/// Writes the dashboard's URL (it holds the token) to a file of this user's alone in the private
+/// runtime directory /tmp/herd-<uid>; its path.
+std::string write_private_url(const std::string& url) {
+  const std::string dir = "/tmp/herd-" + std::to_string(::getuid());
+  security::private_directory(dir);
+  const std::string path = dir + "/dashboard-" + std::to_string(::getpid()) + ".url";
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  const std::string line = url + "\n";
+  const bool ok = ::fchmod(fd, 0600) == 0 && ::write(fd, line.data(), line.size()) == static_cast<ssize_t>(line.size());
+  ::close(fd);
+  if (!ok) throw std::runtime_error("cannot write " + path + ": " + std::strerror(errno));
+  return path;
+}
+
 }  // namespace
 
 int scheduler_main(const std::vector<std::string>& args) {
@@ -170,6 +189,7 @@ int scheduler_main(const std::vector<std::string>& args) {
   else ::sigaction(SIGHUP, &sa, nullptr);  // the login session ended
   if (options.parent_fd >= 0) ::fcntl(options.parent_fd, F_SETFD, FD_CLOEXEC);  // not for workers
 
+  std::string url_file;
   auto fail = [&](const std::string& what) {
     std::cerr << "herd scheduler: " << what << std::endl;
     if (ready_fd >= 0) {
@@ -179,6 +199,8 @@ int scheduler_main(const std::vector<std::string>& args) {
     return 1;
   };
   try {
+    // Made when missing, as Slurm users expect of a log directory, readable by this user alone.
+    if (const std::string why = util::make_private_directories(log_dir); !why.empty()) return fail("--log-dir: " + why);
     jobqueue::SchedulerConfig config;
     if (!config_path.empty()) config = jobqueue::load_config(config_path);
     if (local_workers >= 0) {
@@ -206,10 +228,21 @@ int scheduler_main(const std::vector<std::string>& args) {
       ready_fd = -1;
     } else {
       std::cout << "herd scheduler listening at " << address << std::endl;
-      if (!sched.dashboard_url().empty()) std::cout << "herd dashboard at " << sched.dashboard_url() << std::endl;
+      if (!sched.dashboard_url().empty()) {
+        if (::isatty(STDOUT_FILENO) != 0) {
+          std::cout << "herd dashboard at " << sched.dashboard_url() << std::endl;
+        } else {
+          // A log file others may read, or a job's output: the token stays out of it.
+          url_file = write_private_url(sched.dashboard_url());
+          std::cout << "herd dashboard: its address with the token is in " << url_file
+                    << " (not printed: stdout is not a terminal; `herd status` shows it too)" << std::endl;
+        }
+      }
     }
     for (auto& p : pools) sched.add_pool(std::move(p));
-    return sched.run();
+    const int rc = sched.run();
+    if (!url_file.empty()) ::unlink(url_file.c_str());
+    return rc;
   } catch (const std::exception& e) {
     return fail(e.what());
   }

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "common/util.hpp"
 #include "herd/error.hpp"
 #include "jobqueue/pool_config.hpp"
 
@@ -31,8 +32,7 @@ ConfigCluster::~ConfigCluster() { close(); }
 
 std::string ConfigCluster::start() {
   if (!scheduler_->address().empty()) return scheduler_->address();
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(log_path_).parent_path(), ec);
+  (void)util::make_private_directories(std::filesystem::path(log_path_).parent_path().string());  // start() says why it fails
   try {
     return scheduler_->start({"--config=" + path_}, {}, log_path_, std::chrono::seconds(60));
   } catch (const ClusterError& e) {

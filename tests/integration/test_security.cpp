@@ -303,3 +303,65 @@ TEST_CASE("Security.Keys.WrongKeyIsToldAsSuch" * doctest::timeout(90)) {
   CHECK(mine.out.find("workers: 1,") != std::string::npos);
   CHECK(owner.submit(twice, 4).result() == 8);
 }
+
+TEST_CASE("Security.Logs.AMissingLogDirectoryIsMadePrivateAndTheDashboardTokenStaysOutOfIt" * doctest::timeout(60)) {
+  // `herd scheduler --log-dir DIR` with DIR and its parent missing, its stdout a file (a job's
+  // output, nohup.out): the directories are made, this user's alone; every log file in them
+  // too; the workers start (their logs are there); stdout names a file holding the dashboard's
+  // address, and the token is nowhere in stdout.
+  const std::string base = "/tmp/herd-logdir-" + std::to_string(::getpid());
+  std::filesystem::remove_all(base);
+  const std::string dir = base + "/a/b";
+  const std::string out = "/tmp/herd-logdir-out-" + std::to_string(::getpid()) + ".txt";
+  herd::process::SpawnOptions spawn;
+  spawn.argv = {HERD_CLI_PATH, "scheduler", "--local-workers", "2", "--log-dir", dir, "--dashboard-address",
+                "127.0.0.1:0"};
+  spawn.stdout_path = out;
+  spawn.death_signal = SIGKILL;
+  const pid_t sched = herd::process::spawn(spawn);
+  std::string address;
+  REQUIRE(herd::testing::eventually([&] {
+    const std::string text = herd::testing::read_file(out);
+    const auto at = text.find("listening at ");
+    if (at == std::string::npos || text.find("herd dashboard") == std::string::npos) return false;
+    address = text.substr(at + 13, text.find('\n', at) - at - 13);
+    return true;
+  }, 20s));
+  {
+    herd::Client client{address};
+    client.wait_for_workers(2, 30s);
+    const std::string token = client.status().dashboard.substr(client.status().dashboard.find("token=") + 6);
+    REQUIRE(token.size() >= 16);
+    const std::string text = herd::testing::read_file(out);
+    CHECK(text.find(token) == std::string::npos);
+    const auto at = text.find(" is in ");
+    REQUIRE(at != std::string::npos);
+    const std::string url_file = text.substr(at + 7, text.find(' ', at + 7) - at - 7);
+    struct stat st{};
+    REQUIRE(::stat(url_file.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    CHECK(herd::testing::read_file(url_file).find("token=" + token) != std::string::npos);
+  }
+  for (const std::string& d : {base + "/a", dir}) {
+    struct stat st{};
+    REQUIRE(::stat(d.c_str(), &st) == 0);
+    CHECK(S_ISDIR(st.st_mode));
+    CHECK((st.st_mode & 0777) == 0700);
+  }
+  std::size_t logs = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    struct stat st{};
+    REQUIRE(::stat(e.path().c_str(), &st) == 0);
+    CHECK((st.st_mode & 0077) == 0);
+    ++logs;
+  }
+  CHECK(logs == 2);  // local-0.log, local-1.log
+  struct stat out_st{};
+  REQUIRE(::stat(out.c_str(), &out_st) == 0);
+  CHECK((out_st.st_mode & 0077) == 0);  // what herd's spawn writes a process's output to
+  ::kill(sched, SIGTERM);
+  int status = 0;
+  ::waitpid(sched, &status, 0);
+  std::filesystem::remove_all(base);
+  std::filesystem::remove(out);
+}
