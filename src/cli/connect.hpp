@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/env.hpp"
 #include "herd/client.hpp"
 
 namespace herd::detail {
@@ -21,7 +22,7 @@ struct SchedulerArgs {
   SchedulerArgs(const SchedulerArgs&) = delete;  // the App holds pointers into it
   SchedulerArgs& operator=(const SchedulerArgs&) = delete;
   explicit SchedulerArgs(CLI::App& app) {
-    if (const char* env = std::getenv("HERD_SCHEDULER")) address = env;
+    if (const char* from_env = env::get(env::Var::scheduler)) address = from_env;
     app.add_option("--scheduler,-s", address,
                    "scheduler address, e.g. tcp://login1:8786 (default: $HERD_SCHEDULER)");
     app.add_option("--timeout", timeout_s, "seconds to wait for the scheduler")->capture_default_str();

@@ -12,6 +12,7 @@
 #include "herd/cluster.hpp"
 #include "herd/error.hpp"
 #include "jobqueue/local_process_job_queue.hpp"
+#include "common/env.hpp"
 
 namespace herd {
 namespace {
@@ -21,7 +22,7 @@ namespace {
 std::string gpu_slices(int per_worker, const std::map<std::string, std::string>& env) {
   const auto visible = env.find("CUDA_VISIBLE_DEVICES");
   const auto devices = visible == env.end() ? gpu::discover() : gpu::discover([&](const char* name) {
-    return std::string_view(name) == "CUDA_VISIBLE_DEVICES" ? visible->second.c_str() : std::getenv(name);
+    return std::string_view(name) == "CUDA_VISIBLE_DEVICES" ? visible->second.c_str() : env::get(name);
   });
   std::string out;
   const std::size_t n = static_cast<std::size_t>(per_worker);

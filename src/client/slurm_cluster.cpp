@@ -15,6 +15,7 @@
 #include "herd/shell.hpp"
 #include "herd/slurm.hpp"
 #include "jobqueue/pool_config.hpp"
+#include "common/env.hpp"
 
 namespace herd {
 
@@ -103,7 +104,7 @@ std::string SlurmCluster::start() {
     if (const std::string why = util::make_private_directories(logs); !why.empty()) throw ClusterError(why);
     m.log = logs + "/herd-scheduler-" + std::to_string(::getpid()) + ".log";
     auto env = m.env;
-    env["HERD_JOBS_FILE"] = m.directory + "/jobs";  // our record, in case the scheduler dies
+    env[env::name(env::Var::jobs_file)] = m.directory + "/jobs";  // our record, in case the scheduler dies
     return m.scheduler.start({"--config=" + config}, env, m.log, std::chrono::seconds(60), !m.keep);
   } catch (const ClusterError& e) {
     throw ClusterError(std::string("SlurmCluster: ") + e.what());

@@ -1,4 +1,5 @@
 #include "common/logging.hpp"
+#include "common/env.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -16,7 +17,7 @@ std::string& process_name() {
   return name;
 }
 Level parse_level() {
-  const char* v = std::getenv("HERD_LOG_LEVEL");
+  const char* v = env::get(env::Var::log_level);
   if (v == nullptr) return Level::warning;
   if (std::strcmp(v, "error") == 0) return Level::error;
   if (std::strcmp(v, "info") == 0) return Level::info;

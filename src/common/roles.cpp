@@ -1,4 +1,5 @@
 #include "common/roles.hpp"
+#include "common/env.hpp"
 
 #include <cstdlib>
 #include <iostream>
@@ -23,11 +24,11 @@ std::string join_role_args(const std::vector<std::string>& args) {
 void set_role_entry(RoleEntry entry) { g_role_entry = entry; }
 
 void enter_role_if_requested() {
-  const char* role = std::getenv(kRoleEnv);
+  const char* role = env::get(env::Var::role);
   if (role == nullptr || *role == '\0') return;
   const std::string r = role;
   std::vector<std::string> args;
-  if (const char* a = std::getenv(kRoleArgsEnv); a != nullptr && *a != '\0') {
+  if (const char* a = env::get(env::Var::role_args); a != nullptr && *a != '\0') {
     // Separated by the unit separator when herd wrote them, by spaces in a job script.
     const std::string s = a;
     const char sep = s.find(kRoleArgSeparator) != std::string::npos ? kRoleArgSeparator : ' ';

@@ -20,12 +20,13 @@
 #include <zmq_addon.hpp>
 
 #include "common/logging.hpp"
+#include "common/env.hpp"
 
 namespace herd::security {
 namespace {
 
 std::string home() {
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h) return h;
+  if (const char* h = env::get("HOME"); h != nullptr && *h) return h;
   if (const passwd* pw = ::getpwuid(::getuid())) return pw->pw_dir;
   throw std::runtime_error("cannot find the home directory for the cluster keys");
 }
@@ -155,17 +156,17 @@ Keys load_or_create() {
 }  // namespace
 
 std::string key_file_path() {
-  if (const char* f = std::getenv("HERD_KEY_FILE"); f != nullptr && *f) return f;
+  if (const char* f = env::get(env::Var::key_file); f != nullptr && *f) return f;
   return home() + "/.herd/cluster.keys";
 }
 
 bool auth_off() {
-  const char* auth = std::getenv("HERD_AUTH");
+  const char* auth = env::get(env::Var::auth);
   return auth != nullptr && (std::strcmp(auth, "off") == 0 || std::strcmp(auth, "0") == 0);
 }
 
 bool ring_encryption() {
-  const char* ring = std::getenv("HERD_RING_ENCRYPTION");
+  const char* ring = env::get(env::Var::ring_encryption);
   return !auth_off() && !(ring != nullptr && (std::strcmp(ring, "off") == 0 || std::strcmp(ring, "0") == 0));
 }
 

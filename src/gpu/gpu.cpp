@@ -13,6 +13,7 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda_check.hpp"
+#include "common/env.hpp"
 #endif
 
 namespace herd::gpu {
@@ -125,7 +126,7 @@ std::vector<std::string> worker_slice(const std::vector<std::string>& ids, const
 
 std::vector<Device> discover(const Getenv& getenv_fn) {
   const bool real_env = !getenv_fn;
-  auto env = [&](const char* name) -> const char* { return real_env ? std::getenv(name) : getenv_fn(name); };
+  auto env = [&](const char* name) -> const char* { return real_env ? env::get(name) : getenv_fn(name); };
 
   std::vector<std::string> ids;
   bool from_env = true;  // false: nothing in the environment, ask CUDA for every device

@@ -8,6 +8,7 @@
 #include "common/util.hpp"
 #include "common/roles.hpp"
 #include "common/process.hpp"
+#include "common/env.hpp"
 
 namespace herd::jobqueue {
 namespace {
@@ -18,7 +19,7 @@ constexpr auto kKillAfter = std::chrono::seconds(5);
 }  // namespace
 
 LocalProcessJobQueue::LocalProcessJobQueue(LocalProcessOptions options) : options_(std::move(options)) {
-  if (const char* slices = std::getenv(kGpuSlicesEnv); slices && options_.gpu_slices.empty()) {
+  if (const char* slices = env::get(env::Var::local_gpu_slices); slices && options_.gpu_slices.empty()) {
     const std::string all = slices;
     for (std::size_t start = 0; start <= all.size();) {
       const std::size_t end = std::min(all.find(';', start), all.size());
@@ -62,7 +63,7 @@ void LocalProcessJobQueue::submit(std::size_t count, SubmitDone done) {
     spawn.env = options_.env;
     spawn.env[detail::kRoleEnv] = "worker";
     spawn.env[detail::kRoleArgsEnv] = detail::join_role_args(args);
-    spawn.env["HERD_JOB_ID"] = id;
+    spawn.env[env::name(env::Var::job_id)] = id;
     if (!options_.gpu_slices.empty()) {
       spawn.env["CUDA_VISIBLE_DEVICES"] = take_gpu_slice(id);
       spawn.unset_env.push_back(kGpuSlicesEnv);

@@ -13,6 +13,7 @@
 #include "net/interfaces.hpp"
 #include "herd/error.hpp"
 #include "scheduler/http_server.hpp"
+#include "common/env.hpp"
 
 namespace herd::scheduler {
 
@@ -48,7 +49,7 @@ StateOptions state_options(const SchedulerOptions& o) {
 #ifndef NDEBUG
   s.validate = true;  // debug builds check every invariant after every event
 #endif
-  if (const char* v = std::getenv("HERD_VALIDATE_STATE"); v != nullptr && *v == '1') s.validate = true;
+  if (const char* v = env::get(env::Var::validate_state); v != nullptr && *v == '1') s.validate = true;
   return s;
 }
 }  // namespace

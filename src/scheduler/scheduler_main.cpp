@@ -20,6 +20,7 @@
 #include "jobqueue/pool_config.hpp"
 #include "jobqueue/slurm_job_queue.hpp"
 #include "scheduler/scheduler.hpp"
+#include "common/env.hpp"
 
 namespace herd::detail {
 namespace {
@@ -68,7 +69,7 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
   policy.crash_backoff = std::chrono::seconds(config.pool_crash_backoff_s);
   policy.stalled_timeout = std::chrono::seconds(config.pool_stalled_s);
   if (pc.kind == "local") policy.poll_interval = std::chrono::milliseconds(200);  // waitpid: free
-  if (const char* ms = std::getenv("HERD_SLURM_POLL_MS"); ms && pc.kind == "slurm") {
+  if (const char* ms = env::get(env::Var::slurm_poll_ms); ms && pc.kind == "slurm") {
     policy.poll_interval = std::chrono::milliseconds(std::atoi(ms));
   }
   std::unique_ptr<jobqueue::JobQueue> queue;
@@ -76,7 +77,7 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     jobqueue::LocalProcessOptions lp;
     lp.env = o.env();
     // Without authentication a worker binds only where it is told: where its scheduler does.
-    if (security::auth_off() && lp.env.count("HERD_LISTEN_HOST") == 0) lp.env["HERD_LISTEN_HOST"] = listen_host;
+    if (security::auth_off() && lp.env.count(env::name(env::Var::listen_host)) == 0) lp.env[env::name(env::Var::listen_host)] = listen_host;
     lp.executable = o.worker_executable().empty() ? process::self_executable() : o.worker_executable();
     lp.worker_args = {"--scheduler", address, "--nthreads", std::to_string(policy.slots_per_worker)};
     std::string resources;
@@ -85,7 +86,7 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     }
     if (!resources.empty()) lp.worker_args.insert(lp.worker_args.end(), {"--resources", resources});
     lp.worker_args.insert(lp.worker_args.end(), o.worker_extra_args().begin(), o.worker_extra_args().end());
-    lp.env["HERD_POOL"] = o.pool();
+    lp.env[env::name(env::Var::pool)] = o.pool();
     lp.log_directory = log_dir;
     queue = std::make_unique<jobqueue::LocalProcessJobQueue>(lp);
   } else {
@@ -100,7 +101,7 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     so.options = o;
     so.scheduler_address = address;
     so.command_timeout_s = config.command_timeout_s;
-    if (const char* jf = std::getenv("HERD_JOBS_FILE")) so.jobs_file = jf;
+    if (const char* jf = env::get(env::Var::jobs_file)) so.jobs_file = jf;
     queue = std::make_unique<jobqueue::SlurmJobQueue>(so);
   }
   return std::make_unique<scheduler::Pool>(policy, std::move(queue));
@@ -135,7 +136,7 @@ int scheduler_main(const std::vector<std::string>& args) {
   std::string log_dir;
   app.add_option("--config", config_path, "TOML file with [scheduler] and [pool.NAME] sections")
       ->check(CLI::ExistingFile);
-  if (const char* l = std::getenv("HERD_LISTEN")) listen = l;
+  if (const char* l = env::get(env::Var::listen)) listen = l;
   app.add_option("--listen", listen,
                  "ZeroMQ endpoint to bind, e.g. tcp://0.0.0.0:8786 (default: $HERD_LISTEN, else a free "
                  "loopback port, or every interface when a Slurm pool is configured; required with "
@@ -151,11 +152,11 @@ int scheduler_main(const std::vector<std::string>& args) {
                  "worker deaths a task may be present at before it fails")->capture_default_str();
   app.add_option("--retire-grace", options.retire_grace_s,
                  "seconds a retiring worker's running tasks may take")->capture_default_str();
-  if (const char* j = std::getenv("HERD_JOURNAL")) options.journal = j;
+  if (const char* j = env::get(env::Var::journal)) options.journal = j;
   app.add_option("--journal", options.journal,
                  "record finished keyed tasks here; a scheduler restarted with it does not recompute them "
                  "(default: $HERD_JOURNAL)");
-  if (const char* d = std::getenv("HERD_DASHBOARD_ADDRESS")) options.dashboard = d;
+  if (const char* d = env::get(env::Var::dashboard_address)) options.dashboard = d;
   bool no_dashboard = false;
   app.add_option("--dashboard-address", options.dashboard,
                  "HTTP dashboard, /api/status and /metrics on HOST:PORT (port 0 = a free one; a busy "

@@ -5,6 +5,7 @@
 
 #include "common/util.hpp"
 #include "sweep/metrics.hpp"
+#include "common/env.hpp"
 
 namespace herd::sweep {
 namespace {
@@ -85,7 +86,7 @@ std::string fill_script(std::string_view t, const std::map<std::string, std::str
   auto ref = [&](const std::string& n, bool in_single) {
     const auto it = values.find(n);
     if (it == values.end()) unknown_placeholder(n, values);
-    env["HERD_P_" + n] = it->second;
+    env[env::name(env::Var::param_quoted) + n] = it->second;
     const std::string var = "${HERD_P_" + n + "}";
     if (in_single) return "'\"" + var + "\"'";
     return stack.back().ctx == Ctx::dquote ? var : "\"" + var + "\"";

@@ -25,6 +25,7 @@
 #include "sweep/progress.hpp"
 #include "sweep/results.hpp"
 #include "sweep/trial_task.hpp"
+#include "common/env.hpp"
 
 namespace herd {
 
@@ -187,10 +188,10 @@ TrialRequest Sweep::Impl::request(const std::string& id, std::size_t index, cons
   } else {
     r.command.script = sweep::fill_script(script, v, r.command.env);  // values in HERD_P_<name>
   }
-  r.command.env["HERD_TRIAL_ID"] = id;
-  r.command.env["HERD_TRIAL_INDEX"] = std::to_string(index);
-  for (const auto& [k, val] : params) r.command.env["HERD_PARAM_" + k] = val;
-  if (halving) r.command.env["HERD_TRIAL_BUDGET"] = budget;
+  r.command.env[env::name(env::Var::trial_id)] = id;
+  r.command.env[env::name(env::Var::trial_index)] = std::to_string(index);
+  for (const auto& [k, val] : params) r.command.env[env::name(env::Var::param) + k] = val;
+  if (halving) r.command.env[env::name(env::Var::trial_budget)] = budget;
   r.command.cwd = cwd;
   r.command.timeout_s = timeout_s;
   r.command.tail_bytes = output_limit;

@@ -12,6 +12,7 @@
 #include "common/util.hpp"
 #include "herd/sweep.hpp"
 #include "sweep/metrics.hpp"
+#include "common/env.hpp"
 
 namespace herd {
 namespace sweep {
@@ -119,9 +120,9 @@ std::string last_lines(const std::string& text, std::size_t bytes) {
 TrialOutput run_trial(TrialRequest request) {
   TrialOutput out;
   out.worker = herd::this_task().worker;
-  if (const char* job = std::getenv("HERD_JOB_ID"); job != nullptr && *job != '\0') {
+  if (const char* job = env::get(env::Var::job_id); job != nullptr && *job != '\0') {
     out.job_id = job;
-  } else if (const char* sjob = std::getenv("SLURM_JOB_ID")) {
+  } else if (const char* sjob = env::get("SLURM_JOB_ID")) {
     out.job_id = sjob;
   }
   out.host = util::hostname();

@@ -30,6 +30,7 @@
 #include "herd/shell.hpp"
 #include "task/log_capture.hpp"
 #include "task/this_task.hpp"
+#include "common/env.hpp"
 
 namespace bp = boost::process;
 
@@ -67,7 +68,7 @@ class Tail {
 
 /// PATH lookup (bp::search_path would pull in the compiled Boost.Filesystem library).
 std::string search_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
+  const char* path = env::get("PATH");
   std::string dirs = path ? path : "/usr/bin:/bin";
   std::size_t start = 0;
   while (start <= dirs.size()) {

@@ -1,4 +1,5 @@
 #include "task/this_task.hpp"
+#include "common/env.hpp"
 
 #include <sys/mman.h>
 
@@ -124,7 +125,7 @@ long TaskInfo::seconds_left() const {
 std::string TaskInfo::checkpoint_path(const std::string& dir) const {
   std::string base = dir;
   if (base.empty()) {
-    const char* env = std::getenv("HERD_CHECKPOINT_DIR");
+    const char* env = env::get(env::Var::checkpoint_dir);
     if (env == nullptr || *env == '\0') {
       throw std::runtime_error("this_task().checkpoint_path(): give a directory on the shared filesystem, or set "
                                "HERD_CHECKPOINT_DIR in the workers' environment (a pool's env)");

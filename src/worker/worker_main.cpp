@@ -10,6 +10,7 @@
 #include "common/security.hpp"
 #include "task/log_capture.hpp"
 #include "worker/worker.hpp"
+#include "common/env.hpp"
 
 namespace herd::detail {
 
@@ -32,11 +33,11 @@ int worker_main(const std::vector<std::string>& args) {
                  "(default: 95% of Slurm's job memory, else none); results spill to disk past "
                  "HERD_MEMORY_TARGET_PERCENT / HERD_MEMORY_SPILL_PERCENT of it, new tasks pause past "
                  "HERD_MEMORY_PAUSE_PERCENT");
-  if (const char* d = std::getenv("HERD_LOCAL_DIRECTORY")) options.local_directory = d;
+  if (const char* d = env::get(env::Var::local_directory)) options.local_directory = d;
   app.add_option("--local-directory", options.local_directory,
                  "where results spill to disk, in a private directory removed when the worker leaves "
                  "(default: $HERD_LOCAL_DIRECTORY, else $SLURM_TMPDIR, else $TMPDIR or /tmp)");
-  if (const char* h = std::getenv("HERD_LISTEN_HOST")) options.listen_host = h;
+  if (const char* h = env::get(env::Var::listen_host)) options.listen_host = h;
   app.add_option("--listen-host", options.listen_host,
                  "address (or interface name) its listeners bind and advertise (default: "
                  "$HERD_LISTEN_HOST, else the address of the interface that routes to the scheduler; "
