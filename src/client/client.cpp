@@ -1,6 +1,7 @@
 // herd::Client's own methods: connecting (a cluster started first when given one), workers,
-// scale and adapt, restart, status and explain, campaigns, run, logs, and get_client(). The
-// futures are future.cpp's, the socket and the threads client_io.cpp's.
+// scale and adapt, restart, status and explain, campaigns, run, and get_client(). Each request
+// that waits for the scheduler's answer goes through ClientCore::ask (the state's one request
+// table); futures are future.cpp's, the socket and threads client_io.cpp's.
 #include <algorithm>
 
 #include "client/client_io.hpp"
@@ -46,19 +47,20 @@ std::string pool_failure(const std::vector<protocol::PoolStatus>& pools) {
 
 void Client::wait_for_workers(int n, std::chrono::milliseconds timeout) {
   std::unique_lock lock(core_->mu_);
+  const client::ClientState& state = core_->state_;
   const bool ok = core_->cv_.wait_for(lock, timeout, [&] {
-    return core_->n_workers_ >= n || !core_->lost_reason_.empty() || !pool_failure(core_->pools_).empty();
+    return state.n_workers() >= n || state.lost() || !pool_failure(state.pools()).empty();
   });
-  if (!core_->lost_reason_.empty()) throw ConnectionError(core_->lost_reason_);
-  if (core_->n_workers_ < n) {
-    if (const std::string why = pool_failure(core_->pools_); !why.empty()) throw JobQueueError(why);
+  if (state.lost()) throw ConnectionError(state.lost_reason());
+  if (state.n_workers() < n) {
+    if (const std::string why = pool_failure(state.pools()); !why.empty()) throw JobQueueError(why);
   }
   if (!ok) {
     std::string failures;  // jobs that ended before their workers came: why, in their own words
-    for (const auto& p : core_->pools_) {
+    for (const auto& p : state.pools()) {
       if (p.workers == 0 && !p.last_failure.empty()) failures += "; pool " + p.name + ": " + p.last_failure;
     }
-    throw TimeoutError("only " + std::to_string(core_->n_workers_) + " of " + std::to_string(n) +
+    throw TimeoutError("only " + std::to_string(state.n_workers()) + " of " + std::to_string(n) +
                        " workers connected to " + core_->address_ + " within " +
                        std::to_string(timeout.count()) + " ms" + failures);
   }
@@ -67,20 +69,20 @@ void Client::wait_for_workers(int n, std::chrono::milliseconds timeout) {
 namespace {
 void scale_request(detail::ClientCore& core, protocol::ScalePoolRequest req) {
   std::unique_lock lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
-  req.request_id = core.next_scale_id_++;
-  core.scale_replies_[req.request_id] = std::nullopt;
-  core.out_scales_.push_back(req);
-  core.wake_locked();
   // sbatch answers within seconds; the scheduler replies after its first submission attempt.
-  const bool answered = core.cv_.wait_for(lock, std::chrono::seconds(120), [&] {
-    return core.scale_replies_[req.request_id].has_value() || !core.lost_reason_.empty();
-  });
-  auto reply = core.scale_replies_[req.request_id];
-  core.scale_replies_.erase(req.request_id);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
-  if (!answered) throw TimeoutError("the scheduler did not answer a scale request within 120 s");
-  if (!reply->ok) throw JobQueueError(reply->error);
+  const client::Pending p = core.ask(lock, std::move(req), std::chrono::seconds(120),
+                                     "the scheduler did not answer a scale request within 120 s");
+  const auto& reply = std::get<protocol::ScalePoolReply>(p.reply);
+  if (!reply.ok) throw JobQueueError(reply.error);
+}
+
+/// A request the caller waits for (up to 30 s) the reply to: `herd status`, `herd logs` and
+/// the campaigns' ask this way.
+template <typename Reply, typename Request>
+Reply ask_scheduler(detail::ClientCore& core, std::unique_lock<std::mutex>& lock, Request req, const char* what) {
+  client::Pending p = core.ask(lock, std::move(req), std::chrono::seconds(30),
+                               std::string("the scheduler did not answer a ") + what + " request within 30 s");
+  return std::get<Reply>(std::move(p.reply));
 }
 }  // namespace
 
@@ -148,69 +150,24 @@ void Client::adapt(const AdaptOptions& o, const std::string& pool) {
   scale_request(*core_, req);
 }
 
-namespace {
-/// A request the I/O thread sends for the caller, who waits (holding `lock` on core.mu_) for
-/// the reply with its id: `herd status` and `herd logs` ask this way.
-template <typename Request, typename Reply>
-Reply ask_scheduler(detail::ClientCore& core, std::unique_lock<std::mutex>& lock, Request req, std::uint64_t& next_id,
-                    std::vector<Request>& out, std::map<std::uint64_t, std::optional<Reply>>& replies,
-                    const char* what) {
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
-  const std::uint64_t id = next_id++;
-  req.request_id = id;
-  replies[id] = std::nullopt;
-  out.push_back(std::move(req));
-  core.wake_locked();
-  const bool answered = core.cv_.wait_for(lock, std::chrono::seconds(30), [&] {
-    return replies[id].has_value() || !core.lost_reason_.empty();
-  });
-  auto reply = std::move(replies[id]);
-  replies.erase(id);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
-  if (!answered || !reply) {
-    throw TimeoutError(std::string("the scheduler did not answer a ") + what + " request within 30 s");
-  }
-  return std::move(*reply);
-}
-}  // namespace
-
 void Client::restart(std::chrono::milliseconds timeout) {
   auto& core = *core_;
   std::unique_lock lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
+  if (core.state_.lost()) throw ConnectionError(core.state_.lost_reason());
   if (timeout.count() < 0) throw std::invalid_argument("restart: the timeout must be >= 0");
   // Every future this client made so far is cancelled by it (the scheduler says so for each
   // task it knew; this covers those whose update it has not sent yet, and made just now).
-  const std::uint64_t boundary = core.next_seq_.load();
+  const std::uint64_t boundary = core.state_.next_seq();
   protocol::RestartRequest req;
-  req.request_id = core.next_restart_id_++;
   req.timeout_ms = static_cast<std::uint32_t>(std::min<std::int64_t>(timeout.count(), UINT32_MAX));
-  core.restart_replies_[req.request_id] = std::nullopt;
-  core.out_restarts_.push_back(req);
-  core.wake_locked();
   // The scheduler answers at its deadline at the latest; a margin for the round trip.
-  const bool answered = core.cv_.wait_for(lock, timeout + std::chrono::seconds(30), [&] {
-    return core.restart_replies_[req.request_id].has_value() || !core.lost_reason_.empty();
-  });
-  auto reply = core.restart_replies_[req.request_id];
-  core.restart_replies_.erase(req.request_id);
-  if (!core.lost_reason_.empty()) throw ConnectionError(core.lost_reason_);
-  if (!answered || !reply) {
-    throw TimeoutError("restart: the scheduler did not answer within " + std::to_string(timeout.count() / 1000 + 30) + " s");
-  }
-  for (auto& [id, st] : core.states_) {
-    if ((id & ((std::uint64_t{1} << 40) - 1)) >= boundary || st->status == detail::Status::cancelled) continue;
-    st->status = detail::Status::cancelled;
-    st->error = std::make_unique<protocol::ErrorInfo>();
-    st->error->type = "herd::CancelledError";
-    st->error->message = "cancelled: the cluster was restarted by this client";
-    st->data.reset();
-    st->location = 0;
-    st->fetching = false;
-    core.finish_locked(*st);
-  }
-  core.notify_locked();
-  if (!reply->ok) throw TimeoutError(reply->error);
+  const client::Pending p =
+      core.ask(lock, req, timeout + std::chrono::seconds(30),
+               "restart: the scheduler did not answer within " + std::to_string(timeout.count() / 1000 + 30) + " s");
+  core.state_.cancel_restarted(boundary);
+  core.settle_locked();
+  const auto& reply = std::get<protocol::RestartReply>(p.reply);
+  if (!reply.ok) throw TimeoutError(reply.error);
 }
 
 std::vector<std::string> Client::run_targets(const RunOn& on) const {
@@ -257,75 +214,64 @@ void Client::run_wait(const std::vector<detail::FutureState*>& states, const std
 std::vector<PoolInfo> Client::pools() const {
   std::lock_guard lock(core_->mu_);
   std::vector<PoolInfo> out;
-  for (const auto& p : core_->pools_) out.push_back(detail::to_pool_info(p));
+  for (const auto& p : core_->state_.pools()) out.push_back(detail::to_pool_info(p));
   return out;
 }
 
 ClusterStatus Client::status(int max_events) const {
-  auto& core = *core_;
-  std::unique_lock lock(core.mu_);
+  std::unique_lock lock(core_->mu_);
   protocol::StatusRequest req;
   req.max_events = static_cast<std::uint32_t>(std::max(0, max_events));
-  return detail::to_cluster_status(ask_scheduler(core, lock, req, core.next_status_id_, core.out_statuses_,
-                                                 core.status_replies_, "status"));
+  return detail::to_cluster_status(ask_scheduler<protocol::StatusReply>(*core_, lock, req, "status"));
 }
 
 TaskExplanation Client::explain(const std::string& key) const {
-  auto& core = *core_;
-  std::unique_lock lock(core.mu_);
+  std::unique_lock lock(core_->mu_);
   protocol::StatusRequest req;
   req.explain = true;
   req.explain_key = key;
-  return detail::to_task_explanation(ask_scheduler(core, lock, req, core.next_status_id_, core.out_statuses_,
-                                                   core.status_replies_, "explain")
-                                         .explanation);
+  return detail::to_task_explanation(ask_scheduler<protocol::StatusReply>(*core_, lock, req, "explain").explanation);
 }
 
 namespace {
-protocol::CampaignReply campaign_request(detail::ClientCore& core, std::unique_lock<std::mutex>& lock,
-                                         protocol::CampaignOp op, const std::string& name) {
+protocol::CampaignRequest campaign_request(protocol::CampaignOp op, const std::string& name) {
   protocol::CampaignRequest req;
   req.op = static_cast<std::uint8_t>(op);
   req.name = name;
-  return ask_scheduler(core, lock, std::move(req), core.next_campaign_id_, core.out_campaigns_, core.campaign_replies_,
-                       "campaign");
+  return req;
 }
 }  // namespace
 
 std::vector<CampaignInfo> Client::campaigns() const {
-  auto& core = *core_;
-  std::unique_lock lock(core.mu_);
-  const protocol::CampaignReply reply = campaign_request(core, lock, protocol::CampaignOp::list, "");
+  std::unique_lock lock(core_->mu_);
+  const auto reply = ask_scheduler<protocol::CampaignReply>(*core_, lock,
+                                                            campaign_request(protocol::CampaignOp::list, ""), "campaign");
   std::vector<CampaignInfo> out;
   for (const auto& c : reply.campaigns) out.push_back(detail::to_campaign_info(c));
   return out;
 }
 
 void Client::release_campaign(const std::string& name) {
-  auto& core = *core_;
-  std::unique_lock lock(core.mu_);
-  const protocol::CampaignReply reply = campaign_request(core, lock, protocol::CampaignOp::release, name);
+  std::unique_lock lock(core_->mu_);
+  const auto reply = ask_scheduler<protocol::CampaignReply>(
+      *core_, lock, campaign_request(protocol::CampaignOp::release, name), "campaign");
   if (!reply.ok) throw Error("release_campaign: " + reply.error);
 }
 
 namespace detail {
 std::vector<std::shared_ptr<FutureState>> core_attach_campaign(ClientCore& core, const std::string& name) {
   std::unique_lock lock(core.mu_);
-  const std::uint64_t id = core.next_campaign_id_;  // the one campaign_request() takes
-  const protocol::CampaignReply reply = campaign_request(core, lock, protocol::CampaignOp::attach, name);
-  std::vector<std::shared_ptr<FutureState>> states;
-  if (auto it = core.campaign_states_.find(id); it != core.campaign_states_.end()) {
-    states = std::move(it->second);
-    core.campaign_states_.erase(it);
-  }
-  if (!reply.ok) throw Error("campaign_futures: " + reply.error);
-  return states;
+  client::Pending p = core.ask(lock, campaign_request(protocol::CampaignOp::attach, name), std::chrono::seconds(30),
+                               "the scheduler did not answer a campaign request within 30 s");
+  const auto& reply = std::get<protocol::CampaignReply>(p.reply);
+  if (!reply.ok) throw Error("campaign_futures: " + reply.error);  // it made no futures
+  return std::move(p.futures);
 }
 }  // namespace detail
 
 int Client::n_workers() const {
   std::lock_guard lock(core_->mu_);
-  return core_->n_workers_;
+  return core_->state_.n_workers();
 }
 
 const std::string& Client::scheduler_address() const { return core_->address_; }
@@ -340,7 +286,7 @@ namespace detail {
 protocol::LogsReply logs_request(ClientCore& core, protocol::LogsRequest req) {
   std::unique_lock lock(core.mu_);
   // The scheduler answers within its own bound on silent workers (a few seconds).
-  return ask_scheduler(core, lock, std::move(req), core.next_logs_id_, core.out_logs_, core.logs_replies_, "logs");
+  return ask_scheduler<protocol::LogsReply>(core, lock, std::move(req), "logs");
 }
 }  // namespace detail
 

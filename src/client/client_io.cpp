@@ -1,5 +1,6 @@
-// ClientCore's own functions (client_io.hpp): connecting, the I/O thread and the callback
-// thread, the outbox sent, the scheduler's messages and the data client's events handled.
+// ClientCore, the client's IO shell (client_io.hpp): the scheduler's socket, the I/O thread,
+// the callback thread, the data client and server, heartbeats. What to send and what an event
+// means is the ClientState's (client_state.hpp); this carries it out.
 #include "client/client_io.hpp"
 
 #include <poll.h>
@@ -12,25 +13,22 @@
 #include <typeinfo>
 
 #include "common/logging.hpp"
+#include "common/roles.hpp"
 #include "common/util.hpp"
+#include "herd/error.hpp"
 #include "net/interfaces.hpp"
 #include "task/this_task.hpp"
 
 namespace herd::detail {
 
-using util::hostname;
+using protocol::MessageType;
 
 FutureState::~FutureState() {
+  if (!core) return;  // made by a ClientState alone (its unit tests)
   std::lock_guard lock(core->mu_);
-  core->states_.erase(id);
-  if (!core->campaign_futures_.empty()) core->campaign_futures_.erase(id);
-  if (!core->scatter_held_.empty()) core->scatter_held_.erase(id);
-  if (core->lost_reason_.empty()) {
-    core->out_releases_.push_back(id);
-    // The I/O thread comes by within 2 ms while a thread reads for its future (or just did),
-    // and the next submit takes it along: no wake-up of its own for a release then.
-    if (!core->io_looks_soon_) core->wake_locked();
-  }
+  // The I/O thread comes by within 2 ms while a thread reads for its future (or just did),
+  // and the next submit takes the release along: no wake-up of its own for it then.
+  if (core->state_.dropped(id) && !core->io_looks_soon_) core->wake_locked();
 }
 
 ClientCore::ClientCore(std::string address, const ClientOptions& options)
@@ -47,8 +45,8 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   }
   protocol::HelloRequest hello;
   hello.role = static_cast<std::uint8_t>(protocol::Role::client);
-  hello.name = options.name.empty() ? hostname() + ":" + std::to_string(::getpid()) : options.name;
-  hello.host = hostname();
+  hello.name = options.name.empty() ? util::hostname() + ":" + std::to_string(::getpid()) : options.name;
+  hello.host = util::hostname();
   hello.pid = ::getpid();
   protocol::send<MessageType::hello_request>(sched_, "", hello);
   zmq::pollitem_t item{static_cast<void*>(sched_), 0, ZMQ_POLLIN, 0};
@@ -78,10 +76,9 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
       throw ConnectionError("bad hello reply from " + address_ + ": " + error);
     }
     if (!reply.ok) throw ConnectionError("scheduler at " + address_ + " refused the client: " + reply.error);
-    client_index_ = reply.peer_index;
     config_.heartbeat_ms = reply.heartbeat_ms;
     config_.timeout_ms = reply.timeout_ms;
-    max_message_bytes_ = reply.max_message_bytes;
+    state_.connected(reply.peer_index, reply.max_message_bytes);
     connected = true;
   }
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -100,6 +97,17 @@ ClientCore::ClientCore(std::string address, const ClientOptions& options)
   io_id_ = io_.get_id();
 }
 
+ClientCore::~ClientCore() {
+  close("client closed");
+  if (reader_fd_ >= 0) ::close(reader_fd_);
+}
+
+std::shared_ptr<ClientCore> make_core(const std::string& address, const ClientOptions& options) {
+  auto core = std::make_shared<ClientCore>(address, options);
+  core->self_ = core;
+  return core;
+}
+
 void ClientCore::close(const std::string& reason) {
   if (io_.joinable()) {
     stop_.store(true);
@@ -110,7 +118,7 @@ void ClientCore::close(const std::string& reason) {
     io_.join();
   }
   std::unique_lock lock(mu_);
-  if (lost_reason_.empty()) lose_all_locked(reason);
+  if (!state_.lost()) lose_all_locked(reason);
   if (wake_fd_ >= 0) {
     ::close(wake_fd_);
     wake_fd_ = -1;
@@ -156,30 +164,6 @@ void ClientCore::callback_loop() {
   }
 }
 
-std::string ClientCore::over_limit(const char* what, std::size_t bytes) const {
-  // The rest of the message (ids, key, function, the batch around it) in a generous margin.
-  constexpr std::size_t kMargin = kSubmitBatchBytes + 4096;
-  if (max_message_bytes_ == 0 || bytes + kMargin <= max_message_bytes_) return "";
-  return std::string(what) + ": " + util::format_bytes(bytes) + " (" + std::to_string(bytes) +
-         " bytes), over the scheduler's message limit of " + util::format_bytes(max_message_bytes_) +
-         " (HERD_MAX_MESSAGE_BYTES=" + std::to_string(max_message_bytes_) +
-         "); pass big data as the result of a task, which stays on the workers";
-}
-
-void ClientCore::add_submits_locked(protocol::TaskSpec* specs, std::size_t n) {
-  // A big task starts a batch of its own, so no batch grows past the limit by packing.
-  const bool big = n > 0 && specs[0].args.size() > kSubmitBatchBytes;
-  if (out_submits_.empty() || out_submits_.back().size() >= kSubmitBatchBytes || (big && out_submits_.back().size() > 0)) {
-    if (spare_batches_.empty()) {
-      out_submits_.emplace_back();
-    } else {
-      out_submits_.push_back(std::move(spare_batches_.back()));
-      spare_batches_.pop_back();
-    }
-  }
-  for (std::size_t i = 0; i < n; ++i) out_submits_.back().add(specs[i]);
-}
-
 void ClientCore::wake_locked() {
   if (wake_pending_ || wake_fd_ < 0) return;
   wake_pending_ = true;
@@ -187,13 +171,10 @@ void ClientCore::wake_locked() {
   (void)!::write(wake_fd_, &one, sizeof one);
 }
 
-void ClientCore::finish_locked(FutureState& s) {
-  if (s.callbacks) {
-    for (auto& fn : *s.callbacks) run_callback_locked(std::move(fn));
-    s.callbacks.reset();
-  }
-  if (!s.watchers) return;
-  for (auto& [weak, index] : *s.watchers) {
+void ClientCore::deliver_finished_locked() {
+  client::Finished& done = state_.finished();
+  for (auto& fn : done.callbacks) run_callback_locked(std::move(fn));
+  for (auto& [weak, index] : done.watchers) {
     if (auto q = weak.lock()) {
       {
         std::lock_guard ql(q->mu);
@@ -202,18 +183,7 @@ void ClientCore::finish_locked(FutureState& s) {
       q->cv.notify_all();
     }
   }
-  s.watchers.reset();
-}
-
-void ClientCore::lose_all_locked(const std::string& reason) {
-  lost_reason_ = reason;
-  for (auto& [id, s] : states_) {
-    if (s->status == Status::pending || (s->status == Status::finished && !s->data)) {
-      s->status = Status::lost;
-      finish_locked(*s);
-    }
-  }
-  notify_locked();
+  done.clear();
 }
 
 void ClientCore::notify_locked() {
@@ -224,44 +194,36 @@ void ClientCore::notify_locked() {
   }
 }
 
+namespace {
+/// Sends one request of the state's table as its message.
+struct RequestSender {
+  zmq::socket_t& socket;
+  void operator()(const protocol::ScalePoolRequest& r) const { protocol::send<MessageType::scale_pool>(socket, "", r); }
+  void operator()(const protocol::StatusRequest& r) const { protocol::send<MessageType::status_request>(socket, "", r); }
+  void operator()(const protocol::RestartRequest& r) const { protocol::send<MessageType::restart_request>(socket, "", r); }
+  void operator()(const protocol::LogsRequest& r) const { protocol::send<MessageType::logs_request>(socket, "", r); }
+  void operator()(const protocol::CampaignRequest& r) const {
+    protocol::send<MessageType::campaign_request>(socket, "", r);
+  }
+};
+}  // namespace
+
 bool ClientCore::send_outbox(bool io_thread) {
-  // Take the outbox; send submissions before releases so an input is never released ahead
+  // The outbox is taken whole and sent in its order (client::Outbox): scatters and submissions
+  // before what names them, and before the releases, so that an input is never released ahead
   // of the task that needs it.
-  std::vector<protocol::BatchWriter> submits;
-  std::vector<TaskId> releases, cancels, force_cancels, fire_and_forget;
-  std::vector<std::pair<protocol::ScatterRequest, net::PayloadPtr>> scatters;
-  std::map<std::string, std::vector<TaskId>> fetches;
-  std::vector<protocol::ScalePoolRequest> scales;
-  std::vector<protocol::StatusRequest> statuses;
-  std::vector<protocol::LogsRequest> logs;
-  std::vector<protocol::ReplicateRequest> replicates;
-  std::vector<protocol::RestartRequest> restarts;
-  std::vector<protocol::CampaignRequest> campaigns;
+  client::Outbox out;
   {
     std::lock_guard lock(mu_);
-    if (!io_thread && (!out_scatters_.empty() || !out_fetches_.empty())) {
+    if (!io_thread && state_.io_only()) {
       wake_locked();
       return false;
     }
-    restarts.swap(out_restarts_);
-    campaigns.swap(out_campaigns_);
-    scales.swap(out_scales_);
-    statuses.swap(out_statuses_);
-    logs.swap(out_logs_);
-    submits.swap(out_submits_);
-    releases.swap(out_releases_);
-    cancels.swap(out_cancels_);
-    replicates.swap(out_replicates_);
-    force_cancels.swap(out_force_cancels_);
-    fire_and_forget.swap(out_fire_and_forget_);
-    scatters.swap(out_scatters_);
-    fetches.swap(out_fetches_);
+    state_.take_outbox(out);
     wake_pending_ = false;
   }
-  const bool any = !(scatters.empty() && submits.empty() && releases.empty() && replicates.empty() &&
-                     fire_and_forget.empty() && cancels.empty() && force_cancels.empty() && scales.empty() &&
-                     campaigns.empty() && statuses.empty() && logs.empty() && restarts.empty());
-  for (auto& [req, bytes] : scatters) {
+  const bool any = out.to_scheduler();
+  for (auto& [req, bytes] : out.scatters) {
     if (req.nbytes > 0) {  // a big one, served from here: the scheduler learns where
       req.source = scatter_source();
       if (!req.source.empty()) {
@@ -270,57 +232,42 @@ bool ClientCore::send_outbox(bool io_thread) {
       }
       req.nbytes = 0;  // no data port: through the scheduler after all
       std::lock_guard lock(mu_);
-      scatter_held_.erase(req.id);
+      state_.scatter_not_held(req.id);
     }
     std::vector<zmq::message_t> payload;
     payload.push_back(net::zero_copy(bytes));
     protocol::send<MessageType::scatter_data>(sched_, "", req, std::move(payload));
   }
-  // Releases ride with the last submissions when nothing else goes between them (one message,
-  // not two, on a round trip's path): the scheduler takes them after those tasks.
-  const bool release_with_submits = !submits.empty() && !releases.empty() && releases.size() <= 4096 && replicates.empty() &&
-                                    fire_and_forget.empty() && cancels.empty() && force_cancels.empty();
-  if (!submits.empty()) {
-    for (std::size_t i = 0; i < submits.size(); ++i) {
-      const bool last = i + 1 == submits.size();
-      protocol::send(sched_, "", last && release_with_submits ? submits[i].message(releases) : submits[i].message());
+  if (!out.submits.empty()) {
+    // The scheduler takes releases that ride with the submissions after those tasks.
+    const bool ride = out.releases_ride();
+    for (std::size_t i = 0; i < out.submits.size(); ++i) {
+      const bool last = i + 1 == out.submits.size();
+      protocol::send(sched_, "", last && ride ? out.submits[i].message(out.releases) : out.submits[i].message());
     }
-    if (release_with_submits) releases.clear();
+    if (ride) out.releases.clear();
     std::lock_guard lock(mu_);
-    for (auto& batch : submits) {
-      if (spare_batches_.size() >= kSpareBatches || batch.capacity() > 4 * kSubmitBatchBytes) continue;
-      batch.clear();
-      spare_batches_.push_back(std::move(batch));
-    }
+    state_.recycle(out.submits);
   }
-  for (const auto& req : replicates) {  // after the scatters and submissions they name
+  for (const auto& req : out.replicates) {  // after the scatters and submissions they name
     protocol::send<MessageType::replicate>(sched_, "", req);
   }
-  if (!fire_and_forget.empty()) {  // after the submissions, before any release of them
-    protocol::send<MessageType::fire_and_forget>(sched_, "", protocol::KeysEvent{fire_and_forget});
+  if (!out.fire_and_forget.empty()) {  // after the submissions, before any release of them
+    protocol::send<MessageType::fire_and_forget>(sched_, "", protocol::KeysEvent{out.fire_and_forget});
   }
-  if (!cancels.empty()) {
-    protocol::send<MessageType::cancel_tasks>(sched_, "", protocol::KeysEvent{cancels});
+  if (!out.cancels.empty()) {
+    protocol::send<MessageType::cancel_tasks>(sched_, "", protocol::KeysEvent{out.cancels});
   }
-  if (!force_cancels.empty()) {
-    protocol::send<MessageType::force_cancel_tasks>(sched_, "", protocol::KeysEvent{force_cancels});
+  if (!out.force_cancels.empty()) {
+    protocol::send<MessageType::force_cancel_tasks>(sched_, "", protocol::KeysEvent{out.force_cancels});
   }
-  if (!releases.empty()) {
-    protocol::send<MessageType::release_keys>(sched_, "", protocol::KeysEvent{releases});
+  if (!out.releases.empty()) {
+    protocol::send<MessageType::release_keys>(sched_, "", protocol::KeysEvent{out.releases});
   }
-  for (const auto& req : scales) {
-    protocol::send<MessageType::scale_pool>(sched_, "", req);
-  }
-  for (const auto& req : campaigns) {  // after the submissions: a campaign just submitted is there
-    protocol::send<MessageType::campaign_request>(sched_, "", req);
-  }
-  for (const auto& req : statuses) {
-    protocol::send<MessageType::status_request>(sched_, "", req);
-  }
-  for (const auto& req : logs) protocol::send<MessageType::logs_request>(sched_, "", req);
-  // After this turn's submissions: a task submitted before restart() is cancelled by it.
-  for (const auto& req : restarts) protocol::send<MessageType::restart_request>(sched_, "", req);
-  for (auto& [address, ids] : fetches) fetcher_->request(address, std::move(ids), std::chrono::steady_clock::now());
+  // After this turn's submissions: a campaign just submitted is there, and a task submitted
+  // before restart() is cancelled by it.
+  for (const auto& req : out.requests) std::visit(RequestSender{sched_}, req);
+  for (auto& [address, ids] : out.fetches) fetcher_->request(address, std::move(ids), std::chrono::steady_clock::now());
   return any;
 }
 
@@ -341,7 +288,7 @@ bool ClientCore::read_one() {
 
 void ClientCore::send_or_wake(std::unique_lock<std::mutex>& lock) {
   const auto now = std::chrono::steady_clock::now();
-  const bool alone = !wake_pending_ && now - last_submit_ > std::chrono::microseconds(50) && lost_reason_.empty();
+  const bool alone = !wake_pending_ && now - last_submit_ > std::chrono::microseconds(50) && !state_.lost();
   last_submit_ = now;
   if (!alone) {
     wake_locked();
@@ -371,7 +318,7 @@ void ClientCore::send_or_wake(std::unique_lock<std::mutex>& lock) {
 
 bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const std::function<bool()>& done,
                                     std::optional<std::chrono::steady_clock::time_point> deadline) {
-  if (reader_active_ || !lost_reason_.empty() || stop_.load()) return false;
+  if (reader_active_ || state_.lost() || stop_.load()) return false;
   reader_active_ = true;
   reader_thread_ = std::this_thread::get_id();
   reader_since_ = std::chrono::steady_clock::now();
@@ -389,7 +336,7 @@ bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const st
       quiet = false;
       {
         std::lock_guard l(mu_);
-        if (done() || !lost_reason_.empty() || stop_.load()) break;
+        if (done() || state_.lost() || stop_.load()) break;
       }
       if (got) continue;
       int wait_ms = static_cast<int>(config_.heartbeat_ms);
@@ -420,8 +367,25 @@ bool ClientCore::read_while_waiting(std::unique_lock<std::mutex>& lock, const st
   lock.lock();
   reader_active_ = false;
   // The I/O thread, asleep without the socket for a long wait, reads it again from now on.
-  if (unread || io_skips_long_ || !peers_gone_.empty()) wake_locked();
+  if (unread || io_skips_long_ || !state_.peers_gone().empty()) wake_locked();
   return true;
+}
+
+client::Pending ClientCore::ask(std::unique_lock<std::mutex>& lock, client::Request req,
+                                std::chrono::milliseconds timeout, const std::string& late) {
+  if (state_.lost()) throw ConnectionError(state_.lost_reason());
+  const std::uint64_t id = state_.request(std::move(req));
+  wake_locked();
+  const bool answered = cv_.wait_for(lock, timeout, [&] { return state_.settled(id); });
+  client::Pending p = state_.take(id);
+  if (p.failed.empty() && answered) return p;
+  // An attach's futures are let go without mu_ (their destructor takes it).
+  std::vector<std::shared_ptr<FutureState>> futures = std::move(p.futures);
+  const std::string failed = std::move(p.failed);
+  lock.unlock();
+  futures.clear();
+  if (!failed.empty()) throw ConnectionError(failed);
+  throw TimeoutError(late);
 }
 
 void ClientCore::io_loop() {
@@ -477,7 +441,7 @@ void ClientCore::io_loop() {
       {
         std::lock_guard lock(mu_);
         reader = reader_active_;
-        gone.swap(peers_gone_);
+        gone.swap(state_.peers_gone());
       }
       if (now - last_beat >= std::chrono::milliseconds(config_.heartbeat_ms)) {
         last_beat = now;
@@ -493,15 +457,14 @@ void ClientCore::io_loop() {
     if (served != SIZE_MAX && (items[served].revents & ZMQ_POLLIN) != 0) {
       scatter_server_->serve([this](TaskId id) -> net::PayloadPtr {
         std::lock_guard lock(mu_);
-        auto it = scatter_held_.find(id);
-        return it == scatter_held_.end() ? nullptr : it->second;
+        return state_.held_scatter(id);
       });
     }
     fetcher_->receive(items, first_peer, events, now);
     fetcher_->expire(now, events);
     {
       std::lock_guard lock(mu_);
-      if (!lost_reason_.empty()) break;
+      if (state_.lost()) break;
       const auto last_heard = Clock::time_point(Clock::duration(last_heard_ns_.load()));
       if (now - last_heard > std::chrono::milliseconds(config_.timeout_ms)) {
         lose_all_locked("scheduler lost: no message from " + address_ + " for " +
@@ -518,10 +481,7 @@ void ClientCore::io_loop() {
       std::vector<TaskId> fire_and_forget;
       {
         std::lock_guard lock(mu_);
-        if (lost_reason_.empty()) {
-          submits.swap(out_submits_);
-          fire_and_forget.swap(out_fire_and_forget_);
-        }
+        state_.take_for_goodbye(submits, fire_and_forget);
       }
       std::lock_guard sl(sched_mu_);
       for (auto& batch : submits) protocol::send(sched_, "", batch.message());
@@ -538,7 +498,7 @@ std::string ClientCore::scatter_source() {
   if (!scatter_server_) {
     {
       std::lock_guard lock(mu_);
-      if (!scatter_direct_) return "";
+      if (!state_.scatter_direct()) return "";
     }
     try {
       // On the interface that routes to the scheduler, as a worker's data port: the workers
@@ -558,7 +518,7 @@ std::string ClientCore::scatter_source() {
     } catch (const std::exception& e) {
       HERD_LOG(warning) << "herd: big scattered values go through the scheduler: " << e.what();
       std::lock_guard lock(mu_);
-      scatter_direct_ = false;
+      state_.no_scatter_port();
       return "";
     }
   }
@@ -567,33 +527,12 @@ std::string ClientCore::scatter_source() {
 
 void ClientCore::on_scatter_inline(const protocol::ScatterInlineEvent& ev) {
   std::lock_guard lock(mu_);
-  if (scatter_direct_) {
+  if (state_.scatter_inline(ev)) {
     HERD_LOG(warning) << "herd: a worker could not fetch a scattered value from this client's data port "
                       << (scatter_server_ ? scatter_server_->address() : std::string()) << " (" << ev.reason
                       << "); big scattered values go through the scheduler from now on";
-    scatter_direct_ = false;
   }
-  for (TaskId id : ev.ids) {
-    auto held = scatter_held_.find(id);
-    if (held == scatter_held_.end()) continue;  // released meanwhile
-    net::PayloadPtr bytes = std::move(held->second);
-    scatter_held_.erase(held);
-    auto it = states_.find(id);
-    if (it == states_.end()) continue;
-    FutureState& s = *it->second;
-    if (std::string why = over_limit("the scattered value", bytes->size()); !why.empty()) {
-      s.status = Status::erred;
-      s.error = std::make_unique<protocol::ErrorInfo>(protocol::ErrorInfo{
-          "herd::MessageTooLarge",
-          "scatter " + s.key() + " could not be fetched from this client (" + ev.reason +
-              ") and cannot go through the scheduler: " + why,
-          s.key(), ""});
-      finish_locked(s);
-      continue;
-    }
-    out_scatters_.push_back({protocol::ScatterRequest{id, "", "", 0}, std::move(bytes)});
-  }
-  notify_locked();
+  settle_locked();
   wake_locked();
 }
 
@@ -609,7 +548,8 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       protocol::TaskUpdatesEvent ev;
       if (!protocol::decode<MessageType::task_updates>(msg, ev, error)) break;
       std::lock_guard lock(mu_);
-      apply_updates_locked(ev);
+      state_.apply_updates(ev);
+      settle_locked();
       break;
     }
     case MessageType::scatter_inline: {
@@ -621,40 +561,17 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       protocol::CampaignReply reply;
       if (!protocol::decode<MessageType::campaign_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
-      auto it = campaign_replies_.find(reply.request_id);
-      if (it == campaign_replies_.end()) break;  // the caller gave up
-      if (reply.ok && !reply.tasks.empty()) {
-        auto& made = campaign_states_[reply.request_id];
-        made.reserve(reply.tasks.size());
-        for (const auto& t : reply.tasks) {
-          auto held = campaign_futures_.find(t.id);
-          if (held != campaign_futures_.end()) {
-            if (auto s = held->second.lock()) {
-              made.push_back(std::move(s));
-              continue;
-            }
-          }
-          auto state = std::make_shared<FutureState>();
-          state->core = self_.lock();
-          state->id = t.id;
-          state->custom_key = t.key;
-          state->function = intern_locked(t.function);
-          states_[t.id] = state.get();
-          campaign_futures_[t.id] = state;
-          made.push_back(std::move(state));
-        }
-        apply_updates_locked(reply.current);
-      }
-      it->second = std::move(reply);
-      notify_locked();
+      // An attach's reply makes the futures it names (held by the request until its caller
+      // takes them), so that no update after it finds no future.
+      if (!state_.answer(std::move(reply), self_.lock())) break;  // the caller gave up
+      settle_locked();
       break;
     }
     case MessageType::cluster_state: {
       protocol::ClusterStateEvent ev;
       if (!protocol::decode<MessageType::cluster_state>(msg, ev, error)) break;
       std::lock_guard lock(mu_);
-      n_workers_ = static_cast<int>(ev.workers);
-      pools_ = std::move(ev.pools);
+      state_.cluster_state(ev);
       notify_locked();
       break;
     }
@@ -662,7 +579,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       protocol::ScalePoolReply reply;
       if (!protocol::decode<MessageType::scale_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
-      if (auto it = scale_replies_.find(reply.request_id); it != scale_replies_.end()) it->second = reply;
+      state_.answer(std::move(reply));
       notify_locked();
       break;
     }
@@ -670,7 +587,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       protocol::RestartReply reply;
       if (!protocol::decode<MessageType::restart_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
-      if (auto it = restart_replies_.find(reply.request_id); it != restart_replies_.end()) it->second = reply;
+      state_.answer(std::move(reply));
       notify_locked();
       break;
     }
@@ -678,9 +595,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       protocol::StatusReply reply;
       if (!protocol::decode<MessageType::status_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
-      if (auto it = status_replies_.find(reply.request_id); it != status_replies_.end()) {
-        it->second = std::move(reply);
-      }
+      state_.answer(std::move(reply));
       notify_locked();
       break;
     }
@@ -689,7 +604,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       if (protocol::decode<MessageType::peers_gone>(msg, ev, error)) {
         // The fetcher is the I/O thread's own (this may be a waiting user thread).
         std::lock_guard lock(mu_);
-        for (auto& a : ev.addresses) peers_gone_.push_back(std::move(a));
+        state_.workers_gone(ev.addresses);
         if (std::this_thread::get_id() != io_id_) wake_locked();
       }
       break;
@@ -698,7 +613,7 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
       protocol::LogsReply reply;
       if (!protocol::decode<MessageType::logs_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
-      if (auto it = logs_replies_.find(reply.request_id); it != logs_replies_.end()) it->second = std::move(reply);
+      state_.answer(std::move(reply));
       notify_locked();
       break;
     }
@@ -721,68 +636,17 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
   if (!error.empty()) HERD_LOG(warning) << "bad message from the scheduler: " << error;
 }
 
-void ClientCore::apply_updates_locked(protocol::TaskUpdatesEvent& ev) {
-  std::vector<std::uint32_t> locations;  // ev.addresses as indexes into addresses_
-  locations.reserve(ev.addresses.size());
-  for (const auto& address : ev.addresses) locations.push_back(address_locked(address));
-  for (auto& u : ev.updates) {
-    auto it = states_.find(u.id);
-    if (it == states_.end()) continue;
-    FutureState& s = *it->second;
-    if (s.status == Status::cancelled) continue;
-    const auto st = static_cast<protocol::TaskState>(u.state);
-    if (!scatter_held_.empty() && st != protocol::TaskState::no_worker && st != protocol::TaskState::processing) {
-      scatter_held_.erase(u.id);  // a worker holds it now (or it failed): this client's copy goes
-    }
-    if (st == protocol::TaskState::no_worker || st == protocol::TaskState::processing) {
-      // Not final: no connected worker can run it now (why), or it runs again after that.
-      if (s.status != Status::pending) continue;
-      if (st == protocol::TaskState::no_worker) s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
-      else s.error.reset();
-      continue;
-    }
-    if (st == protocol::TaskState::memory) {
-      s.status = Status::finished;
-      s.error.reset();
-      if (!u.inline_data.empty()) s.data = std::make_shared<VectorPayload>(std::move(u.inline_data));
-      if (u.location >= 0 && static_cast<std::size_t>(u.location) < ev.addresses.size()) {
-        s.location = locations[static_cast<std::size_t>(u.location)];
-      }
-      s.fetching = false;  // a new location (recomputed result) is fetched anew
-    } else if (st == protocol::TaskState::cancelled) {
-      // Also a finished future: Client::restart() (by any client) cancels every one.
-      s.status = Status::cancelled;
-      s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
-      s.data.reset();
-      s.location = 0;
-      s.fetching = false;
-    } else {
-      s.status = Status::erred;
-      s.error = std::make_unique<protocol::ErrorInfo>(std::move(u.error));
-    }
-    finish_locked(s);
-  }
-  notify_locked();
-}
-
 void ClientCore::on_fetched(TaskId id, net::PayloadPtr bytes) {
   std::lock_guard lock(mu_);
-  auto it = states_.find(id);
-  if (it == states_.end()) return;
-  it->second->data = std::move(bytes);
-  it->second->fetching = false;
-  notify_locked();
+  if (state_.fetched(id, std::move(bytes))) notify_locked();
 }
 
 void ClientCore::on_not_there(const std::string& address, TaskId id) {
   std::lock_guard lock(mu_);
-  auto it = states_.find(id);
-  if (it == states_.end()) return;
-  // The holder lost it (or is being replaced): wait for the scheduler's next word on it.
-  HERD_LOG(info) << "result " << it->second->key() << " is no longer at " << address;
-  it->second->fetching = false;
-  it->second->location = 0;
-  it->second->status = Status::pending;
+  // The holder lost it (or is being replaced): the future waits for the scheduler's next word on it.
+  const FutureState* s = state_.not_there(id);
+  if (s == nullptr) return;
+  HERD_LOG(info) << "result " << s->key() << " is no longer at " << address;
   notify_locked();
 }
 
@@ -794,29 +658,13 @@ void ClientCore::on_fetch_failed(const std::string& address, const std::vector<T
   std::vector<TaskId> asked;
   {
     std::lock_guard lock(mu_);
-    for (TaskId id : ids) {
-      auto it = states_.find(id);
-      if (it == states_.end()) continue;
-      FutureState& st = *it->second;
-      // Already here, or already pointed at another holder (a late failure of an old fetch):
-      // nothing to ask.
-      if (st.data || (st.location != 0 && addresses_[st.location - 1] != address)) continue;
-      st.fetching = false;
-      st.location = 0;
-      asked.push_back(id);
-    }
+    asked = state_.fetch_failed(address, ids);
   }
   if (!asked.empty()) {
     std::lock_guard sl(sched_mu_);
     protocol::send<MessageType::fetch_failed>(sched_, "", {asked, address, why});
     tell_reader_if_unread();
   }
-}
-
-std::shared_ptr<ClientCore> make_core(const std::string& address, const ClientOptions& options) {
-  auto core = std::make_shared<ClientCore>(address, options);
-  core->self_ = core;
-  return core;
 }
 
 }  // namespace herd::detail

@@ -1,9 +1,11 @@
 // The non-template half of Future and of Client's submit, gather and wait templates
-// (include/herd/detail/client_core.hpp), on ClientCore (client_io.hpp).
+// (include/herd/detail/client_core.hpp): each takes the client's mutex, has its ClientState
+// decide, and wakes or notifies through its ClientCore.
 #include <algorithm>
 
 #include "client/client_io.hpp"
 #include "common/util.hpp"
+#include "herd/error.hpp"
 
 namespace herd::detail {
 
@@ -11,10 +13,7 @@ namespace {
 bool is_done(const FutureState& s) { return s.status != Status::pending; }
 
 void request_fetch_locked(FutureState& s) {
-  if (s.data || s.fetching || s.location == 0) return;
-  s.fetching = true;
-  s.core->out_fetches_[s.core->addresses_[s.location - 1]].push_back(s.id);
-  s.core->wake_locked();
+  if (s.core->state_.request_fetch(s)) s.core->wake_locked();
 }
 
 [[noreturn]] void throw_for(const FutureState& s) {
@@ -36,10 +35,33 @@ void request_fetch_locked(FutureState& s) {
       if (s.error && s.error->message.rfind("cancelled: ", 0) == 0) throw CancelledError("task " + s.key() + " " + s.error->message);
       throw CancelledError("task " + s.key() + " was cancelled");
     case Status::lost:
-      throw ConnectionError("task " + s.key() + ": " + s.core->lost_reason_);
+      throw ConnectionError("task " + s.key() + ": " + s.core->state_.lost_reason());
     default:
       throw Error("task " + s.key() + ": unexpected state");
   }
+}
+
+/// The TaskSpec of a task, but its id (the state gives it) and gang.
+protocol::TaskSpec make_spec(const std::string& function, std::vector<char>&& args, const std::vector<ArgRefSpec>& refs,
+                             const TaskOptions& options) {
+  protocol::TaskSpec spec;
+  spec.function = function;
+  spec.args = std::move(args);
+  spec.refs.reserve(refs.size());
+  for (const auto& r : refs) spec.refs.push_back({r.id, r.arg, r.elem});
+  spec.key = options.key();
+  spec.priority = options.priority();
+  spec.retries = options.retries();
+  spec.resources = options.resources();
+  spec.duration_s = options.duration();
+  spec.timeout_ms = options.timeout_ms();
+  spec.workers = options.workers();
+  spec.allow_other_workers = options.allow_other_workers();
+  spec.pool = options.pool();
+  spec.campaign = options.campaign();
+  spec.isolated = options.isolated();
+  spec.isolated_memory = options.isolated_memory();
+  return spec;
 }
 }  // namespace
 
@@ -126,15 +148,11 @@ bool future_wait(const FutureState& s, std::int64_t timeout_ms) {
 }
 
 void future_cancel(FutureState& s, bool force) {
-  std::lock_guard lock(s.core->mu_);
-  if (s.status != Status::pending) return;
-  s.status = Status::cancelled;
-  s.core->finish_locked(s);
-  if (s.core->lost_reason_.empty()) {
-    (force ? s.core->out_force_cancels_ : s.core->out_cancels_).push_back(s.id);
-    s.core->wake_locked();
-  }
-  s.core->notify_locked();
+  ClientCore& core = *s.core;
+  std::lock_guard lock(core.mu_);
+  if (!core.state_.cancel(s, force)) return;  // not pending
+  if (!core.state_.lost()) core.wake_locked();
+  core.settle_locked();
 }
 
 std::exception_ptr future_exception(const FutureState& s, std::int64_t timeout_ms) {
@@ -198,40 +216,11 @@ std::shared_ptr<FutureState> core_submit(ClientCore& core, const std::string& fu
                                          const TaskOptions& options) {
   auto state = std::make_shared<FutureState>();
   state->core = core.self_.lock();
-  state->id = (core.client_index_ << 40) | core.next_seq_.fetch_add(1);
   state->custom_key = options.key();
-  protocol::TaskSpec spec;
-  spec.id = state->id;
-  spec.function = function;
-  spec.args = std::move(args);
-  spec.refs.reserve(refs.size());
-  for (const auto& r : refs) spec.refs.push_back({r.id, r.arg, r.elem});
-  spec.key = options.key();
-  spec.priority = options.priority();
-  spec.retries = options.retries();
-  spec.resources = options.resources();
-  spec.duration_s = options.duration();
-  spec.timeout_ms = options.timeout_ms();
-  spec.workers = options.workers();
-  spec.allow_other_workers = options.allow_other_workers();
-  spec.pool = options.pool();
-  spec.campaign = options.campaign();
-  spec.isolated = options.isolated();
-  spec.isolated_memory = options.isolated_memory();
+  protocol::TaskSpec spec = make_spec(function, std::move(args), refs, options);
   std::unique_lock lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
-  state->function = core.intern_locked(function);
-  if (std::string why = core.over_limit("its arguments", spec.args.size()); !why.empty()) {
-    // This task fails, alone: the session and every other task go on.
-    state->status = Status::erred;
-    state->error = std::make_unique<protocol::ErrorInfo>(
-        protocol::ErrorInfo{"herd::MessageTooLarge", "task " + state->key() + " was not sent: " + why, state->key(), ""});
-    return state;
-  }
-  core.states_[state->id] = state.get();
-  if (!spec.campaign.empty()) core.campaign_futures_[state->id] = state;
-  core.add_submits_locked(&spec, 1);
-  core.send_or_wake(lock);
+  if (core.state_.lost()) throw ConnectionError("cannot submit: " + core.state_.lost_reason());
+  if (core.state_.submit(state, spec)) core.send_or_wake(lock);
   return state;
 }
 
@@ -249,85 +238,31 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
   }
   std::vector<std::shared_ptr<FutureState>> states;
   std::vector<protocol::TaskSpec> specs;
-  // Consecutive ids: the gang id is rank 0's, and rank r's id is gang + r.
-  const TaskId first = (core.client_index_ << 40) | core.next_seq_.fetch_add(static_cast<std::uint64_t>(n));
   for (int rank = 0; rank < n; ++rank) {
     auto state = std::make_shared<FutureState>();
     state->core = core.self_.lock();
-    state->id = first + static_cast<TaskId>(rank);
     if (!options.key().empty()) state->custom_key = options.key() + "-rank" + std::to_string(rank);
-    protocol::TaskSpec spec;
-    spec.id = state->id;
-    spec.function = function;
-    spec.args = args;
-    for (const auto& r : refs) spec.refs.push_back({r.id, r.arg, r.elem});
+    protocol::TaskSpec spec = make_spec(function, std::vector<char>(args), refs, options);
     spec.key = state->custom_key;
-    spec.priority = options.priority();
-    spec.retries = options.retries();
-    spec.resources = options.resources();
-    spec.duration_s = options.duration();
-    spec.timeout_ms = options.timeout_ms();
-    spec.workers = options.workers();
-    spec.allow_other_workers = options.allow_other_workers();
-    spec.pool = options.pool();
-  spec.workers = options.workers();
-  spec.allow_other_workers = options.allow_other_workers();
-  spec.pool = options.pool();
-    spec.campaign = options.campaign();
-    spec.gang = first;
+    spec.isolated = false;
+    spec.isolated_memory = 0;
     spec.gang_rank = static_cast<std::uint32_t>(rank);
     spec.gang_size = static_cast<std::uint32_t>(n);
     specs.push_back(std::move(spec));
     states.push_back(std::move(state));
   }
   std::lock_guard lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError("cannot submit: " + core.lost_reason_);
-  const std::string* name = core.intern_locked(function);
-  const std::string why = core.over_limit("its arguments (a copy per rank)", args.size() * static_cast<std::size_t>(n));
-  for (const auto& state : states) {
-    state->function = name;
-    if (!why.empty()) {
-      state->status = Status::erred;
-      state->error = std::make_unique<protocol::ErrorInfo>(
-          protocol::ErrorInfo{"herd::MessageTooLarge", "gang task " + state->key() + " was not sent: " + why, state->key(), ""});
-      continue;
-    }
-    core.states_[state->id] = state.get();
-    if (!options.campaign().empty()) core.campaign_futures_[state->id] = state;
-  }
-  if (!why.empty()) return states;
-  core.add_submits_locked(specs.data(), specs.size());  // one message: a gang arrives whole
-  core.wake_locked();
+  if (core.state_.lost()) throw ConnectionError("cannot submit: " + core.state_.lost_reason());
+  if (core.state_.submit_gang(states, specs, args.size() * static_cast<std::size_t>(n))) core.wake_locked();
   return states;
 }
 
 std::shared_ptr<FutureState> core_scatter(ClientCore& core, std::vector<char>&& bytes) {
   auto state = std::make_shared<FutureState>();
   state->core = core.self_.lock();
-  state->id = (core.client_index_ << 40) | core.next_seq_.fetch_add(1);
   std::lock_guard lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError("cannot scatter: " + core.lost_reason_);
-  state->function = core.intern_locked("scatter");
-  const std::size_t n = bytes.size();
-  auto payload = std::make_shared<const VectorPayload>(std::move(bytes));
-  if ((n > core.config_.chunk_bytes || !core.over_limit("", n).empty()) && core.scatter_direct_) {
-    // Big (or over the scheduler's message limit): the chosen worker fetches it from this
-    // client's data port, streamed.
-    core.states_[state->id] = state.get();
-    core.scatter_held_[state->id] = payload;
-    core.out_scatters_.push_back({protocol::ScatterRequest{state->id, "", "", n}, std::move(payload)});
-    core.wake_locked();
-    return state;
-  }
-  if (std::string why = core.over_limit("the scattered value", n); !why.empty()) {
-    state->status = Status::erred;
-    state->error = std::make_unique<protocol::ErrorInfo>(
-        protocol::ErrorInfo{"herd::MessageTooLarge", "scatter " + state->key() + " was not sent: " + why, state->key(), ""});
-    return state;
-  }
-  core.states_[state->id] = state.get();
-  core.out_scatters_.push_back({protocol::ScatterRequest{state->id, "", "", 0}, std::move(payload)});
-  core.wake_locked();
+  if (core.state_.lost()) throw ConnectionError("cannot scatter: " + core.state_.lost_reason());
+  if (core.state_.scatter(state, std::move(bytes))) core.wake_locked();
   return state;
 }
 
@@ -373,8 +308,8 @@ void core_replicate(ClientCore& core, const std::vector<FutureState*>& states, s
   req.n = n;
   for (FutureState* s : states) req.ids.push_back(s->id);
   std::lock_guard lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError("cannot replicate: " + core.lost_reason_);
-  core.out_replicates_.push_back(std::move(req));
+  if (core.state_.lost()) throw ConnectionError("cannot replicate: " + core.state_.lost_reason());
+  core.state_.replicate(std::move(req));
   core.wake_locked();
 }
 
@@ -406,10 +341,10 @@ std::vector<bool> core_done(const std::vector<FutureState*>& states) {
 
 void core_fire_and_forget(ClientCore& core, const std::vector<FutureState*>& states) {
   std::lock_guard lock(core.mu_);
-  if (!core.lost_reason_.empty()) throw ConnectionError("cannot fire_and_forget: " + core.lost_reason_);
+  if (core.state_.lost()) throw ConnectionError("cannot fire_and_forget: " + core.state_.lost_reason());
   for (FutureState* s : states) {
     if (s->core.get() != &core) throw_foreign_future();
-    core.out_fire_and_forget_.push_back(s->id);
+    core.state_.fire_and_forget(s->id);
   }
   core.wake_locked();
 }
@@ -417,4 +352,5 @@ void core_fire_and_forget(ClientCore& core, const std::vector<FutureState*>& sta
 void core_cancel(ClientCore&, const std::vector<FutureState*>& states, bool force) {
   for (FutureState* s : states) future_cancel(*s, force);
 }
+
 }  // namespace herd::detail
