@@ -1,6 +1,6 @@
 // The client's half of `herd logs`: one request to the scheduler, answered once (see
-// protocol::LogsRequest). Implemented in src/api/client.cpp (it needs ClientCore) and
-// src/api/logs.cpp (the public conversions).
+// protocol::LogsRequest). Implemented in src/client/client.cpp (it needs ClientCore) and
+// src/client/logs.cpp (the public conversions).
 #pragma once
 
 #include "herd/logs.hpp"

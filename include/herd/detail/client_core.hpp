@@ -1,6 +1,6 @@
 #pragma once
-// The non-template half of Client and Future: implemented in src/client/client.cpp. Users never
-// name anything here.
+// The non-template half of Client and Future: implemented in src/client/future.cpp (Client's own
+// methods in client.cpp). Users never name anything here.
 
 #include <chrono>
 #include <condition_variable>
