@@ -1,4 +1,4 @@
-// The transport's floor under herd's round trip (bench/README.md, "Profile: the round trip"):
+// The transport's floor under herd's round trip (bench/README.md, "zmq_round_trip"):
 // raw libzmq on loopback TCP, one application thread per process, no herd.
 //   relay:  client DEALER -> relay ROUTER (a "scheduler" process) -> echo DEALER (a "worker"
 //           process) and back: 4 TCP hops, herd's topology;
@@ -18,8 +18,7 @@
 // HERD_RELAY_WORK_US="C,S,W" (relay and tcp) adds C, S and W microseconds of busy work per round
 // trip to the client, the relay and the echo's thread (the relay's half before each of its two
 // sends): a relay that does as much as herd's threads do, to see what a microsecond of work
-// on the path costs the round trip (bench/README.md, "The relay in turns, and what herd's work
-// costs the round trip").
+// on the path costs the round trip (docs/design-notes.md, "The round trip").
 #include <zmq.h>
 #include <sodium.h>
 #include <netinet/in.h>

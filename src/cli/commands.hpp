@@ -14,6 +14,8 @@ int sweep_main(const std::vector<std::string>& args);
 int status_main(const std::vector<std::string>& args);
 /// `herd explain KEY ARGS...` (src/cli/status.cpp)
 int explain_main(const std::vector<std::string>& args);
+/// `herd config ARGS...` (src/cli/config.cpp)
+int config_main(const std::vector<std::string>& args);
 /// `herd logs ARGS...` (src/cli/logs.cpp)
 int logs_main(const std::vector<std::string>& args);
 

@@ -26,6 +26,8 @@ const char* kUsage =
     "  explain     why a task is not running (herd explain KEY --scheduler tcp://host:port)\n"
     "  logs        a worker's log, a job's output file or a task's output\n"
     "              (herd logs [WORKER|JOB|TASK] --scheduler tcp://host:port [-n LINES])\n"
+    "  config      every HERD_* variable, its value here and where it came from\n"
+    "              (herd config [--internal] [--markdown])\n"
     "  version     print herd's version and the wire protocol version it speaks (also --version)\n";
 }
 
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
   if (command == "status") return herd::detail::status_main(args);
   if (command == "logs") return herd::detail::logs_main(args);
   if (command == "explain") return herd::detail::explain_main(args);
+  if (command == "config") return herd::detail::config_main(args);
   if (command == "version" || command == "--version") {
     // Clients, schedulers and workers talk only when their wire protocol versions match.
     std::cout << "herd " << HERD_VERSION << " (wire protocol " << static_cast<int>(herd::protocol::kProtocolVersion)

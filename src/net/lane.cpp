@@ -251,9 +251,9 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer, RecordCipher* ciphe
 // ------------------------------------------------------------------------------------------
 // The fetcher's side.
 
-// Opening a record (AES-GCM, ~0.25 ms a MiB here) and reading the next one off the socket
-// (the kernel's copy and the first touch of the result's pages, ~0.5 ms a MiB) were one after
-// the other on the fetcher's thread; the holder's sealing thread waited meanwhile. The opener
+// Opening a record and reading the next one off the socket (the kernel's copy and the first
+// touch of the result's pages) would be one after the other on the fetcher's thread, with the
+// holder's sealing thread waiting meanwhile (docs/design-notes.md, "Big results"). The opener
 // takes the records in order (the cipher counts them) and opens each in place, in the result's
 // buffer, while the fetcher's thread reads the next one into the bytes after it.
 class LaneReceiver::Opener {

@@ -90,7 +90,7 @@ class LaneServer {
   std::uint64_t next_tag_ = 1;
   std::list<Transfer> transfers_;
   // Sealing buffers of finished transfers, for the next ones: a fresh one is a record's worth
-  // of pages faulted in per transfer (~0.4 ms here, a few % of a 16 MiB transfer).
+  // of pages faulted in per transfer.
   std::vector<std::unique_ptr<unsigned char[]>> stages_;
   std::atomic<bool> stop_{false};
   std::thread acceptor_;

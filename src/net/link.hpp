@@ -2,7 +2,7 @@
 // beside the scheduler's ROUTER.
 //
 // Through ZeroMQ every hop wakes three threads: the sender's I/O thread, the receiver's, then
-// the receiver (bench/README.md, "The same hops without ZeroMQ"). On a link the sender writes
+// the receiver (docs/design-notes.md, "Control links"). On a link the sender writes
 // the socket itself and the receiver's loop reads it itself: one wake-up per hop. Clients, the
 // data ports and everything before a worker's link is up stay on ZeroMQ.
 //

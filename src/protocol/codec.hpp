@@ -52,7 +52,7 @@ inline std::optional<MessageType> parse_header(const zmq::message_t& message, st
 
 /// Bytes written by msgpack's packer, which writes every token (a byte to nine, mostly) through
 /// write(): inlined here with the size known, where msgpack::sbuffer's write and
-/// vector::insert are calls (a TaskSpec into a batch: ~190 ns here against ~300 through insert).
+/// vector::insert are calls, on the path of every task a client packs.
 class WriteBuffer {
  public:
   explicit WriteBuffer(std::size_t capacity = 0);
@@ -173,7 +173,7 @@ bool decode_msgpack(Bytes body, T& out, std::string& error, const UnpackLimits& 
 
 /// The direct path of decode(), with everything it calls inlined into it (flatten): a struct
 /// is read field by field through msgpack-c's MSGPACK_DEFINE templates, a call per field and
-/// per level otherwise, which cost more than the reading (bench/README.md, issue 17).
+/// per level otherwise, which cost more than the reading.
 template <typename T>
 [[gnu::flatten]] bool decode_direct(Bytes body, T& out, const UnpackLimits& limits) {
   DirectReader reader = direct_reader(body, limits);
@@ -368,8 +368,7 @@ std::optional<Received> receive(zmq::socket_t& socket, bool router, std::chrono:
 /// and the plain descriptors, after asking each socket its ZMQ_EVENTS once (so a message already
 /// queued, whose signal was taken, is not slept on). zmq_poll polls twice and asks every socket
 /// before and after, and each ask costs libzmq a poll(2) and a getpid(2) when the socket's
-/// mailbox is idle: on a round trip's path most of the system calls (bench/README.md, "Profile:
-/// the round trip"). A socket may be reported readable with nothing to read (its descriptor
+/// mailbox is idle: on a round trip's path most of the system calls (docs/design-notes.md). A socket may be reported readable with nothing to read (its descriptor
 /// also signals commands): read it until try_receive gives nullopt, as the loops do. Socket
 /// items may only ask for ZMQ_POLLIN. Returns the number of items with events; 0 on EINTR.
 int poll(std::vector<zmq::pollitem_t>& items, std::chrono::milliseconds timeout);

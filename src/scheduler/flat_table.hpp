@@ -2,7 +2,7 @@
 // per-task hot paths: a worker's processing tasks and held results, the task index. Unlike
 // std::unordered_map they allocate nothing per element (one array, linear probing, at most half
 // full, backward-shift deletion: no tombstones), so inserting and erasing the millions of tasks
-// a run sees costs no malloc/free each (bench/README.md, "The scheduler core, simulated").
+// a run sees costs no malloc/free each.
 //
 // Iteration order is unspecified; an insert or an erase invalidates iterators and pointers into
 // the table. Key 0 is allowed (kept beside the array).

@@ -54,7 +54,7 @@ inline constexpr bool kLegal[kTaskStatusCount][kTaskStatusCount] = {
 
 struct Task {
   // Hot fields first; 200 bytes in all (the key lives in TaskGraph's key table, lists of one or
-  // two ids inside the record: bench/README.md, "The scheduler core, simulated").
+  // two ids inside the record), so that the simulated core's millions of tasks stay in cache.
   TaskId id = 0;
   std::uint64_t seq = 0;          // submission order
   std::uint64_t nbytes = 0;
