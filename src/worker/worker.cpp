@@ -349,7 +349,7 @@ int Worker::io_loop(const std::string& relieved) {
   std::unique_lock turn(state_mu_);
   // Taken over from a run of `relieved` that blocked: the function's next tasks would block this
   // thread too, before that run ends and says so.
-  if (!relieved.empty()) function_times_[relieved].never = true;
+  if (!relieved.empty()) inline_policy_.relieved(relieved);
   while (!g_stop.load()) {
     // The data port's socket, asked only when something may be queued there unsignalled: an
     // idle port costs libzmq a poll(2) and a getpid(2) a turn otherwise (the round trip's path).
@@ -375,7 +375,7 @@ int Worker::io_loop(const std::string& relieved) {
       if (e.num() != EINTR) throw;
     }
     turn.lock();
-    inlined_this_turn_ = false;
+    inline_policy_.new_turn();
     // Wake-ups only say "look at the completion queue".
     if (items[1].revents & ZMQ_POLLIN) {
       std::uint64_t n;
@@ -701,37 +701,12 @@ bool& inline_seceded() {
   thread_local bool seceded = false;
   return seceded;
 }
-/// How long a task may hold the I/O thread before another thread takes the loop (a fifth of
-/// the default heartbeat: heartbeats, the data port and the other slots barely notice).
-constexpr auto kReliefAfter = std::chrono::milliseconds(100);
-constexpr std::uint32_t kQuickRunsToInline = 8;
-constexpr std::uint32_t kSlowRunsWindow = 64;   // two slow runs on the I/O thread within this many: never again
-constexpr std::uint32_t kSlowRunsForGood = 4;  // or this many in all
 }  // namespace
 
-void Worker::time_function_locked(const std::string& function, std::uint64_t duration_us) {
-  if (options_.config.inline_us == 0) return;
-  FunctionTimes& t = function_times_[function];
-  if (duration_us < options_.config.inline_us) {
-    if (t.quick_runs < kQuickRunsToInline) ++t.quick_runs;
-  } else {
-    t.quick_runs = 0;
-  }
-}
-
 std::optional<Run> Worker::take_inline_run_locked(WorkerInstructions& out) {
-  // One a turn: the task after it (a queue of quick ones on a one-slot worker) goes to an
-  // executor, so the I/O thread is back at its sockets after one quick task, not a batch.
-  if (out.run.size() != 1 || options_.config.inline_us == 0 || inlined_this_turn_) return std::nullopt;
-  const Run& r = out.run.front();
-  // What needs an executor: a time limit (enforced by abandoning the thread), a child process,
-  // a gang's collectives, a GPU stream.
-  if (r.task.timeout_ms > 0 || r.task.isolated || r.task.gang != 0 || !r.devices.empty()) return std::nullopt;
-  auto it = function_times_.find(r.task.function);
-  if (it == function_times_.end() || it->second.never || it->second.quick_runs < kQuickRunsToInline) return std::nullopt;
+  if (!inline_policy_.take(out.run)) return std::nullopt;
   std::optional<Run> here(std::move(out.run.front()));
   out.run.clear();
-  inlined_this_turn_ = true;
   return here;
 }
 
@@ -740,9 +715,7 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
   std::uint64_t seq;
   {
     std::lock_guard lock(relief_mu_);
-    seq = inline_seq_ = ++inline_count_;
-    inline_since_ = Clock::now();
-    inline_function_ = &function;
+    seq = relief_.started(&function, Clock::now());
   }
   // The state is free meanwhile, as while the loop waits in poll: executors end their tasks,
   // and a relief takes the loop.
@@ -758,9 +731,7 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
   bool relieved;
   {
     std::lock_guard lock(relief_mu_);
-    relieved = relieved_seq_ == seq;
-    inline_seq_ = 0;
-    inline_function_ = nullptr;
+    relieved = relief_.ended(seq);
   }
   if (relieved) {
     // The new loop has marked the function for executors (io_loop).
@@ -769,29 +740,16 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
     return false;
   }
   turn.lock();
-  FunctionTimes& t = function_times_[function];
-  if (seceded) t.never = true;
-  ++t.inline_runs;
-  if (c.duration_us >= 10 * static_cast<std::uint64_t>(options_.config.inline_us) && !t.never) {
-    // Its quick runs did not tell. Once may be the thread preempted on a busy host (a noop
-    // that would otherwise never come back here): its next 8 runs go to executors (its quick
-    // runs start again). A second slow run within kSlowRunsWindow of its runs here, or the
-    // kSlowRunsForGood-th in all, sends it to executors for good, where it blocks no I/O: so
-    // slow runs hold the I/O thread a bounded number of times per function.
-    ++t.slow_runs;
-    const bool close = t.slow_at != 0 && t.inline_runs - t.slow_at <= kSlowRunsWindow;
-    if (close || t.slow_runs >= kSlowRunsForGood) {
-      t.never = true;
-      HERD_LOG(info) << "function " << function << " took " << c.duration_us << " us on the I/O thread, "
-                     << (close ? "twice in " + std::to_string(t.inline_runs - t.slow_at + 1) + " runs there"
-                               : std::to_string(t.slow_runs) + " times")
-                     << "; its tasks run on executors from now on";
-    } else {
-      t.slow_at = t.inline_runs;
-      HERD_LOG(debug) << "function " << function << " took " << c.duration_us << " us on the I/O thread";
-    }
+  using Slow = InlinePolicy::Verdict::Slow;
+  const InlinePolicy::Verdict verdict = inline_policy_.ran_inline(function, c.duration_us, seceded);
+  if (verdict.slow == Slow::twice || verdict.slow == Slow::too_often) {
+    HERD_LOG(info) << "function " << function << " took " << c.duration_us << " us on the I/O thread, "
+                   << (verdict.slow == Slow::twice ? "twice in " + std::to_string(verdict.within) + " runs there"
+                                                   : std::to_string(verdict.slow_runs) + " times")
+                   << "; its tasks run on executors from now on";
+  } else if (verdict.slow == Slow::once) {
+    HERD_LOG(debug) << "function " << function << " took " << c.duration_us << " us on the I/O thread";
   }
-  time_function_locked(function, c.duration_us);
   state_->finished(std::move(c));
   inline_log_open_ = run.task.id;  // finished in the log once its result is out (io_loop)
   return true;
@@ -799,15 +757,13 @@ bool Worker::run_inline(Run run, std::unique_lock<std::mutex>& turn) {
 
 void Worker::relief_watch() {
   for (;;) {
-    std::this_thread::sleep_for(kReliefAfter / 2);
+    std::this_thread::sleep_for(ReliefPolicy::kLookEvery);
     std::lock_guard lock(relief_mu_);
-    if (inline_seq_ == 0 || relieved_seq_ == inline_seq_) continue;
-    const auto ran = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - inline_since_);
-    if (ran < kReliefAfter) continue;
-    relieved_seq_ = inline_seq_;
-    HERD_LOG(warning) << "a task of " << *inline_function_ << " has held the I/O thread for " << ran.count()
+    std::optional<ReliefPolicy::Relief> relief = relief_.look(Clock::now());
+    if (!relief) continue;
+    HERD_LOG(warning) << "a task of " << relief->function << " has held the I/O thread for " << relief->held.count()
                       << " ms: another thread takes the sockets, and its tasks run on executors from now on";
-    std::thread([this, function = *inline_function_] {
+    std::thread([this, function = std::move(relief->function)] {
       ::pthread_setname_np(::pthread_self(), "herd-io");
       leave_process(*this, io_loop(function));
     }).detach();
@@ -818,7 +774,7 @@ void Worker::finish_on_executor(Completion c, const std::string& function, bool 
   bool wake = false;
   {
     std::lock_guard lock(state_mu_);
-    time_function_locked(function, c.duration_us);
+    inline_policy_.ran(function, c.duration_us);
     if (!deadlines_.empty()) deadlines_.erase(c.id);
     state_->finished(std::move(c));
     WorkerInstructions& out = state_->out();
@@ -1245,7 +1201,7 @@ void Worker::drain_completions() {
       }
     }
   }
-  for (const auto& function : seceded) function_times_[function].never = true;  // never on the I/O thread
+  for (const auto& function : seceded) inline_policy_.seceded(function);  // never on the I/O thread
   for (const auto& join : joins) protocol::send<MessageType::gang_join>(*channels_, "", join);
   for (auto& c : done) {
     if (!deadlines_.empty()) deadlines_.erase(c.id);
