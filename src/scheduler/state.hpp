@@ -458,7 +458,7 @@ class SchedulerState {
   ClientRec* find_client(ClientId id);
   WorkerOut& out(WorkerId id) { return out_.worker(id); }
 
-  // Shapes and placement (state.cpp).
+  // Shapes and placement (state_placement.cpp).
   std::uint16_t shape_of(const std::map<std::string, double>& resources, std::vector<std::string> only = {},
                          const std::string& pool = {}, bool loose = false);
   /// Whether `w` is one of the shape's `only` workers (by name, host or data port).
@@ -476,7 +476,7 @@ class SchedulerState {
     return t.function < function_us_.size() ? function_us_[t.function] : -1;
   }
   /// Known to be quicker than batch_us: placed batch_us at a time, and stolen only from a
-  /// worker whose queue has not moved for a while (kStalled in state.cpp: stuck behind a long task).
+  /// worker whose queue has not moved for a while (kStalled in state_placement.cpp: stuck behind a long task).
   bool tiny(const Task& t) const {
     const double us = expected_us(t);
     return us >= 0 && us < options_.batch_us;

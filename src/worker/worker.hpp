@@ -20,7 +20,6 @@
 #include <optional>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include <zmq.hpp>
@@ -33,6 +32,7 @@
 #include "gpu/gpu.hpp"
 #include "protocol/codec.hpp"
 #include "worker/data_store.hpp"
+#include "worker/inline_policy.hpp"
 #include "worker/isolated.hpp"
 #include "worker/worker_state.hpp"
 
@@ -111,10 +111,8 @@ class Worker {
   /// `takes_next`: this executor takes one of the runs it starts itself (not a relieved I/O
   /// thread: run_inline).
   void finish_on_executor(Completion c, const std::string& function, bool takes_next = true);
-  /// Counts a finished run of `function` towards running it on the I/O thread (state_mu_ held).
-  void time_function_locked(const std::string& function, std::uint64_t duration_us);
-  /// Takes the one run of this turn when it may go on the I/O thread itself (a function known
-  /// to be quicker than HERD_INLINE_US, nothing that needs an executor); state_mu_ held.
+  /// Takes the one run of this turn when it may go on the I/O thread itself (inline_policy_
+  /// decides); state_mu_ held.
   std::optional<Run> take_inline_run_locked(WorkerInstructions& out);
   /// Runs it here, as an executor would, with the state let go meanwhile (`turn`), and tells
   /// the state (its result and next runs go into the state's instructions). False when it ran
@@ -127,8 +125,8 @@ class Worker {
   /// A task of a function that was quick until now, then blocks (a cache miss, a slow file
   /// system): on the I/O thread it would stop heartbeats, the data port and every other slot,
   /// and past HERD_TIMEOUT_MS the scheduler would count the worker lost and run its tasks again.
-  /// This thread looks every kReliefAfter / 2; a run on the I/O thread older than kReliefAfter
-  /// gets a fresh thread for the loop, and its own thread ends the task as an executor would.
+  /// This thread looks every ReliefPolicy::kLookEvery; when relief_ says so, a fresh thread takes
+  /// the loop, and the run's own thread ends the task as an executor would.
   void relief_watch();
   /// Moves the runs the state started to the executors' queue, with their time limits, and
   /// wakes executors for them (`self`: but one, the calling executor takes one itself);
@@ -206,18 +204,9 @@ class Worker {
   std::string ring_host_;  // where gang members' ring listeners bind
 
   // Under state_mu_.
-  // Run times per function, for running the quickest ones on the I/O thread (run_inline): a
-  // round trip of a tiny task then has no thread hand-off in the worker (bench/README.md,
-  // "Profile: the round trip").
-  struct FunctionTimes {
-    std::uint32_t quick_runs = 0;  // consecutive runs under HERD_INLINE_US
-    std::uint32_t inline_runs = 0; // its runs on the I/O thread
-    std::uint32_t slow_at = 0;     // inline_runs at its last slow one there (10x); 0: none
-    std::uint32_t slow_runs = 0;   // its slow runs there
-    bool never = false;            // it seceded, or was slow there twice in 64 runs or 4 times
-  };
-  std::unordered_map<std::string, FunctionTimes> function_times_;
-  bool inlined_this_turn_ = false;  // at most one task a turn on the I/O thread
+  // Which task runs on the I/O thread (run_inline), from its function's run times: a round trip
+  // of a tiny task then has no thread hand-off in the worker (inline_policy.hpp).
+  InlinePolicy inline_policy_{options_.config.inline_us};
   std::optional<Run> inline_next_;  // the run this turn gives the I/O thread, at the turn's end
   // The inline run whose log bookkeeping (LogBook::task_finished: a flush, a poll(2) of the
   // capture pipes) waits until its result is sent, off the round trip's path; 0 when none.
@@ -227,13 +216,10 @@ class Worker {
   // touched it since: the next turn polls its descriptor alone, without asking again.
   bool data_quiet_ = false;
 
-  // The run on the I/O thread now, for relief_watch (under relief_mu_).
+  // The run on the I/O thread now, and whether relief_watch hands the loop to a fresh thread
+  // (relief_ under relief_mu_).
   std::mutex relief_mu_;
-  std::uint64_t inline_seq_ = 0;  // 0: none
-  std::uint64_t inline_count_ = 0;
-  Clock::time_point inline_since_;
-  const std::string* inline_function_ = nullptr;
-  std::uint64_t relieved_seq_ = 0;  // that run's thread no longer has the loop
+  ReliefPolicy relief_;
   std::vector<protocol::TaskResult> results_out_;
   std::vector<protocol::TaskResult> exec_results_;  // finished by executors, not sent yet
   protocol::ExecuteTasksEvent execute_in_;           // the I/O thread's: execute_tasks decoded
