@@ -23,6 +23,7 @@
 #include "common/util.hpp"
 #include "task/log_capture.hpp"
 #include "worker/worker_internal.hpp"
+#include "common/env.hpp"
 
 namespace herd::worker {
 
@@ -70,33 +71,33 @@ Worker::Worker(WorkerOptions options)
   auth_.client(sched_);
   channels_ = std::make_unique<net::WorkerChannels>(sched_, net::endpoint_host(options_.scheduler));
   if (options_.name.empty()) {
-    const char* job = std::getenv("HERD_JOB_ID");
+    const char* job = env::get(env::Var::job_id);
     options_.name = job != nullptr && *job ? std::string(job) : hostname() + ":" + std::to_string(::getpid());
     // Several workers of one job: "12345_0.1" (the job script numbers them on one node, srun's
     // SLURM_PROCID across nodes).
-    const char* per_job = std::getenv("HERD_WORKERS_PER_JOB");
+    const char* per_job = env::get(env::Var::workers_per_job);
     if (job != nullptr && *job && per_job != nullptr && std::atoi(per_job) > 1) {
-      const char* index = std::getenv("HERD_WORKER_INDEX");
-      if (index == nullptr) index = std::getenv("SLURM_PROCID");
+      const char* index = env::get(env::Var::worker_index);
+      if (index == nullptr) index = env::get("SLURM_PROCID");
       options_.name += "." + (index != nullptr ? std::string(index) : std::to_string(::getpid()));
     }
   }
   // The batch job's end: Slurm's own figure when it gives one, else start + walltime.
   const auto now_unix = std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count();
-  if (const char* end = std::getenv("SLURM_JOB_END_TIME"); end != nullptr && std::atoll(end) > 0) {
+  if (const char* end = env::get("SLURM_JOB_END_TIME"); end != nullptr && std::atoll(end) > 0) {
     end_time_ = std::atoll(end);
-  } else if (const char* wall = std::getenv("HERD_WALLTIME_S"); wall != nullptr && std::atoll(wall) > 0) {
+  } else if (const char* wall = env::get(env::Var::walltime_s); wall != nullptr && std::atoll(wall) > 0) {
     end_time_ = now_unix + std::atoll(wall);
   }
-  if (const char* before = std::getenv("HERD_RETIRE_BEFORE_S")) retire_before_s_ = std::atoll(before);
+  if (const char* before = env::get(env::Var::retire_before_s)) retire_before_s_ = std::atoll(before);
   detail::set_worker_end_time(end_time_);
   // Under Slurm, stay below the job's memory (the cgroup would kill us without a word).
   if (options_.memory_limit == 0) {
-    if (const char* mb = std::getenv("SLURM_MEM_PER_NODE"); mb != nullptr && std::atoll(mb) > 0) {
+    if (const char* mb = env::get("SLURM_MEM_PER_NODE"); mb != nullptr && std::atoll(mb) > 0) {
       options_.memory_limit = static_cast<std::uint64_t>(std::atoll(mb)) * 1024 * 1024 * 95 / 100;
       // The workers of one node share its memory.
-      if (const char* p = std::getenv("HERD_PROCESSES_PER_NODE"); p != nullptr && std::atoi(p) > 1) {
+      if (const char* p = env::get(env::Var::processes_per_node); p != nullptr && std::atoi(p) > 1) {
         options_.memory_limit /= static_cast<std::uint64_t>(std::atoi(p));
       }
     }
@@ -202,12 +203,12 @@ bool Worker::connect() {
   hello.data_address = data_address_;
   hello.resources = options_.resources;
   for (const auto& d : gpus_) hello.gpus.push_back({d.id, d.name, d.memory});
-  if (const char* job = std::getenv("HERD_JOB_ID")) {
+  if (const char* job = env::get(env::Var::job_id)) {
     hello.job_id = job;
-  } else if (const char* sjob = std::getenv("SLURM_JOB_ID")) {
+  } else if (const char* sjob = env::get("SLURM_JOB_ID")) {
     hello.job_id = sjob;
   }
-  if (const char* pool = std::getenv("HERD_POOL")) hello.pool = pool;
+  if (const char* pool = env::get(env::Var::pool)) hello.pool = pool;
   hello.end_time = end_time_;
   hello.memory_limit = options_.memory_limit;
   hello.links = options_.config.links != 0;

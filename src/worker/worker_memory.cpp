@@ -19,6 +19,7 @@
 #include "common/process.hpp"
 #include "common/util.hpp"
 #include "worker/worker_internal.hpp"
+#include "common/env.hpp"
 
 namespace herd::worker {
 
@@ -29,7 +30,7 @@ void Worker::make_spill_directory() {
   std::string base = options_.local_directory;
   const bool chosen = !base.empty();
   if (base.empty()) {
-    if (const char* t = std::getenv("SLURM_TMPDIR"); t != nullptr && *t != '\0') base = t;
+    if (const char* t = env::get("SLURM_TMPDIR"); t != nullptr && *t != '\0') base = t;
   }
   if (base.empty()) {
     std::error_code ec;
