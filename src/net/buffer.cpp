@@ -153,11 +153,10 @@ void Buffer::release_prefix(std::size_t upto) const {
   if (end > begin) (void)::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset, std::size_t size) {
-  size = std::min(size, payload->size() - offset);
-  auto* hold = new PayloadPtr(payload);
-  return zmq::message_t(const_cast<char*>(payload->data() + offset), size,
-                        [](void*, void* hint) { delete static_cast<PayloadPtr*>(hint); }, hold);
+PayloadPtr copy_payload(const void* data, std::size_t n) {
+  auto b = Buffer::allocate(n);
+  if (n > 0) std::memcpy(b->mutable_data(), data, n);
+  return PayloadPtr(std::move(b));
 }
 
 }  // namespace herd::net

@@ -1,13 +1,10 @@
 // Bytes that move between processes: a result's buffer (malloc'ed, or pages of its own that a
-// stream is written into), a received frame held as a payload, and a frame that references a
-// payload's bytes without copying them.
+// stream is written into). ZeroMQ frames as payloads, and back: net/frames.hpp.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-
-#include <zmq.hpp>
 
 #include "herd/detail/payload.hpp"
 
@@ -52,19 +49,7 @@ class Buffer : public detail::Payload {
   bool kept_ = false;       // goes back to the pool of keep_for_reuse when let go
 };
 
-/// Bytes that arrived as one ZeroMQ frame.
-class MessagePayload : public detail::Payload {
- public:
-  explicit MessagePayload(zmq::message_t m) : m_(std::move(m)) {}
-  const char* data() const override { return static_cast<const char*>(m_.data()); }
-  std::size_t size() const override { return m_.size(); }
-
- private:
-  zmq::message_t m_;
-};
-
-/// A frame referencing bytes [offset, offset + size) of `payload`, without a copy; the payload
-/// lives until ZeroMQ has sent the frame.
-zmq::message_t zero_copy(const PayloadPtr& payload, std::size_t offset = 0, std::size_t size = SIZE_MAX);
+/// A copy of `n` bytes at `data`, as a payload (pages of its own from 1 MiB up).
+PayloadPtr copy_payload(const void* data, std::size_t n);
 
 }  // namespace herd::net

@@ -23,7 +23,7 @@
 #include <zmq.hpp>
 
 #include "common/security.hpp"
-#include "net/buffer.hpp"
+#include "net/frames.hpp"
 #include "protocol/codec.hpp"
 
 namespace herd::net {

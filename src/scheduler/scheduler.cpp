@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/logging.hpp"
+#include "net/frames.hpp"
 #include "net/interfaces.hpp"
 #include "herd/error.hpp"
 #include "scheduler/http_server.hpp"
@@ -445,7 +446,9 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
                                    : "scatter_data with a source carries no payload frame";
         break;
       }
-      (void)state_.scatter(id, req, req.source.empty() ? std::move(msg.payloads[0]) : zmq::message_t(), error);
+      (void)state_.scatter(id, req,
+                          req.source.empty() ? std::make_shared<net::MessagePayload>(std::move(msg.payloads[0])) : nullptr,
+                          error);
       break;
     }
     case MessageType::replicate: {
@@ -620,7 +623,7 @@ void Scheduler::flush() {
 void Scheduler::drain_journal() {
   for (auto& r : journal_->poll()) {
     if (r.error.empty()) {
-      state_.journal_read(r.tag, &r.bytes);
+      state_.journal_read(r.tag, std::make_shared<net::MessagePayload>(std::move(r.bytes)));
     } else {
       HERD_LOG(warning) << r.error << "; " << r.key << " runs again";
       state_.journal_read(r.tag, nullptr);
@@ -644,7 +647,7 @@ void Scheduler::flush_worker(WorkerId id) {
     }
     for (auto& [tid, payload] : w.put) {
       std::vector<zmq::message_t> payloads;
-      payloads.push_back(std::move(payload));
+      payloads.push_back(net::zero_copy(payload));
       protocol::send<MessageType::put_data>(*channels_, *identity, {tid, ""}, std::move(payloads));
     }
     for (auto& ev : w.put_from) protocol::send<MessageType::put_data>(*channels_, *identity, ev);

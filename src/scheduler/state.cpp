@@ -29,8 +29,8 @@ constexpr std::int64_t kThroughputWindow = 10;  // seconds
 void WorkerOut::reset() {
   // A list grown by a burst goes; a round trip's few entries keep their memory. Every field is
   // named here (a field added to WorkerOut must be too): assigning a fresh WorkerOut and
-  // swapping the lists back, which would need no such list, costs the scheduler ~480 more
-  // instructions a round trip (callgrind, 3 runs each).
+  // swapping the lists back, which would need no such list, costs the scheduler more
+  // instructions on every round trip.
   auto empty = [](auto& list) {
     if (list.capacity() > 1024) std::decay_t<decltype(list)>().swap(list);
     else list.clear();

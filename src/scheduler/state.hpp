@@ -34,7 +34,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include <zmq.hpp>
+#include "herd/detail/payload.hpp"
 
 #include "protocol/messages.hpp"
 #include "scheduler/flat_table.hpp"
@@ -63,7 +63,7 @@ struct StateOptions {
   // worker this much work at a time, not one per idle thread, and are stolen only from a worker
   // stuck for 100 ms: each message to a worker (and each wake-up of its threads) costs more
   // than such a task, and a cluster of many workers would otherwise send every worker a few of
-  // them per message (bench/README.md, "Batches of tiny tasks"). 0 = off.
+  // them per message. 0 = off.
   std::uint32_t batch_us = 1000;
   std::uint32_t retire_grace_s = 30;      // a retiring worker's running tasks may take this long
   bool full_results = false;              // journal on: keyed tasks send their whole result
@@ -84,7 +84,7 @@ struct PoolWorkerView {
 /// What to send to one worker at the end of the turn, in this order.
 struct WorkerOut {
   std::vector<TaskId> free;                               // free_keys: drop these results
-  std::vector<std::pair<TaskId, zmq::message_t>> put;     // put_data: store this payload
+  std::vector<std::pair<TaskId, herd::detail::PayloadPtr>> put;  // put_data: store these bytes
   std::vector<protocol::PutDataEvent> put_from;           // put_data: fetch it from a client
   std::vector<protocol::DepLocation> acquire;             // acquire_keys: copy from holders
   std::vector<protocol::ExecuteTask> execute;             // execute_tasks
@@ -323,7 +323,7 @@ class SchedulerState {
   /// Client::fire_and_forget: these tasks (and so their inputs) run to their end even after
   /// the client releases them or leaves; then they are forgotten.
   void fire_and_forget(ClientId id, const std::vector<TaskId>& ids);
-  bool scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload, std::string& error);
+  bool scatter(ClientId id, const protocol::ScatterRequest& req, herd::detail::PayloadPtr payload, std::string& error);
 
   // ---- detached campaigns (state_campaigns.cpp) --------------------------------------------
   // A task submitted with a campaign name (TaskSpec::campaign) is kept, result and all, when
@@ -365,7 +365,7 @@ class SchedulerState {
   bool await_journal(TaskId id);
   /// The journal's read for `id` is done: `bytes` is the result (put on a worker), or null when
   /// it could not be read (the task runs after all).
-  void journal_read(TaskId id, zmq::message_t* bytes);
+  void journal_read(TaskId id, herd::detail::PayloadPtr bytes);
   /// The client could not fetch these results from `address`: point it at another holder, or
   /// have another worker copy them and point it there, or fail them with the reason (bounded).
   void client_fetch_failed(ClientId id, const protocol::FetchFailedEvent& ev);
@@ -491,7 +491,7 @@ class SchedulerState {
   protocol::ExecuteTask& dispatch(Task& t, WorkerRec& w);
   /// Sends a scattered value to the worker holding the fewest results: the payload, or where to
   /// fetch it (`source`, the client's data port).
-  void dispatch_scatter(TaskId id, zmq::message_t payload, std::string source = {});
+  void dispatch_scatter(TaskId id, herd::detail::PayloadPtr payload, std::string source = {});
   void scatter_source_unreachable(Task& t, const std::string& why);
   void place_suspects(const Now& now);
   void note_unrunnable(Shape& s);
@@ -561,7 +561,7 @@ class SchedulerState {
   std::unordered_set<TaskId> held_;          // ready tasks whose journaled result is being read
   struct ScatterWaiting {  // waiting for a worker
     TaskId id = 0;
-    zmq::message_t payload;
+    herd::detail::PayloadPtr payload;
     std::string source;  // or the client's data port that holds it
   };
   std::vector<ScatterWaiting> scatter_backlog_;

@@ -19,6 +19,7 @@
 #include "common/logging.hpp"
 #include "scheduler/journal.hpp"
 #include "scheduler/state.hpp"
+#include "net/buffer.hpp"
 
 namespace herd::scheduler {
 
@@ -183,7 +184,7 @@ TaskId SchedulerState::restore_campaign_task(const std::string& campaign, const 
   if (bytes != nullptr || on_disk) {
     graph_.add_scattered(id, key, 0);
     campaign_task_added(campaign, id, 0, nullptr);
-    if (bytes != nullptr) dispatch_scatter(id, zmq::message_t(bytes->data(), bytes->size()));
+    if (bytes != nullptr) dispatch_scatter(id, net::copy_payload(bytes->data(), bytes->size()));
     else held_.insert(id);
   } else if (error != nullptr) {
     protocol::ErrorInfo e;

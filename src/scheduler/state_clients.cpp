@@ -4,6 +4,7 @@
 
 #include "common/logging.hpp"
 #include "scheduler/state.hpp"
+#include "net/buffer.hpp"
 
 namespace herd::scheduler {
 
@@ -68,7 +69,7 @@ bool SchedulerState::submit(ClientId id, const protocol::TaskSpec& spec, const s
   if (journaled != nullptr) {
     const Task* t = graph_.find(spec.id);
     if (t != nullptr && (t->status == TaskStatus::ready || t->status == TaskStatus::waiting)) {
-      dispatch_scatter(spec.id, zmq::message_t(journaled->data(), journaled->size()));
+      dispatch_scatter(spec.id, net::copy_payload(journaled->data(), journaled->size()));
     }
   }
   apply(fx_);
@@ -188,7 +189,7 @@ void SchedulerState::cancel(ClientId id, const std::vector<TaskId>& ids) {
   check();
 }
 
-bool SchedulerState::scatter(ClientId id, const protocol::ScatterRequest& req, zmq::message_t payload,
+bool SchedulerState::scatter(ClientId id, const protocol::ScatterRequest& req, herd::detail::PayloadPtr payload,
                              std::string& error) {
   if ((req.id >> 40) != id) {
     error = "scatter id does not belong to this client";
@@ -206,7 +207,7 @@ bool SchedulerState::scatter(ClientId id, const protocol::ScatterRequest& req, z
   return true;
 }
 
-void SchedulerState::dispatch_scatter(TaskId id, zmq::message_t payload, std::string source) {
+void SchedulerState::dispatch_scatter(TaskId id, herd::detail::PayloadPtr payload, std::string source) {
   Task* t = graph_.find(id);
   if (t == nullptr || !(t->status == TaskStatus::waiting || t->status == TaskStatus::ready)) return;
   WorkerRec* best = nullptr;

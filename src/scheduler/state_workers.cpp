@@ -318,12 +318,12 @@ bool SchedulerState::await_journal(TaskId id) {
   return true;
 }
 
-void SchedulerState::journal_read(TaskId id, zmq::message_t* bytes) {
+void SchedulerState::journal_read(TaskId id, herd::detail::PayloadPtr bytes) {
   if (held_.erase(id) == 0) return;
   const Task* t = graph_.find(id);
   if (t == nullptr) return;
   if (bytes != nullptr) {
-    dispatch_scatter(id, std::move(*bytes));
+    dispatch_scatter(id, std::move(bytes));
   } else if (t->scattered) {  // a restored campaign result, with no recipe to run instead
     graph_.fail(id, {"herd::LostInRestart", "the journal could not read the result of " + graph_.key_of(*t), graph_.key_of(*t), ""}, fx_);
     apply(fx_);

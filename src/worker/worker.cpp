@@ -139,7 +139,7 @@ Worker::Worker(WorkerOptions options)
   data_address_ = data_->address();
   ring_host_ = host == "0.0.0.0" ? net::reachable_host() : host;
   // Executors (and the memory monitor) wake the I/O thread through an eventfd: one write(2),
-  // cheaper than an inproc ZeroMQ message (bench/README.md, "Profile: the round trip").
+  // cheaper than an inproc ZeroMQ message on the round trip's path.
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (wake_fd_ < 0) throw std::runtime_error("eventfd failed");
   sched_.set(zmq::sockopt::linger, 1000);

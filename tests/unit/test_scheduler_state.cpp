@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "net/buffer.hpp"
 #include "scheduler/journal.hpp"
 #include "scheduler/state.hpp"
 
@@ -974,7 +975,7 @@ TEST_CASE("SchedulerState.Scatter.FromTheClientsPortElseThroughTheScheduler") {
   const WorkerId a = h.add_worker("a", 1);
   const TaskId id = (static_cast<TaskId>(h.client) << 40) | h.next++;
   std::string error;
-  REQUIRE(h.state.scatter(h.client, {id, "", "tcp://login:7", 64 << 20}, zmq::message_t(), error));
+  REQUIRE(h.state.scatter(h.client, {id, "", "tcp://login:7", 64 << 20}, nullptr, error));
   Outbox& out = h.state.outbox();
   REQUIRE(out.workers[a].put_from.size() == 1);
   CHECK(out.workers[a].put_from[0].id == id);
@@ -997,16 +998,16 @@ TEST_CASE("SchedulerState.Scatter.FromTheClientsPortElseThroughTheScheduler") {
   out.clear();
 
   // A second announcement is a resend: ignored. The bytes are placed.
-  REQUIRE(h.state.scatter(h.client, {id, "", "tcp://login:7", 64 << 20}, zmq::message_t(), error));
+  REQUIRE(h.state.scatter(h.client, {id, "", "tcp://login:7", 64 << 20}, nullptr, error));
   CHECK(out.workers[a].put_from.empty());
-  REQUIRE(h.state.scatter(h.client, {id, "", "", 0}, zmq::message_t("abc", 3), error));
+  REQUIRE(h.state.scatter(h.client, {id, "", "", 0}, herd::net::copy_payload("abc", 3), error));
   REQUIRE(out.workers[a].put.size() == 1);
   CHECK(out.workers[a].put[0].first == id);
-  CHECK(out.workers[a].put[0].second.size() == 3);
+  CHECK(out.workers[a].put[0].second->size() == 3);
   CHECK(h.status(id) == TaskStatus::processing);
   out.clear();
   // The same bytes again: a resend, nothing more is sent.
-  REQUIRE(h.state.scatter(h.client, {id, "", "", 0}, zmq::message_t("abc", 3), error));
+  REQUIRE(h.state.scatter(h.client, {id, "", "", 0}, herd::net::copy_payload("abc", 3), error));
   CHECK(out.workers[a].put.empty());
 
   herd::protocol::TaskResultsEvent held;
@@ -1028,7 +1029,7 @@ TEST_CASE("SchedulerState.Scatter.WorkerLostWhileFetchingAnotherFetchesIt") {
   const WorkerId a = h.add_worker("a", 1);
   const TaskId id = (static_cast<TaskId>(h.client) << 40) | h.next++;
   std::string error;
-  REQUIRE(h.state.scatter(h.client, {id, "", "tcp://login:7", 64 << 20}, zmq::message_t(), error));
+  REQUIRE(h.state.scatter(h.client, {id, "", "tcp://login:7", 64 << 20}, nullptr, error));
   Outbox& out = h.state.outbox();
   out.clear();
   const WorkerId b = h.add_worker("b", 1);
