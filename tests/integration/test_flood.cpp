@@ -130,22 +130,11 @@ TEST_CASE("Flood.IdleStrangersOnEveryPort.NothingLostStatusAnsweredDescriptorsAn
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   const std::string log = dir + "/scheduler.log";
-  herd::process::SpawnOptions spawn;
   // The scheduler under a limit of 4,096 descriptors, as a login node's default soft limit.
-  spawn.argv = {"/usr/bin/prlimit", "--nofile=4096:4096", "--", HERD_CLI_PATH, "scheduler", "--listen",
-                "tcp://127.0.0.1:*", "--local-workers", "2", "--worker-exe", herd::process::self_executable(),
-                "--log-dir", dir};
-  spawn.stdout_path = log;
-  spawn.death_signal = SIGKILL;
-  const pid_t sched = herd::process::spawn(spawn);
-  std::string address;
-  REQUIRE(eventually([&] {
-    const std::string text = read_file(log);
-    const auto at = text.find("listening at ");
-    if (at == std::string::npos) return false;
-    address = text.substr(at + 13, text.find('\n', at) - at - 13);
-    return true;
-  }, 20s));
+  const auto [sched, address] = herd::testing::start_scheduler(
+      {"/usr/bin/prlimit", "--nofile=4096:4096", "--", HERD_CLI_PATH, "scheduler", "--listen", "tcp://127.0.0.1:*",
+       "--local-workers", "2", "--worker-exe", herd::process::self_executable(), "--log-dir", dir},
+      log);
   // prlimit execs the scheduler in its own process: the pid is the scheduler's.
   herd::Client client{address};
   client.wait_for_workers(2, 30s);

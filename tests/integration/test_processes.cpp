@@ -88,20 +88,10 @@ TEST_CASE("Processes.KilledClient.NoOrphans" * doctest::timeout(60)) {
 TEST_CASE("Processes.CliScheduler.GenericWorkersLoadTaskLibrary" * doctest::timeout(60)) {
   const std::string log = "/tmp/herd-cli-sched-" + std::to_string(::getpid()) + ".log";
   std::filesystem::remove(log);
-  herd::process::SpawnOptions spawn;
-  spawn.argv = {HERD_CLI_PATH, "scheduler", "--local-workers", "2", "--worker-exe", HERD_CLI_PATH,
-                "--worker-arg=--load", std::string("--worker-arg=") + HERD_TASKLIB_PATH};
-  spawn.stdout_path = log;
-  spawn.death_signal = SIGKILL;
-  const pid_t sched = herd::process::spawn(spawn);
-  std::string address;
-  REQUIRE(eventually([&] {
-    const std::string text = read_file(log);
-    const auto at = text.find("listening at ");
-    if (at == std::string::npos) return false;
-    address = text.substr(at + 13, text.find('\n', at) - at - 13);
-    return true;
-  }, 20s));
+  const auto [sched, address] =
+      herd::testing::start_scheduler({HERD_CLI_PATH, "scheduler", "--local-workers", "2", "--worker-exe", HERD_CLI_PATH,
+                                      "--worker-arg=--load", std::string("--worker-arg=") + HERD_TASKLIB_PATH},
+                                     log);
   {
     herd::Client client{address};
     client.wait_for_workers(2, 20s);

@@ -313,20 +313,10 @@ TEST_CASE("Security.Logs.AMissingLogDirectoryIsMadePrivateAndTheDashboardTokenSt
   std::filesystem::remove_all(base);
   const std::string dir = base + "/a/b";
   const std::string out = "/tmp/herd-logdir-out-" + std::to_string(::getpid()) + ".txt";
-  herd::process::SpawnOptions spawn;
-  spawn.argv = {HERD_CLI_PATH, "scheduler", "--local-workers", "2", "--log-dir", dir, "--dashboard-address",
-                "127.0.0.1:0"};
-  spawn.stdout_path = out;
-  spawn.death_signal = SIGKILL;
-  const pid_t sched = herd::process::spawn(spawn);
-  std::string address;
-  REQUIRE(herd::testing::eventually([&] {
-    const std::string text = herd::testing::read_file(out);
-    const auto at = text.find("listening at ");
-    if (at == std::string::npos || text.find("herd dashboard") == std::string::npos) return false;
-    address = text.substr(at + 13, text.find('\n', at) - at - 13);
-    return true;
-  }, 20s));
+  const auto [sched, address] = herd::testing::start_scheduler(
+      {HERD_CLI_PATH, "scheduler", "--local-workers", "2", "--log-dir", dir, "--dashboard-address", "127.0.0.1:0"}, out);
+  REQUIRE(herd::testing::eventually(
+      [&] { return herd::testing::read_file(out).find("herd dashboard") != std::string::npos; }, 20s));
   {
     herd::Client client{address};
     client.wait_for_workers(2, 30s);

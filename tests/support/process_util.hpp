@@ -2,6 +2,7 @@
 #pragma once
 
 #include <dirent.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +16,10 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include <doctest/doctest.h>
 
 #include "common/process.hpp"
 
@@ -104,6 +109,26 @@ inline std::string run_command(const std::string& command, int* rc = nullptr) {
   const int status = ::pclose(p);
   if (rc != nullptr) *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return out;
+}
+
+/// A `herd scheduler` process (`argv`, from the executable on, e.g. {HERD_CLI_PATH, "scheduler",
+/// "--local-workers", "2"}) with its output to `log`, killed if this process dies; its pid and the
+/// address it printed (within 20 s, else the test fails).
+inline std::pair<pid_t, std::string> start_scheduler(std::vector<std::string> argv, const std::string& log) {
+  process::SpawnOptions spawn;
+  spawn.argv = std::move(argv);
+  spawn.stdout_path = log;
+  spawn.death_signal = SIGKILL;
+  const pid_t pid = process::spawn(spawn);
+  std::string address;
+  REQUIRE(eventually([&] {
+    const std::string text = read_file(log);
+    const auto at = text.find("listening at ");
+    if (at == std::string::npos) return false;
+    address = text.substr(at + 13, text.find('\n', at) - at - 13);
+    return true;
+  }, std::chrono::seconds(20)));
+  return {pid, address};
 }
 
 /// A worker process of the running test binary, outside any cluster object.

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "net/aead.hpp"
+#include "support/keys.hpp"
 #include "net/handshake.hpp"
 #include "net/lane.hpp"
 #include "net/data_port.hpp"
@@ -36,18 +37,7 @@ PayloadPtr pattern(std::size_t size, unsigned seed) {
   return PayloadPtr(std::move(b));
 }
 
-/// A cluster's keys, made for the test (CURVE needs no files for them).
-security::Keys test_keys() {
-  security::Keys k;
-  char pub[41], sec[41];
-  REQUIRE(zmq_curve_keypair(pub, sec) == 0);
-  k.server_public = pub;
-  k.server_secret = sec;
-  REQUIRE(zmq_curve_keypair(pub, sec) == 0);
-  k.client_public = pub;
-  k.client_secret = sec;
-  return k;
-}
+security::Keys test_keys() { return herd::testing::make_keys(); }
 
 bool same(const PayloadPtr& a, const PayloadPtr& b) {
   return a->size() == b->size() && std::memcmp(a->data(), b->data(), a->size()) == 0;
@@ -324,62 +314,66 @@ void fetch_every_edge(bool sealed) {
   CHECK(same(f.got.at(8), port.store.at(8)));
 }
 
-/// Between a fetcher and a lane: forwards the hello, and the bytes back with the one at
-/// `flip` (counted from the first byte back) changed.
 /// What a holder sends before a lane's bytes: its challenge and its ack (net/handshake.hpp).
 constexpr std::size_t kLaneHandshake = 36 + 44;
 
+/// A proxy for every connection to a lane port: what the holder sends is passed on with one
+/// bit flipped at byte `flip` of each connection's stream.
 struct Tamper {
   int listen_fd = -1;
   std::uint16_t port = 0;
-  std::uint16_t target = 0;
-  std::size_t flip = 0;
+  std::atomic<bool> stop{false};
   std::thread thread;
-  explicit Tamper(std::uint16_t to, std::size_t at) : target(to), flip(at) {
-    listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  Tamper(std::uint16_t target, std::size_t flip) {
+    listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     REQUIRE(::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(listen_fd, 4) == 0);
+    REQUIRE(::listen(listen_fd, 16) == 0);
     socklen_t len = sizeof a;
     ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
     port = ntohs(a.sin_port);
-    thread = std::thread([this] { run(); });
+    thread = std::thread([this, target, flip] {
+      while (!stop) {
+        pollfd l{listen_fd, POLLIN, 0};
+        if (::poll(&l, 1, 50) <= 0) continue;
+        const int in = ::accept(listen_fd, nullptr, nullptr);
+        if (in < 0) continue;
+        const int out = ::socket(AF_INET, SOCK_STREAM, 0);
+        sockaddr_in t{};
+        t.sin_family = AF_INET;
+        t.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        t.sin_port = htons(target);
+        if (::connect(out, reinterpret_cast<sockaddr*>(&t), sizeof t) == 0) relay(in, out, flip);
+        ::close(in);
+        ::close(out);
+      }
+    });
   }
-  void run() {
-    const int in = ::accept(listen_fd, nullptr, nullptr);
-    if (in < 0) return;
-    const int out = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(target);
-    if (::connect(out, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+  static void relay(int in, int out, std::size_t flip) {
     std::vector<char> buf(1 << 16);
     std::size_t back = 0;
     pollfd fds[2] = {{in, POLLIN, 0}, {out, POLLIN, 0}};
     for (;;) {
-      if (::poll(fds, 2, 5000) <= 0) break;
+      if (::poll(fds, 2, 5000) <= 0) return;
       if (fds[0].revents) {
         const ssize_t k = ::recv(in, buf.data(), buf.size(), 0);
-        if (k <= 0) break;
+        if (k <= 0) return;
         (void)!::send(out, buf.data(), static_cast<std::size_t>(k), MSG_NOSIGNAL);
       }
       if (fds[1].revents) {
         const ssize_t k = ::recv(out, buf.data(), buf.size(), 0);
-        if (k <= 0) break;
+        if (k <= 0) return;
         if (flip >= back && flip < back + static_cast<std::size_t>(k)) buf[flip - back] ^= 0x01;
         back += static_cast<std::size_t>(k);
-        if (::send(in, buf.data(), static_cast<std::size_t>(k), MSG_NOSIGNAL) <= 0) break;
+        if (::send(in, buf.data(), static_cast<std::size_t>(k), MSG_NOSIGNAL) <= 0) return;
       }
     }
-    ::close(in);
-    ::close(out);
   }
   ~Tamper() {
-    ::shutdown(listen_fd, SHUT_RDWR);
-    if (thread.joinable()) thread.join();
+    stop = true;
+    thread.join();
     ::close(listen_fd);
   }
 };
@@ -429,70 +423,6 @@ TEST_CASE("DataPort.Lane.RecordAlteredOnTheWayIsRefusedNamingIt" * doctest::time
                  " bytes of a result received)") != std::string::npos);
 }
 
-namespace {
-
-/// A proxy for every connection to a lane port: what the holder sends is passed on with one
-/// bit flipped at byte `flip` of each connection's stream.
-struct LoopTamper {
-  int listen_fd = -1;
-  std::uint16_t port = 0;
-  std::atomic<bool> stop{false};
-  std::thread thread;
-  LoopTamper(std::uint16_t target, std::size_t flip) {
-    listen_fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(::bind(listen_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0);
-    REQUIRE(::listen(listen_fd, 16) == 0);
-    socklen_t len = sizeof a;
-    ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&a), &len);
-    port = ntohs(a.sin_port);
-    thread = std::thread([this, target, flip] {
-      while (!stop) {
-        pollfd l{listen_fd, POLLIN, 0};
-        if (::poll(&l, 1, 50) <= 0) continue;
-        const int in = ::accept(listen_fd, nullptr, nullptr);
-        if (in < 0) continue;
-        const int out = ::socket(AF_INET, SOCK_STREAM, 0);
-        sockaddr_in t{};
-        t.sin_family = AF_INET;
-        t.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        t.sin_port = htons(target);
-        if (::connect(out, reinterpret_cast<sockaddr*>(&t), sizeof t) == 0) relay(in, out, flip);
-        ::close(in);
-        ::close(out);
-      }
-    });
-  }
-  static void relay(int in, int out, std::size_t flip) {
-    std::vector<char> buf(1 << 16);
-    std::size_t back = 0;
-    pollfd fds[2] = {{in, POLLIN, 0}, {out, POLLIN, 0}};
-    for (;;) {
-      if (::poll(fds, 2, 5000) <= 0) return;
-      if (fds[0].revents) {
-        const ssize_t k = ::recv(in, buf.data(), buf.size(), 0);
-        if (k <= 0) return;
-        (void)!::send(out, buf.data(), static_cast<std::size_t>(k), MSG_NOSIGNAL);
-      }
-      if (fds[1].revents) {
-        const ssize_t k = ::recv(out, buf.data(), buf.size(), 0);
-        if (k <= 0) return;
-        if (flip >= back && flip < back + static_cast<std::size_t>(k)) buf[flip - back] ^= 0x01;
-        back += static_cast<std::size_t>(k);
-        if (::send(in, buf.data(), static_cast<std::size_t>(k), MSG_NOSIGNAL) <= 0) return;
-      }
-    }
-  }
-  ~LoopTamper() {
-    stop = true;
-    thread.join();
-    ::close(listen_fd);
-  }
-};
-
-}  // namespace
 
 TEST_CASE("DataPort.Lane.TamperedLastRecordOfAnEarlierResultNeverYieldsIt" * doctest::timeout(300)) {
   // A sealed lane of two results over 2 MiB (so records are opened on the opener thread while
@@ -510,7 +440,7 @@ TEST_CASE("DataPort.Lane.TamperedLastRecordOfAnEarlierResultNeverYieldsIt" * doc
     p->store[2] = pattern(net::kLaneRecord / 2, 22);
   }
   const std::size_t record = net::kRecordHeader + net::kLaneRecord + net::kRecordTag;
-  LoopTamper tamper(bad.lanes->port(), kLaneHandshake + 2 * record + net::kRecordHeader + 4096);
+  Tamper tamper(bad.lanes->port(), kLaneHandshake + 2 * record + net::kRecordHeader + 4096);
   bad.lane_port = tamper.port;
   bad.start();
   good.start();

@@ -11,23 +11,13 @@
 #include <zmq.hpp>
 
 #include "common/security.hpp"
+#include "support/keys.hpp"
 
 using namespace herd;
 using namespace std::chrono_literals;
 
 namespace {
 
-security::Keys make_keys() {
-  security::Keys k;
-  char pub[41], sec[41];
-  REQUIRE(zmq_curve_keypair(pub, sec) == 0);
-  k.server_public = pub;
-  k.server_secret = sec;
-  REQUIRE(zmq_curve_keypair(pub, sec) == 0);
-  k.client_public = pub;
-  k.client_secret = sec;
-  return k;
-}
 
 /// Sends one message from a fresh DEALER with `keys`; true when the server's ROUTER gets it
 /// within `wait`.
@@ -50,8 +40,8 @@ bool gets_through(zmq::context_t& ctx, zmq::socket_t& server, const std::string&
 
 TEST_CASE("Zap.Server.AdmitsTheClustersKeyAndNoOtherAndFailsClosedWithoutItsHandler" * doctest::timeout(60)) {
   zmq::context_t ctx(1);
-  const security::Keys cluster = make_keys();
-  security::Keys stranger = make_keys();
+  const security::Keys cluster = herd::testing::make_keys();
+  security::Keys stranger = herd::testing::make_keys();
   stranger.server_public = cluster.server_public;  // it knows whom it talks to, not the client key
   security::Auth auth;
   auth.keys = cluster;
