@@ -30,7 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kTrain = (fs::path(__FILE__).parent_path().parent_path() / "sweep" / "fake_train.sh").string();
+const std::string kTrain = (fs::path(HERD_SOURCE_DIR) / "tests" / "sweep" / "fake_train.sh").string();
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);
