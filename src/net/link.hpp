@@ -97,6 +97,7 @@ class Link {
   std::vector<char> plain_out_;  // a message's plaintext, before it is sealed
   std::vector<char> in_;  // read, from in_begin_ to in_end_
   std::size_t in_begin_ = 0, in_end_ = 0;
+  std::size_t chunk_ = 4u << 10;  // room each read asks for (link.cpp: kFirstChunk .. kReadChunk)
   std::vector<char> plain_;  // opened records' plaintext, from plain_begin_ to plain_.size()
   std::size_t plain_begin_ = 0;
 };

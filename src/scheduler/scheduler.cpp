@@ -76,6 +76,10 @@ Scheduler::Scheduler(SchedulerOptions options)
   // stranger's flood of idle connections then holds a few seconds' worth of descriptors, not
   // half a minute's.
   socket_.set(zmq::sockopt::handshake_ivl, static_cast<int>(std::min<std::uint32_t>(kHandshakeMs, options_.config.timeout_ms)));
+  // The listen queue a whole allocation's workers connect through at once (ZeroMQ's default is
+  // 100: the rest lose their SYNs and retry a second or more later); the kernel caps it at
+  // net.core.somaxconn. The control-link port listens with the same (net/tcp.cpp).
+  socket_.set(zmq::sockopt::backlog, 4096);
   waker_ = std::make_unique<Waker>(context_, socket_);
   commands_.set_wake_hook([w = waker_.get()] { w->wake(); });
   if (!options_.journal.empty()) {
