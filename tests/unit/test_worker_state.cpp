@@ -396,3 +396,57 @@ TEST_CASE("ResultBatch: a window of 0 sends every result at once") {
   }
   CHECK_FALSE(b.deadline());
 }
+
+TEST_CASE("WorkerState.Cores.TasksHoldDisjointCoresNotSlots") {
+  // A worker with one thread slot and 4 cores (CPU ids 10-13): two 2-core tasks run at once,
+  // on disjoint cores; a third waits for cores; a plain task takes the slot beside them.
+  WorkerStateOptions o;
+  o.name = "w";
+  o.data_address = "tcp://me:1";
+  o.nthreads = 1;
+  o.resources = {{"cpus", 4}};
+  o.cores = {10, 11, 12, 13};
+  WorkerState s(o);
+  CHECK(s.core_task_limit() == 4);
+  exec(s, {task(1, {}, {{"cpus", 2}}), task(2, {}, {{"cpus", 2}}), task(3, {}, {{"cpus", 1}}), task(4)});
+  REQUIRE(s.out().run.size() == 3);
+  std::map<TaskId, std::vector<int>> cores;
+  for (const auto& r : s.out().run) cores[r.task.id] = r.cores;
+  CHECK(cores[1] == std::vector<int>{10, 11});
+  CHECK(cores[2] == std::vector<int>{12, 13});
+  CHECK(cores.count(4) == 1);  // the plain task: a slot, no cores
+  CHECK(cores[4].empty());
+  CHECK(s.slots_used() == 1);
+  CHECK(s.free_cores().empty());
+  s.out().clear();
+  s.finished(ok(1));
+  REQUIRE(s.out().run.size() == 1);
+  CHECK(s.out().run[0].task.id == 3);
+  CHECK(s.out().run[0].cores == std::vector<int>{10});
+  CHECK(s.free_cores() == std::vector<int>{11});
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Cores.ThirtyTwoOneCoreTasksOnOneSlot") {
+  WorkerStateOptions o;
+  o.name = "w";
+  o.nthreads = 1;
+  o.resources = {{"cpus", 32}};
+  for (int c = 0; c < 32; ++c) o.cores.push_back(c);
+  WorkerState s(o);
+  std::vector<ExecuteTask> ts;
+  for (TaskId id = 1; id <= 40; ++id) ts.push_back(task(id, {}, {{"cpus", 1}}));
+  exec(s, std::move(ts));
+  CHECK(s.out().run.size() == 32);
+  CHECK(s.ready() == 8);
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Cores.WithoutAMaskCountsAndPinsNothing") {
+  // --cpus beyond its mask: it counts cores but hands none out.
+  auto s = make(1, {{"cpus", 4}});
+  exec(s, {task(1, {}, {{"cpus", 2}}), task(2, {}, {{"cpus", 2}}), task(3, {}, {{"cpus", 2}})});
+  REQUIRE(s.out().run.size() == 2);
+  CHECK(s.out().run[0].cores.empty());
+  CHECK(s.validate().empty());
+}
