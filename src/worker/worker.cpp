@@ -115,9 +115,10 @@ Worker::Worker(WorkerOptions options)
       const std::uint64_t bytes = options_.memory_limit > 0 ? options_.memory_limit : a.memory;
       if (bytes > 0) options_.resources[allocation::kMemory] = allocation::memory_resource(bytes);
     }
+    const auto mem = options_.resources.find(allocation::kMemory);
     HERD_LOG(info) << "offers " << options_.resources[allocation::kCpus] << " cpus (" << a.cpus_from << "), pinning to "
                    << (cores_.empty() ? std::string("none") : allocation::format_cpu_list(cores_)) << "; memory "
-                   << options_.resources[allocation::kMemory] << " MiB ("
+                   << (mem == options_.resources.end() ? 0.0 : mem->second) << " MiB ("
                    << (options_.memory_limit > 0 ? std::string("--memory-limit") : a.memory_from) << ")";
   }
   // Under Slurm, stay below the job's memory (the cgroup would kill us without a word).

@@ -88,11 +88,11 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   info.result_bytes_held = store_.bytes();
   for (int d : devices) info.gpus.push_back(gpus_[static_cast<std::size_t>(d)].ordinal);
   info.cores = cores;
-  std::uint64_t memory = 0;  // bytes it asked for (the resource "memory" counts MiB)
+  std::uint64_t task_memory = 0;  // bytes it asked for (the resource "memory" counts MiB)
   if (auto m = task.resources.find("memory"); m != task.resources.end() && m->second > 0) {
-    memory = static_cast<std::uint64_t>(std::ceil(m->second)) << 20;
+    task_memory = static_cast<std::uint64_t>(std::ceil(m->second)) << 20;
   }
-  info.memory = memory;
+  info.memory = task_memory;
   // Its thread runs on its cores (an isolated child and a shell command inherit the mask).
   const Pinning pinning(cores);
   collective::GangTicket ticket;
@@ -176,7 +176,7 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
       // In a child process (it sees this_task() as set above, and its copy of `args`).
       // Its memory, when it asked for some, is the child's cap (RLIMIT_AS beyond what it
       // inherits), as isolated_memory's.
-      const std::uint64_t cap = task.isolated_memory > 0 ? task.isolated_memory : memory;
+      const std::uint64_t cap = task.isolated_memory > 0 ? task.isolated_memory : task_memory;
       IsolatedOutcome o = run_isolated(
           [&](msgpack::sbuffer& out) {
             set_thread_counts(cores.size());

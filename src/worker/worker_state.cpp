@@ -23,6 +23,14 @@ WorkerState::WorkerState(WorkerStateOptions options) : options_(std::move(option
   core_free_.assign(options_.cores.size(), true);
 }
 
+namespace {
+bool asks_cores(const protocol::ExecuteTask& t) {
+  if (t.resources.empty()) return false;
+  auto c = t.resources.find("cpus");
+  return c != t.resources.end() && c->second > 0;
+}
+}  // namespace
+
 std::size_t WorkerState::core_task_limit() const {
   auto it = options_.resources.find("cpus");
   return it == options_.resources.end() || it->second < 1 ? 0 : static_cast<std::size_t>(it->second + kEps);
@@ -94,6 +102,7 @@ void WorkerState::cancel(const std::vector<TaskId>& ids) {
     }
     auto it = std::find_if(ready_.begin(), ready_.end(), [id](const auto& t) { return t.id == id; });
     if (it != ready_.end()) {
+      ready_cores_ -= asks_cores(*it);
       ready_.erase(it);
       hand_back(id);
     }
@@ -302,6 +311,7 @@ void WorkerState::input_unavailable(TaskId dep) {
 
 void WorkerState::make_ready(protocol::ExecuteTask&& task) {
   // A gang member goes first: the other ranks are waiting for it.
+  ready_cores_ += asks_cores(task);
   if (task.gang != 0) ready_.push_front(std::move(task));
   else ready_.push_back(std::move(task));
 }
@@ -380,12 +390,14 @@ void WorkerState::start_ready() {
   grant_rejoins();
   if (paused_) return;
   while (!ready_.empty()) {
+    // A task that asks for cpus holds cores, not a thread slot: its cores cap it. Nothing can
+    // start: no scan of what is ready.
+    const bool slot = slots_used() < options_.nthreads;
+    if (!slot && (ready_cores_ == 0 || core_tasks_ >= core_task_limit())) return;
     auto fits = [&](const protocol::ExecuteTask& t) {
-      // A task that asks for cpus holds cores, not a thread slot: its cores cap it.
-      auto cpus = t.resources.find("cpus");
-      const bool cores = cpus != t.resources.end() && cpus->second > 0;
-      if (cores ? core_tasks_ >= core_task_limit() : slots_used() >= options_.nthreads) return false;
-      if (cores && !core_free_.empty() && pick_cores(cpus->second).empty()) return false;
+      const bool cores = asks_cores(t);
+      if (cores ? core_tasks_ >= core_task_limit() : !slot) return false;
+      if (cores && !core_free_.empty() && pick_cores(t.resources.at("cpus")).empty()) return false;
       for (const auto& [r, amount] : t.resources) {
         auto have = free_resources_.find(r);
         if (have == free_resources_.end() || have->second + kEps < amount) return false;
@@ -396,6 +408,7 @@ void WorkerState::start_ready() {
     auto it = std::find_if(ready_.begin(), ready_.end(), fits);
     if (it == ready_.end()) return;  // what is ready waits for resources a running task holds
     Run run;
+    ready_cores_ -= asks_cores(*it);
     run.task = std::move(*it);
     ready_.erase(it);
     Running held;
@@ -478,6 +491,7 @@ void WorkerState::over_memory(const std::string& why) {
   running_.clear();
   for (const auto& t : ready_) hand_back(t.id);
   ready_.clear();
+  ready_cores_ = 0;
   for (const auto& [id, p] : pending_) hand_back(id);
   pending_.clear();
   wanted_.clear();
@@ -516,6 +530,9 @@ std::string WorkerState::validate() const {
     }
   }
   if (holding != core_tasks_) return "core task count is off";
+  std::size_t ready_cores = 0;
+  for (const auto& t : ready_) ready_cores += asks_cores(t);
+  if (ready_cores != ready_cores_) return "ready core task count is off";
   if (core_tasks_ > core_task_limit()) return "more tasks holding cores than cores";
   for (std::size_t c = 0; c < cores_taken.size(); ++c) {
     if (cores_taken[c] == core_free_[c]) return "core " + std::to_string(c) + " accounting is off";

@@ -254,6 +254,7 @@ class WorkerState {
   std::vector<double> gpu_free_;                  // by device: 1 = free, 0 = taken
   std::vector<bool> core_free_;                   // by index of options_.cores
   std::size_t core_tasks_ = 0;                    // of running_, those holding cores
+  std::size_t ready_cores_ = 0;                   // of ready_, those asking for cores
   WorkerInstructions out_;
   bool paused_ = false;                           // pause(): start nothing new
 };
