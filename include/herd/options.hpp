@@ -70,7 +70,8 @@ class TaskOptions {
   /// from the last checkpoint. Preemptions are counted apart from retries(), which count
   /// failures (exceptions, crashes, lost workers): `.checkpointable(3).retries(0)` survives three
   /// preemptions and fails at its first exception; when either budget is spent, the error says
-  /// which. A run that fails while its worker drains is a preemption.
+  /// which. A run that fails while its worker drains is a preemption. (A gang keeps one budget:
+  /// its retries and preemptions together.)
   TaskOptions& checkpointable(std::uint32_t preemptions = 3) { preemptions_ = preemptions; return *this; }
 
   /// A time limit for one run of the task: at the deadline its future fails with

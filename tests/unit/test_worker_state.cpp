@@ -244,9 +244,11 @@ TEST_CASE("Task.CheckpointPath.SameForEveryRunOfATask") {
   info.key.clear();
   CHECK_THROWS_WITH_AS(herd::this_task().checkpoint_path(dir), doctest::Contains("outside a task"), std::runtime_error);
   info = saved;
-  // checkpointable(n): n preemptions on top of the retries.
-  CHECK(herd::TaskOptions{}.retries(1).checkpointable(3).retries() == 4);
-  CHECK(herd::TaskOptions{}.checkpointable().retries() == 3);
+  // checkpointable(n): n preemptions, apart from the retries (issue 45).
+  CHECK(herd::TaskOptions{}.retries(1).checkpointable(3).retries() == 1);
+  CHECK(herd::TaskOptions{}.retries(1).checkpointable(3).preemptions() == 3);
+  CHECK(herd::TaskOptions{}.checkpointable().retries() == 0);
+  CHECK(herd::TaskOptions{}.checkpointable().preemptions() == 3);
   fs::remove_all(dir);
 }
 
@@ -448,5 +450,24 @@ TEST_CASE("WorkerState.Cores.WithoutAMaskCountsAndPinsNothing") {
   exec(s, {task(1, {}, {{"cpus", 2}}), task(2, {}, {{"cpus", 2}}), task(3, {}, {{"cpus", 2}})});
   REQUIRE(s.out().run.size() == 2);
   CHECK(s.out().run[0].cores.empty());
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Preemption.AFailureWhileDrainingIsReportedAsOne") {
+  auto s = make(2);
+  exec(s, {task(1), task(2)});
+  s.out().clear();
+  Completion drained;
+  drained.id = 1;
+  drained.error = {"std::runtime_error", "preempted at step 3", "t1", "w"};
+  drained.preempted = true;
+  s.finished(drained);
+  Completion failed;
+  failed.id = 2;
+  failed.error = {"std::runtime_error", "boom", "t2", "w"};
+  s.finished(failed);
+  REQUIRE(s.out().results.size() == 2);
+  CHECK(s.out().results[0].preempted);
+  CHECK_FALSE(s.out().results[1].preempted);
   CHECK(s.validate().empty());
 }
