@@ -142,7 +142,8 @@ struct DieWithParent : bp::extend::handler {
   }
 };
 
-/// Resident bytes of every process in group `pgid` (the command and what it started).
+/// Resident bytes of every process in group `pgid` (the command and what it started), but the
+/// guardian that leads it (pid `pgid`: a fork of the worker, whose pages it shares).
 std::uint64_t group_rss(pid_t pgid) {
   std::uint64_t pages = 0;
   std::error_code ec;
@@ -163,7 +164,7 @@ std::uint64_t group_rss(pid_t pgid) {
       if (i == 5) pgrp = std::atol(f.c_str());
       if (i == 24) rss = std::strtoull(f.c_str(), nullptr, 10);
     }
-    if (pgrp == pgid) pages += rss;
+    if (pgrp == pgid && std::atol(name.c_str()) != pgid) pages += rss;
   }
   return pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
 }
