@@ -64,6 +64,14 @@ class TaskCrashed : public TaskError {
   using TaskError::TaskError;
 };
 
+/// @brief Thrown on the worker when a task goes past its memory (TaskOptions::memory): a shell
+/// command killed at its limit. The client sees a TaskError of type() "herd::MemoryLimitExceeded"
+/// whose message names the limit.
+class MemoryLimitExceeded : public Error {
+ public:
+  using Error::Error;
+};
+
 /// @brief The function was never registered with HERD_TASK (in this process or on the worker).
 class FunctionNotFound : public Error {
  public:

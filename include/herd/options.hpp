@@ -19,7 +19,8 @@ class TaskOptions {
   TaskOptions& key(std::string k) { key_ = std::move(k); return *this; }
   /// Higher runs first among tasks that are ready.
   TaskOptions& priority(std::int32_t p) { priority_ = p; return *this; }
-  /// Times to re-run the task when it throws, before its future fails.
+  /// Times to re-run the task when it fails (it throws, its child crashes, its worker is lost),
+  /// before its future fails. Preemptions of a checkpointable() task are counted apart.
   TaskOptions& retries(std::uint32_t n) { retries_ = n; return *this; }
   /// A custom resource the task holds while it runs, e.g. resource("gpu", 1); workers
   /// advertise theirs with `--resources gpu=2`.
@@ -30,15 +31,48 @@ class TaskOptions {
   /// tasks share a device on purpose.
   TaskOptions& gpus(double n) { resources_["gpu"] = n; return *this; }
 
+  /// Cores the task holds while it runs (the resource "cpus", which every worker offers from its
+  /// allocation: Slurm's cores and cgroup cpuset on its node, else its affinity mask, or
+  /// `herd worker --cpus N`). A worker runs as many such tasks as its cores allow, whatever its
+  /// thread slots; each runs pinned to n cores of the worker's mask that no other running task
+  /// holds (this_task().cpus() names them): its thread, its isolated child and its shell
+  /// command's processes; a shell command and an isolated child get OMP_NUM_THREADS,
+  /// OPENBLAS_NUM_THREADS and MKL_NUM_THREADS = n.
+  ///
+  /// @code
+  /// auto f = client.submit(herd::TaskOptions{}.cpus(8).memory(16ull << 30), herd::shell,
+  ///                        herd::ShellCommand{"./omp_solver input.dat"});
+  /// @endcode
+  TaskOptions& cpus(std::uint32_t n) {
+    if (n == 0) resources_.erase("cpus");
+    else resources_["cpus"] = n;
+    return *this;
+  }
+  /// Memory the task holds while it runs (the resource "memory", counted in MiB, which every
+  /// worker offers: --memory-limit, else its allocation's). Placement counts it; a shell command
+  /// is killed when its processes' resident memory passes it, and an isolated() task's child may
+  /// map at most this much beyond what it inherits (RLIMIT_AS): either fails with
+  /// herd::TaskError of type "herd::MemoryLimitExceeded" naming the limit. Other C++ tasks are
+  /// counted for placement only.
+  TaskOptions& memory(std::uint64_t bytes) {
+    if (bytes == 0) resources_.erase("memory");
+    else resources_["memory"] = static_cast<double>((bytes + (1ull << 20) - 1) >> 20);
+    return *this;
+  }
+
   /// How long the task needs to run (seconds): it is not placed on a worker whose batch job
   /// ends before that.
   TaskOptions& duration(std::uint32_t seconds) { duration_s_ = seconds; return *this; }
 
   /// A task that saves checkpoints (herd::this_task().checkpoint_path()) and gives up when its
-  /// worker drains (this_task().draining(): preemption, walltime): it may be preempted this
-  /// many times, each run resuming on another worker from the last checkpoint (they add to
-  /// retries()).
-  TaskOptions& checkpointable(std::uint32_t preemptions = 3) { retries_ += preemptions; return *this; }
+  /// worker drains (this_task().draining(): the job's SIGTERM, the walltime's drain, a pool
+  /// that shrinks): it may be preempted this many times, each run resuming on another worker
+  /// from the last checkpoint. Preemptions are counted apart from retries(), which count
+  /// failures (exceptions, crashes, lost workers): `.checkpointable(3).retries(0)` survives three
+  /// preemptions and fails at its first exception; when either budget is spent, the error says
+  /// which. A run that fails while its worker drains is a preemption. (A gang keeps one budget:
+  /// its retries and preemptions together.)
+  TaskOptions& checkpointable(std::uint32_t preemptions = 3) { preemptions_ = preemptions; return *this; }
 
   /// A time limit for one run of the task: at the deadline its future fails with
   /// herd::TaskError of type "herd::TimeoutError" naming the limit, the worker frees the slot
@@ -106,12 +140,14 @@ class TaskOptions {
   std::uint32_t duration() const { return duration_s_; }
   std::int32_t priority() const { return priority_; }
   std::uint32_t retries() const { return retries_; }
+  std::uint32_t preemptions() const { return preemptions_; }
   const std::map<std::string, double>& resources() const { return resources_; }
 
  private:
   std::string key_;
   std::int32_t priority_ = 0;
   std::uint32_t retries_ = 0;
+  std::uint32_t preemptions_ = 0;
   std::map<std::string, double> resources_;
   std::uint32_t duration_s_ = 0;
   std::uint32_t timeout_ms_ = 0;

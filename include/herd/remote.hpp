@@ -12,6 +12,7 @@
 /// @endcode
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <type_traits>
@@ -29,6 +30,13 @@ struct TaskInfo {
   std::uint64_t result_bytes_held = 0; ///< their size in bytes
   std::vector<int> gpus;   ///< CUDA ordinals of the devices the task holds (TaskOptions::gpus)
   void* cuda_stream = nullptr;  ///< a cudaStream_t of its own on gpus[0] (nullptr: no GPU/CUDA)
+  /// CPU ids the task is pinned to (TaskOptions::cpus): its thread, its isolated child and its
+  /// shell command's processes run on these cores only, which no other running task of the
+  /// worker holds. Empty: it asked for no cpus, or its worker offers more cpus than its mask has.
+  std::vector<int> cores;
+  /// Bytes of memory the task asked for (TaskOptions::memory; 0 = none): an isolated child or a
+  /// shell command is held to it, other C++ tasks only counted.
+  std::uint64_t memory = 0;
   int gang_rank = -1;      ///< rank in its gang (-1: not a gang member)
   int gang_size = 0;       ///< members of its gang (0: not a gang member)
   /// @brief True once the worker running the task drains: Slurm's warning signal, preemption
@@ -36,6 +44,8 @@ struct TaskInfo {
   /// task then saves a checkpoint (on the shared filesystem) and throws, so that its retry
   /// on another worker resumes from it (give it TaskOptions::retries). Live: poll it.
   bool draining() const;
+  /// @brief The cores it holds (TaskOptions::cpus), as CPU ids: `cores`.
+  const std::vector<int>& cpus() const { return cores; }
   /// @brief Seconds until the worker's batch job ends (-1 = no end known).
   long seconds_left() const;
   /// @brief Where this task keeps its checkpoint: `dir` (default: $HERD_CHECKPOINT_DIR, a

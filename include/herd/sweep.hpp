@@ -334,11 +334,13 @@ class Sweep {
   /// Per-trial resources, held on the worker while the trial runs; the workers must offer them
   /// (`--resources cpus=8,memory=32000`, a Slurm pool's gpus/resources).
   Sweep& resource(const std::string& name, double amount);
-  /// resource("cpus", n).
+  /// resource("cpus", n): cores each trial holds, pinned (TaskOptions::cpus); every worker
+  /// offers its own.
   Sweep& cpus(double n) { return resource("cpus", n); }
   /// resource("gpu", n): what a Slurm pool with `.gpus(N)` offers.
   Sweep& gpus(double n) { return resource("gpu", n); }
-  /// resource("memory", megabytes): "512M", "4G", "1T" or a number of megabytes.
+  /// resource("memory", megabytes): "512M", "4G", "1T" or a number of megabytes (every worker
+  /// offers its own; a command trial is killed past it, as TaskOptions::memory).
   Sweep& memory(const std::string& amount);
   /// Extra environment variables for command trials.
   Sweep& env(std::string name, std::string value);

@@ -252,7 +252,7 @@ int sweep_main(const std::vector<std::string>& all_args) {
   app.add_option("--retries", o.retries, "runs again a failed or timed-out trial up to N times")->check(CLI::NonNegativeNumber);
   app.add_option("--results", o.results, "results prefix: PREFIX.csv and PREFIX.jsonl")->capture_default_str();
   app.add_flag("--rerun-failed", o.rerun_failed, "run again trials recorded as failed or timed out");
-  app.add_option("--cpus", o.cpus, "resource cpus=N per trial (workers must offer it)");
+  app.add_option("--cpus", o.cpus, "cores per trial (resource cpus; every worker offers its own, and a trial is pinned to them)");
   app.add_option("--gpus", o.gpus, "resource gpu=N per trial (a Slurm pool's gpus)");
   app.add_option("--memory", o.memory, "resource memory per trial, e.g. 4G (in MB)");
   app.add_option("--resource", o.resources, "NAME=AMOUNT per trial (repeatable)")->allow_extra_args(false);

@@ -52,6 +52,7 @@ protocol::TaskSpec make_spec(const std::string& function, std::vector<char>&& ar
   spec.key = options.key();
   spec.priority = options.priority();
   spec.retries = options.retries();
+  spec.preemptions = options.preemptions();
   spec.resources = options.resources();
   spec.duration_s = options.duration();
   spec.timeout_ms = options.timeout_ms();

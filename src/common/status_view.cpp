@@ -128,7 +128,12 @@ std::string gpus_text(const std::vector<GpuInfo>& gpus) {
 
 std::string resources_text(const std::map<std::string, double>& res) {
   std::string out;
-  for (const auto& [k, v] : res) out += (out.empty() ? "" : ",") + k + "=" + util::format_double(v);
+  for (const auto& [k, v] : res) {
+    // memory counts MiB (TaskOptions::memory): shown as a size.
+    const std::string amount = k == "memory" && v >= 1 ? util::format_bytes(static_cast<std::uint64_t>(v) << 20)
+                                                        : util::format_double(v);
+    out += (out.empty() ? "" : ",") + k + "=" + amount;
+  }
   return out.empty() ? "-" : out;
 }
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "common/env.hpp"
 #include "common/logging.hpp"
 #include "common/util.hpp"
 
@@ -13,7 +14,6 @@
 #include <cuda_runtime_api.h>
 
 #include "gpu/cuda_check.hpp"
-#include "common/env.hpp"
 #endif
 
 namespace herd::gpu {

@@ -216,10 +216,13 @@ struct TaskSpec {
                                             //   crash fails only this task (herd::TaskCrashed)
   std::uint64_t isolated_memory = 0;        // isolated: bytes of address space the child may add
                                             //   to what it inherits (RLIMIT_AS; 0 = no cap)
+  std::uint32_t preemptions = 0;            // times it may be preempted (checkpointable): runs
+                                            //   that fail while their worker drains, counted
+                                            //   apart from retries
   // Fields are only ever appended: msgpack-c leaves a field the sender did not have at its default.
   MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s,
                  gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool, campaign,
-                 isolated, isolated_memory);
+                 isolated, isolated_memory, preemptions);
 };
 
 // The client packs these with protocol::BatchWriter, one spec at a time, and sends a long
@@ -294,8 +297,10 @@ struct TaskResult {
                                          //   ports) did not answer; the holders are alive as far
                                          //   as this worker knows, it could not reach them
   std::vector<DepLocation> not_held;     // missing_input: holders that said they no longer have it
+  bool preempted = false;       // !ok while its worker drained (SIGTERM, walltime, retiring):
+                                //   counted against the task's preemptions, not its retries
   MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input, handed_back, unreachable,
-                 not_held);
+                 not_held, preempted);
 };
 
 /// Results up to this size travel with the completion notice, so the client's gather needs no

@@ -21,6 +21,7 @@
 #include "jobqueue/slurm_job_queue.hpp"
 #include "scheduler/scheduler.hpp"
 #include "common/env.hpp"
+#include "common/allocation.hpp"
 
 namespace herd::detail {
 namespace {
@@ -54,6 +55,21 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     }
   }
   policy.resources = o.resources();
+  // Cores and memory: what each of its workers offers on its own (herd worker reads its
+  // allocation), so that tasks asking for cpus or memory count on the pool before any worker
+  // is up. A local pool's workers see this machine.
+  if (pc.kind == "local") {
+    const allocation::Allocation here = allocation::discover_allocation();
+    policy.resources.try_emplace(allocation::kCpus, here.cpus);
+    if (here.memory > 0) policy.resources.try_emplace(allocation::kMemory, allocation::memory_resource(here.memory));
+  } else {
+    policy.resources.try_emplace(allocation::kCpus, std::max(1, o.cores() / std::max(1, o.processes())));
+    if (policy.memory_per_job > 0) {
+      policy.resources.try_emplace(allocation::kMemory,
+                                   allocation::memory_resource(policy.memory_per_job / std::max(1, o.nodes()) /
+                                                               static_cast<std::uint64_t>(std::max(1, o.processes()))));
+    }
+  }
   // gpus() is per node, shared out among its processes() workers (the job script checks that
   // it divides).
   if (o.gpus() > 0) policy.resources["gpu"] = o.gpus() / std::max(1, o.processes());
@@ -82,6 +98,8 @@ std::unique_ptr<scheduler::Pool> make_pool(const jobqueue::PoolConfig& pc, const
     lp.worker_args = {"--scheduler", address, "--nthreads", std::to_string(policy.slots_per_worker)};
     std::string resources;
     for (const auto& [r, amount] : policy.resources) {
+      // Cores and memory each worker reads on its own (--cpus in its extra arguments wins).
+      if ((r == allocation::kCpus || r == allocation::kMemory) && o.resources().count(r) == 0) continue;
       resources += (resources.empty() ? "" : ",") + r + "=" + std::to_string(amount);
     }
     if (!resources.empty()) lp.worker_args.insert(lp.worker_args.end(), {"--resources", resources});

@@ -409,9 +409,12 @@ std::string SchedulerState::validate() const {
     }
     if (w.seceded.size() >= w.nthreads) return "worker " + w.name + " has no thread slot of its own left";
     std::vector<double> expect = w.offered;
+    std::uint32_t core_tasks = 0;
     for (const auto& [tid, shape] : w.processing) {
       for (const auto& [r, amount] : shapes_[shape].need_ids) expect[r] -= amount;
+      core_tasks += shapes_[shape].holds_cores;
     }
+    if (core_tasks != w.core_tasks) return "worker " + w.name + " counts its tasks holding cores wrong";
     for (std::size_t r = 0; r < expect.size(); ++r) {
       if (std::abs(expect[r] - w.free[r]) > 1e-6) return "worker " + w.name + "'s free resources are off";
     }
@@ -424,7 +427,7 @@ std::string SchedulerState::validate() const {
       if (does != listed) return "worker " + w.name + "'s offered shapes are off";
       if (does && !w.retiring) ++offered_by[s.id];
       const bool take = does && can_take(w, s);
-      const bool open = take && w.processing.size() < w.nthreads;
+      const bool open = take && (slot_tasks(w) < w.nthreads || s.holds_cores);
       const std::int32_t fp = w.free_pos[s.id], op = w.open_pos[s.id];
       if (take != (fp >= 0) || open != (op >= 0)) {
         return "worker " + w.name + " is misfiled in the free lists of shape " + std::to_string(s.id);
@@ -436,7 +439,7 @@ std::string SchedulerState::validate() const {
         return "worker " + w.name + "'s position in an open list is wrong";
       }
     }
-    if ((w.processing.size() > w.nthreads) != (overloaded_.count(id) > 0) || w.overloaded != (overloaded_.count(id) > 0)) {
+    if ((slot_tasks(w) > w.nthreads) != (overloaded_.count(id) > 0) || w.overloaded != (overloaded_.count(id) > 0)) {
       return "worker " + w.name + " is misfiled as overloaded";
     }
   }

@@ -139,6 +139,8 @@ struct WorkerRec {
   std::string name, host, address, job_id, pool;
   std::uint32_t nthreads = 1;               // its thread slots, and one per seceded task
   std::vector<TaskId> seceded;              // processing tasks that gave their slot back (few)
+  std::uint32_t core_tasks = 0;             // processing tasks of shapes that hold cores: they
+                                            //   take cores ("cpus"), not thread slots
   std::map<std::string, double> resources;  // what it offers
   std::vector<double> offered;              // the same, by resource index
   std::vector<double> free;                 // by resource index: offered minus its processing tasks' needs
@@ -252,6 +254,7 @@ struct Shape {
   std::vector<std::string> only;    // worker names, hosts or data ports (sorted; empty = any)
   bool loose = false;               // `only` is a preference (allow_other_workers)
   std::string pool;                 // only workers of this pool ("" = any)
+  bool holds_cores = false;         // needs "cpus": its tasks hold cores, not a thread slot
 };
 
 /// A gang: N tasks placed together on N distinct workers, their results held back until every
@@ -471,6 +474,8 @@ class SchedulerState {
   void refresh_all();
   void push_ready(const Task& t);
   std::size_t capacity(const WorkerRec& w) const;
+  /// Its processing tasks that hold a thread slot (those that hold cores do not).
+  static std::size_t slot_tasks(const WorkerRec& w) { return w.processing.size() - w.core_tasks; }
   /// Expected run time of `t` (its function's moving average, microseconds); < 0 = unknown.
   double expected_us(const Task& t) const {
     return t.function < function_us_.size() ? function_us_[t.function] : -1;

@@ -53,7 +53,7 @@ void SchedulerState::gang_member_added(const protocol::TaskSpec& spec) {
     g.reported.assign(g.size, false);
     g.done.resize(g.size);
     g.joins.resize(g.size);
-    g.retries_left = spec.retries;
+    g.retries_left = spec.retries + spec.preemptions;  // a gang keeps one budget for both
   }
   if (bad.empty() && g.members[spec.gang_rank] != 0) bad = "rank " + std::to_string(spec.gang_rank) + " submitted twice";
   if (!bad.empty() || g.error) {
@@ -147,7 +147,7 @@ SchedulerState::GangPlacement SchedulerState::place_gang(Gang& g, const Now& now
     if (w.retiring || w.suspect != 0 || w.reserved_for != 0) return false;
     if (w.reserved_gang != 0 && w.reserved_gang != g.id) return false;
     if (w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9) return false;
-    if (w.processing.size() >= w.nthreads || !fits_time(w, first)) return false;
+    if ((!s.holds_cores && slot_tasks(w) >= w.nthreads) || !fits_time(w, first)) return false;
     for (const auto& [r, amount] : s.need_ids) {
       if (w.free[r] + 1e-9 < amount) return false;
     }

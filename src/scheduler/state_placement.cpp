@@ -51,6 +51,7 @@ std::uint16_t SchedulerState::shape_of(const std::map<std::string, double>& reso
   s.only = only;
   s.pool = pool;
   s.loose = loose;
+  s.holds_cores = need.count("cpus") != 0;
   for (const auto& [name, amount] : need) {
     auto [it, added] = resource_index_.try_emplace(name, static_cast<std::uint16_t>(resource_index_.size()));
     if (added) {
@@ -116,7 +117,8 @@ bool SchedulerState::available(const WorkerRec& w) const {
 std::size_t SchedulerState::capacity(const WorkerRec& w) const { return w.nthreads * (1 + extra_per_slot_); }
 
 bool SchedulerState::can_take(const WorkerRec& w, const Shape& s) const {
-  if (!available(w) || w.processing.size() >= capacity(w)) return false;
+  // A task that holds cores is capped by the worker's free cores (below), not its slots.
+  if (!available(w) || (!s.holds_cores && slot_tasks(w) >= capacity(w))) return false;
   for (const auto& [r, amount] : s.need_ids) {
     if (w.free[r] + kEps < amount) return false;
   }
@@ -140,14 +142,14 @@ void list_set(std::vector<WorkerId>& list, std::vector<std::int32_t>& pos, std::
 }
 
 void SchedulerState::refresh(WorkerRec& w) {
-  const bool idle_thread = w.processing.size() < w.nthreads;
+  const bool idle_thread = slot_tasks(w) < w.nthreads;
   for (std::uint16_t sid : w.shapes) {
     Shape& s = shapes_[sid];
     const bool take = can_take(w, s);
     list_set(s.free, w.free_pos, sid, w.id, take, workers_, &WorkerRec::free_pos);
-    list_set(s.open, w.open_pos, sid, w.id, take && idle_thread, workers_, &WorkerRec::open_pos);
+    list_set(s.open, w.open_pos, sid, w.id, take && (idle_thread || s.holds_cores), workers_, &WorkerRec::open_pos);
   }
-  const bool overloaded = w.processing.size() > w.nthreads;
+  const bool overloaded = slot_tasks(w) > w.nthreads;
   if (overloaded != w.overloaded) {
     w.overloaded = overloaded;
     if (overloaded) overloaded_.insert(w.id);
@@ -348,6 +350,7 @@ protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   if (w.processing.empty()) w.progressed = last_now_;  // its queue starts moving now
   w.nothing_to_steal = false;                          // steal() looks at its queue again
   w.processing.emplace(t.id, t.shape);
+  if (shapes_[t.shape].holds_cores) ++w.core_tasks;
   w.order.push_back(t.id);
   if (w.order.size() > 4 * capacity(w) + 64) {
     // Forget answered ids, so the order stays about as long as the queue.
@@ -523,7 +526,7 @@ void SchedulerState::steal(const Now& now) {
     const bool stalled = now.mono - v.progressed > kStalled;
     if (!stalled && v.nothing_to_steal) continue;  // no new task since it offered nothing
     bool offered = false;
-    std::size_t excess = v.processing.size() - v.nthreads;
+    std::size_t excess = slot_tasks(v) - v.nthreads;
     for (auto it = v.order.rbegin(); it != v.order.rend() && excess > 0; ++it) {
       if (!v.processing.count(*it)) continue;
       Task* t = graph_.find(*it);
@@ -541,7 +544,7 @@ void SchedulerState::steal(const Now& now) {
   }
   if (!any) return;
   for (WorkerRec* thief : thieves) {
-    std::size_t want = thief->nthreads - std::min<std::size_t>(thief->nthreads, thief->processing.size());
+    std::size_t want = thief->nthreads - std::min<std::size_t>(thief->nthreads, slot_tasks(*thief));
     for (std::uint16_t sid : thief->shapes) {
       if (want == 0) break;
       if (thief->free_pos[sid] < 0) continue;  // it cannot take this shape now

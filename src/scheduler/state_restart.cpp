@@ -57,6 +57,7 @@ SchedulerState::Restarted SchedulerState::restart(const std::string& why) {
       for (const auto& [res, amount] : shapes_[shape].need_ids) w.free[res] += amount;
     }
     w.processing.clear();
+    w.core_tasks = 0;
     w.seceded.clear();  // its tasks are gone (the worker leaves below)
     w.has.clear();
     w.order.clear();

@@ -162,6 +162,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
     if (!r.handed_back) w.progressed = now.mono;  // its queue moved (not: tasks asked back)
     if (auto p = w.processing.find(r.id); p != w.processing.end()) {
       for (const auto& [res, amount] : shapes_[p->second].need_ids) w.free[res] += amount;
+      if (shapes_[p->second].holds_cores) --w.core_tasks;
       w.processing.erase(p);
       if (!w.seceded.empty() && std::erase(w.seceded, r.id) > 0) {
         --w.nthreads;  // the thread it ran on ends with it
@@ -209,7 +210,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
       scatter_source_unreachable(*t, r.error.message);
     } else {
       r.error.worker = w.name;
-      graph_.failed(r.id, std::move(r.error), fx_);
+      graph_.failed(r.id, std::move(r.error), fx_, r.preempted);
     }
   }
   if (w.processing.empty()) w.idle_since = now.mono;

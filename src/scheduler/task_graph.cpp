@@ -112,6 +112,7 @@ void TaskGraph::erase(Task& t) {
   if (t.deaths > 0) death_workers_.erase(t.id);
   if (t.named) keys_.erase(t.id);
   if (t.isolated) isolated_memory_.erase(t.id);
+  if (!budgets_.empty()) budgets_.erase(t.id);
   count_in(t, -1);
   tasks_.erase(t.id);
 }
@@ -141,6 +142,9 @@ void TaskGraph::add(const protocol::TaskSpec& spec, std::uint32_t client, std::u
   t.timeout_ms = spec.timeout_ms;
   t.isolated = spec.isolated;
   if (spec.isolated && spec.isolated_memory > 0) isolated_memory_[t.id] = spec.isolated_memory;
+  if (spec.preemptions > 0 && spec.gang == 0) {
+    budgets_[t.id] = {spec.preemptions, spec.preemptions, 0, spec.retries, 0};
+  }
   t.seq = next_seq_++;
   for (const auto& r : spec.refs) {
     if (std::find(t.deps.begin(), t.deps.end(), r.id) == t.deps.end()) t.deps.push_back(r.id);
@@ -302,9 +306,36 @@ void TaskGraph::became_memory(Task& t, Effects& fx) {
   if (!t.wanted && t.waiters == 0) maybe_forget(t, fx);
 }
 
-bool TaskGraph::failed(TaskId id, protocol::ErrorInfo error, Effects& fx) {
+bool TaskGraph::failed(TaskId id, protocol::ErrorInfo error, Effects& fx, bool preempted) {
   Task* t = find(id);
   if (t == nullptr || t->status != TaskStatus::processing) return false;
+  if (auto b = budgets_.empty() ? budgets_.end() : budgets_.find(id); b != budgets_.end()) {
+    // A checkpointable task: preemptions and failures each spend their own budget.
+    Budget& g = b->second;
+    const auto times = [](std::uint32_t n) { return std::to_string(n) + (n == 1 ? " time" : " times"); };
+    if (preempted) {
+      ++g.preempted;
+      if (g.preemptions_left > 0) {
+        --g.preemptions_left;
+        make_runnable(*t, fx);
+        return true;
+      }
+      error.message += " [preempted " + times(g.preempted) + ": its preemption budget, checkpointable(" +
+                       std::to_string(g.preemptions) + "), is spent]";
+    } else {
+      ++g.failures;
+      if (t->retries_left > 0) {
+        --t->retries_left;
+        make_runnable(*t, fx);
+        return true;
+      }
+      error.message += " [failed " + times(g.failures) + ": its retries, retries(" + std::to_string(g.retries) +
+                       "), are spent; preemptions (checkpointable(" + std::to_string(g.preemptions) +
+                       ")) do not count failures]";
+    }
+    fail_with(*t, error, TaskStatus::erred, fx);
+    return false;
+  }
   if (t->retries_left > 0) {
     --t->retries_left;
     make_runnable(*t, fx);
@@ -565,6 +596,7 @@ void TaskGraph::clear() {
   death_workers_.clear();
   keys_.clear();
   isolated_memory_.clear();
+  budgets_.clear();
   forget_work_.clear();
   ensure_stack_.clear();
 }

@@ -124,8 +124,9 @@ class TaskGraph {
   void started(TaskId id, std::uint32_t worker);
   void finished(TaskId id, std::uint32_t worker, std::uint64_t nbytes, Effects& fx);
   /// The task raised; retries it if it has retries left (returns true), else fails it and
-  /// everything downstream.
-  bool failed(TaskId id, protocol::ErrorInfo error, Effects& fx);
+  /// everything downstream. `preempted`: it failed while its worker drained; a checkpointable
+  /// task spends its preemptions then, not its retries, and the error says which ran out.
+  bool failed(TaskId id, protocol::ErrorInfo error, Effects& fx, bool preempted = false);
   /// The worker could not get an input: back to ready / waiting, inputs recomputed if lost.
   void input_missing(TaskId id, Effects& fx);
   /// `worker` now also holds `id` (it fetched it for a task).
@@ -207,6 +208,12 @@ class TaskGraph {
   std::unordered_map<TaskId, std::string> keys_;  // user keys of the tasks that have one (Task::named)
   // Memory caps of the isolated tasks that have one: rare, so out of the 200-byte record.
   std::unordered_map<TaskId, std::uint64_t> isolated_memory_;
+  // Checkpointable tasks (TaskSpec::preemptions > 0): their two budgets, apart (few tasks).
+  struct Budget {
+    std::uint32_t preemptions = 0, preemptions_left = 0, preempted = 0;
+    std::uint32_t retries = 0, failures = 0;
+  };
+  std::unordered_map<TaskId, Budget> budgets_;
   std::vector<std::string> functions_;
   std::unordered_map<std::string, std::uint32_t> function_index_;
   std::uint32_t last_function_ = ~0u;  // intern_function's last answer

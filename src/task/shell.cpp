@@ -26,7 +26,12 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "herd/error.hpp"
+#include "herd/remote.hpp"
 #include "herd/shell.hpp"
 #include "task/log_capture.hpp"
 #include "task/this_task.hpp"
@@ -137,6 +142,35 @@ struct DieWithParent : bp::extend::handler {
   }
 };
 
+/// Resident bytes of every process in group `pgid` (the command and what it started), but the
+/// guardian that leads it (pid `pgid`: a fork of the worker, whose pages it shares).
+std::uint64_t group_rss(pid_t pgid) {
+  std::uint64_t pages = 0;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || name[0] < '0' || name[0] > '9') continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    // pid (comm) state ppid pgrp ...: after the last ')', field 3 on is space-separated.
+    const auto close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 2));
+    std::string f;
+    long pgrp = 0;
+    unsigned long long rss = 0;
+    for (int i = 3; i <= 24 && (fields >> f); ++i) {
+      if (i == 5) pgrp = std::atol(f.c_str());
+      if (i == 24) rss = std::strtoull(f.c_str(), nullptr, 10);
+    }
+    if (pgrp == pgid && std::atol(name.c_str()) != pgid) pages += rss;
+  }
+  return pages * static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+std::string mib(std::uint64_t bytes) { return std::to_string((bytes + (1u << 20) - 1) >> 20) + " MiB"; }
+
 }  // namespace
 
 ShellResult shell(ShellCommand command) {
@@ -149,6 +183,15 @@ ShellResult shell(ShellCommand command) {
   bp::environment env = boost::this_process::environment();
   env.erase("HERD_ROLE");
   env.erase("HERD_ROLE_ARGS");
+  // Inside a task that holds cores (TaskOptions::cpus): the command's threads fit them (its
+  // processes run on them already: they inherit the task's mask).
+  const TaskInfo& me = this_task();
+  if (!me.cores.empty()) {
+    for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) {
+      env[name] = std::to_string(me.cores.size());
+    }
+  }
+  const std::uint64_t memory_limit = me.memory;
   for (const auto& [k, v] : command.env) env[k] = v;
   std::vector<std::string> args = command.argv;
   std::string exe;
@@ -185,15 +228,26 @@ ShellResult shell(ShellCommand command) {
   // The worker may stop waiting for this task (its time limit, cancel(force)): then the
   // command's whole group is killed too.
   const std::shared_ptr<std::atomic<bool>> abandoned = detail::current_abandoned();
-  if (command.timeout_s > 0 || abandoned) {
+  // Its memory (TaskOptions::memory): the group's resident memory, sampled every 50 ms; past the
+  // limit the whole group is killed.
+  std::uint64_t over_memory = 0;
+  auto within_memory = [&] {
+    if (memory_limit == 0) return true;
+    const std::uint64_t rss = group_rss(static_cast<pid_t>(child.id()));
+    if (rss <= memory_limit) return true;
+    over_memory = rss;
+    return false;
+  };
+  if (command.timeout_s > 0 || abandoned || memory_limit > 0) {
     const auto deadline = command.timeout_s > 0 ? start + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
                                                               std::chrono::duration<double>(command.timeout_s))
                                                 : std::chrono::steady_clock::time_point::max();
-    while (!io.stopped() && std::chrono::steady_clock::now() < deadline && !(abandoned && abandoned->load())) {
+    while (!io.stopped() && std::chrono::steady_clock::now() < deadline && !(abandoned && abandoned->load()) &&
+           within_memory()) {
       io.run_for(std::chrono::milliseconds(50));
     }
     if (!io.stopped() && child.running()) {
-      result.timed_out = !(abandoned && abandoned->load());
+      result.timed_out = !(abandoned && abandoned->load()) && over_memory == 0;
       group.terminate();
     }
     io.run();
@@ -206,6 +260,10 @@ ShellResult shell(ShellCommand command) {
   result.stdout_tail = out_tail.take();
   result.stderr_tail = err_tail.take();
   result.wall_time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (over_memory > 0) {
+    throw MemoryLimitExceeded("the command's processes reached " + mib(over_memory) + " resident, over the task's memory "
+                              "limit of " + mib(memory_limit) + " (TaskOptions::memory; sampled every 50 ms): killed");
+  }
   return result;
 }
 

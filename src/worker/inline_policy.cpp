@@ -57,7 +57,8 @@ bool InlinePolicy::barred(const std::string& function) const {
 bool InlinePolicy::take(const std::vector<Run>& runs) {
   if (runs.size() != 1 || !enabled() || inlined_this_turn_) return false;
   const Run& r = runs.front();
-  if (r.task.timeout_ms > 0 || r.task.isolated || r.task.gang != 0 || !r.devices.empty()) return false;
+  if (r.task.timeout_ms > 0 || r.task.isolated || r.task.gang != 0 || !r.devices.empty() ||
+      r.task.resources.count("cpus") != 0) return false;  // pinned to cores of its own: an executor
   if (!eligible(r.task.function)) return false;
   inlined_this_turn_ = true;
   return true;

@@ -24,6 +24,7 @@
 #include "task/log_capture.hpp"
 #include "worker/worker_internal.hpp"
 #include "common/env.hpp"
+#include "common/allocation.hpp"
 
 namespace herd::worker {
 
@@ -92,6 +93,34 @@ Worker::Worker(WorkerOptions options)
   }
   if (const char* before = env::get(env::Var::retire_before_s)) retire_before_s_ = std::atoll(before);
   detail::set_worker_end_time(end_time_);
+  // Cores and memory it offers (resources "cpus" and "memory", in MiB), from its allocation
+  // unless given (--cpus, --memory-limit, --resources); tasks asking for cpus get cores of its
+  // mask of their own (pinning).
+  {
+    const char* p = env::get(env::Var::processes_per_node);
+    const char* index = env::get(env::Var::worker_index);
+    const std::uint32_t share = p != nullptr && std::atoi(p) > 1 ? static_cast<std::uint32_t>(std::atoi(p)) : 1;
+    const allocation::Allocation a =
+        allocation::discover_allocation(share, index != nullptr ? static_cast<std::uint32_t>(std::atoi(index)) : 0);
+    const std::uint32_t cpus = options_.cpus > 0 ? options_.cpus : a.cpus;
+    if (options_.resources.count(allocation::kCpus) == 0) options_.resources[allocation::kCpus] = cpus;
+    const auto offered = static_cast<std::size_t>(std::max(0.0, options_.resources[allocation::kCpus]));
+    if (offered <= a.cpuset.size()) {
+      cores_.assign(a.cpuset.begin(), a.cpuset.begin() + static_cast<std::ptrdiff_t>(offered));
+    } else {
+      HERD_LOG(warning) << "worker offers " << offered << " cpus but may run on " << a.cpuset.size() << " ("
+                        << allocation::format_cpu_list(a.cpuset) << "): tasks are not pinned";
+    }
+    if (options_.resources.count(allocation::kMemory) == 0) {
+      const std::uint64_t bytes = options_.memory_limit > 0 ? options_.memory_limit : a.memory;
+      if (bytes > 0) options_.resources[allocation::kMemory] = allocation::memory_resource(bytes);
+    }
+    const auto mem = options_.resources.find(allocation::kMemory);
+    HERD_LOG(info) << "offers " << options_.resources[allocation::kCpus] << " cpus (" << a.cpus_from << "), pinning to "
+                   << (cores_.empty() ? std::string("none") : allocation::format_cpu_list(cores_)) << "; memory "
+                   << (mem == options_.resources.end() ? 0.0 : mem->second) << " MiB ("
+                   << (options_.memory_limit > 0 ? std::string("--memory-limit") : a.memory_from) << ")";
+  }
   // Under Slurm, stay below the job's memory (the cgroup would kill us without a word).
   if (options_.memory_limit == 0) {
     if (const char* mb = env::get("SLURM_MEM_PER_NODE"); mb != nullptr && std::atoll(mb) > 0) {
@@ -151,6 +180,7 @@ Worker::Worker(WorkerOptions options)
   so.nthreads = options_.nthreads;
   so.resources = options_.resources;
   so.gpus = gpus_.size();
+  so.cores = cores_;
   state_ = std::make_unique<WorkerState>(so);
   fetcher_ = std::make_unique<net::DataClient>(context_, auth_, std::chrono::milliseconds(options_.config.timeout_ms));
   fetcher_->take_lanes(options_.config.data_lanes != 0);
@@ -268,7 +298,9 @@ int Worker::run() {
   hooks->secede = [this](std::uint64_t id) { secede_task(id); };
   hooks->rejoin = [this](std::uint64_t id) { rejoin_task(id); };
   detail::set_worker_hooks(std::move(hooks));
-  for (std::size_t i = 0; i < options_.nthreads; ++i) executors_.emplace_back([this] { executor_loop(); });
+  // A thread per slot, and one per core: tasks that hold cores hold no slot (WorkerState).
+  const std::size_t core_threads = static_cast<std::size_t>(state_->core_task_limit());
+  for (std::size_t i = 0; i < options_.nthreads + core_threads; ++i) executors_.emplace_back([this] { executor_loop(); });
   if (options_.memory_limit > 0) {
     monitor_ = std::thread([this] { memory_monitor(); });
     monitor_.detach();  // the process leaves with _exit; nothing to join

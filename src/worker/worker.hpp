@@ -42,6 +42,7 @@ struct WorkerOptions {
   std::string scheduler;                    // scheduler address, e.g. tcp://127.0.0.1:40000
   std::string name;                         // "" = host:pid
   std::uint32_t nthreads = 1;               // task slots
+  std::uint32_t cpus = 0;                   // cores it offers (resource "cpus"; 0 = its allocation's)
   std::map<std::string, double> resources;  // custom resources it offers
   std::string listen_host;                  // host/address (or interface) every listener binds
                                             //   ("" = the one that routes to the scheduler)
@@ -81,7 +82,8 @@ class Worker {
   bool abandon(protocol::TaskId id, protocol::ErrorInfo error);
   void check_deadlines(Clock::time_point now);
   /// `child`: for an isolated task (TaskOptions::isolated), the child process it runs in.
-  Completion execute(const protocol::ExecuteTask& task, const std::vector<int>& devices, IsolatedChild* child);
+  Completion execute(const protocol::ExecuteTask& task, const std::vector<int>& devices, IsolatedChild* child,
+                     const std::vector<int>& cores = {});
   /// An isolated task's outcome as its completion (TaskCrashed for a child that died).
   void isolated_completion(const protocol::ExecuteTask& task, IsolatedOutcome& o, Completion& c);
   /// Joins executor threads that ended (seceded or abandoned tasks'); run_mu_ held.
@@ -161,6 +163,7 @@ class Worker {
   std::deque<Run> handoff_;
   bool stopping_ = false;
   std::vector<gpu::Device> gpus_;    // devices this worker may use
+  std::vector<int> cores_;           // CPU ids of its mask it pins tasks to (empty: no pinning)
   std::atomic<std::uint64_t> over_limit_rss_{0};     // set by the monitor: RSS past the limit
   std::atomic<bool> pause_{false};                   // set by the monitor: past the pause share
   std::mutex pause_mu_;

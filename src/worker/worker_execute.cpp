@@ -6,6 +6,12 @@
 
 #include <cxxabi.h>
 #include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+
+#include <cmath>
+#include <cstring>
+#include <cstdlib>
 
 #include <typeinfo>
 
@@ -38,9 +44,40 @@ bool substitute(msgpack::object& args, const protocol::ArgRef& ref, const msgpac
   slot.via.array.ptr[ref.elem] = value;
   return true;
 }
+/// Pins the calling thread to `cores` for one task and gives it its mask back afterwards.
+class Pinning {
+ public:
+  explicit Pinning(const std::vector<int>& cores) {
+    if (cores.empty()) return;
+    if (::pthread_getaffinity_np(::pthread_self(), sizeof before_, &before_) != 0) return;
+    cpu_set_t mask;
+    CPU_ZERO(&mask);
+    for (int c : cores) CPU_SET(c, &mask);
+    const int rc = ::pthread_setaffinity_np(::pthread_self(), sizeof mask, &mask);
+    if (rc != 0) HERD_LOG(warning) << "cannot pin a task to its cores: " << std::strerror(rc);
+    pinned_ = rc == 0;
+  }
+  ~Pinning() {
+    if (pinned_) (void)::pthread_setaffinity_np(::pthread_self(), sizeof before_, &before_);
+  }
+  Pinning(const Pinning&) = delete;
+  Pinning& operator=(const Pinning&) = delete;
+
+ private:
+  cpu_set_t before_{};
+  bool pinned_ = false;
+};
+
+/// In an isolated child: the usual threading libraries use the task's cores, no more.
+void set_thread_counts(std::size_t n) {
+  if (n == 0) return;
+  const std::string v = std::to_string(n);
+  for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) ::setenv(name, v.c_str(), 1);
+}
 }  // namespace
 
-Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices, IsolatedChild* child) {
+Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices, IsolatedChild* child,
+                           const std::vector<int>& cores) {
   Completion c;
   c.id = task.id;
   // What the task may know about itself: its GPUs (with a stream of its own) and its gang.
@@ -50,6 +87,14 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   info.results_held = store_.size();
   info.result_bytes_held = store_.bytes();
   for (int d : devices) info.gpus.push_back(gpus_[static_cast<std::size_t>(d)].ordinal);
+  info.cores = cores;
+  std::uint64_t task_memory = 0;  // bytes it asked for (the resource "memory" counts MiB)
+  if (auto m = task.resources.find("memory"); m != task.resources.end() && m->second > 0) {
+    task_memory = static_cast<std::uint64_t>(std::ceil(m->second)) << 20;
+  }
+  info.memory = task_memory;
+  // Its thread runs on its cores (an isolated child and a shell command inherit the mask).
+  const Pinning pinning(cores);
   collective::GangTicket ticket;
   std::shared_ptr<collective::GangSession> session;
   if (task.gang != 0) {
@@ -129,8 +174,15 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
     detail::current_task() = std::move(info);
     if (child != nullptr) {
       // In a child process (it sees this_task() as set above, and its copy of `args`).
-      IsolatedOutcome o = run_isolated([&](msgpack::sbuffer& out) { entry->invoke(args, out); },
-                                       task.isolated_memory, *child);
+      // Its memory, when it asked for some, is the child's cap (RLIMIT_AS beyond what it
+      // inherits), as isolated_memory's.
+      const std::uint64_t cap = task.isolated_memory > 0 ? task.isolated_memory : task_memory;
+      IsolatedOutcome o = run_isolated(
+          [&](msgpack::sbuffer& out) {
+            set_thread_counts(cores.size());
+            entry->invoke(args, out);
+          },
+          cap, *child);
       detail::current_task() = TaskInfo{};
       isolated_completion(task, o, c);
     } else {
@@ -159,6 +211,9 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   }
   c.duration_us = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
+  // A run that failed while its worker drains (SIGTERM, walltime, retiring) was preempted: a
+  // checkpointable task counts it apart from its retries.
+  if (!c.ok && TaskInfo{}.draining()) c.preempted = true;
   // Before the scheduler can hear of it; not when the worker stopped waiting for it (reported
   // failed: nobody will free it).
   if (c.ok && !(detail::current_abandoned() && detail::current_abandoned()->load())) {
@@ -188,6 +243,12 @@ void Worker::isolated_completion(const protocol::ExecuteTask& task, IsolatedOutc
       if (c.error.type == "std::bad_alloc" && task.isolated_memory > 0) {
         c.error.message += " (an isolated task may map " + util::format_bytes(task.isolated_memory) +
                            " beyond the worker's memory: TaskOptions::isolated_memory)";
+      } else if (c.error.type == "std::bad_alloc" && task.resources.count("memory") != 0) {
+        // Its limit (RLIMIT_AS, TaskOptions::memory) refused an allocation.
+        const auto limit = static_cast<std::uint64_t>(std::ceil(task.resources.at("memory"))) << 20;
+        c.error.type = "herd::MemoryLimitExceeded";
+        c.error.message = "isolated task " + task.key + " reached its memory limit of " + util::format_bytes(limit) +
+                          " (TaskOptions::memory, enforced as RLIMIT_AS on its child process): " + c.error.message;
       }
       return;
     case Kind::died:

@@ -23,6 +23,11 @@ int worker_main(const std::vector<std::string>& args) {
       ->required();
   app.add_option("--nthreads", options.nthreads, "task slots (threads)")
       ->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--cpus", options.cpus,
+                 "cores it offers (the resource cpus; default: its allocation: Slurm's cores and cgroup "
+                 "cpuset on this node, else its affinity mask); tasks that ask for cpus are pinned to "
+                 "cores of its mask")
+      ->check(CLI::PositiveNumber);
   app.add_option("--name", options.name, "worker name (default: host:pid)");
   app.add_option("--resources", resources, "custom resources it offers, e.g. gpu=2 (repeatable)")
       ->delimiter(',');
@@ -30,7 +35,8 @@ int worker_main(const std::vector<std::string>& args) {
   std::string memory_limit;
   app.add_option("--memory-limit", memory_limit,
                  "resident memory at which the running task fails and the worker leaves, e.g. 4G "
-                 "(default: 95% of Slurm's job memory, else none); results spill to disk past "
+                 "(default: 95% of Slurm's job memory, else none), and the memory it offers (the resource "
+                 "memory, in MiB; default: its allocation's: Slurm's, the cgroup's memory.max, the machine's); results spill to disk past "
                  "HERD_MEMORY_TARGET_PERCENT / HERD_MEMORY_SPILL_PERCENT of it, new tasks pause past "
                  "HERD_MEMORY_PAUSE_PERCENT");
   if (const char* d = env::get(env::Var::local_directory)) options.local_directory = d;

@@ -20,6 +20,46 @@ WorkerState::WorkerState(WorkerStateOptions options) : options_(std::move(option
   options_.nthreads = std::max<std::uint32_t>(1, options_.nthreads);
   free_resources_ = options_.resources;
   gpu_free_.assign(options_.gpus, 1.0);
+  core_free_.assign(options_.cores.size(), true);
+}
+
+namespace {
+bool asks_cores(const protocol::ExecuteTask& t) {
+  if (t.resources.empty()) return false;
+  auto c = t.resources.find("cpus");
+  return c != t.resources.end() && c->second > 0;
+}
+}  // namespace
+
+std::size_t WorkerState::core_task_limit() const {
+  auto it = options_.resources.find("cpus");
+  return it == options_.resources.end() || it->second < 1 ? 0 : static_cast<std::size_t>(it->second + kEps);
+}
+
+std::vector<int> WorkerState::free_cores() const {
+  std::vector<int> out;
+  for (std::size_t i = 0; i < core_free_.size(); ++i) {
+    if (core_free_[i]) out.push_back(options_.cores[i]);
+  }
+  return out;
+}
+
+std::vector<std::size_t> WorkerState::pick_cores(double need) const {
+  // The lowest free ones: a task's cores stay together when the others' do.
+  std::vector<std::size_t> out;
+  const auto n = static_cast<std::size_t>(std::ceil(need - kEps));
+  for (std::size_t i = 0; i < core_free_.size() && out.size() < n; ++i) {
+    if (core_free_[i]) out.push_back(i);
+  }
+  if (out.size() < n) out.clear();
+  return out;
+}
+
+void WorkerState::release(const Running& r) {
+  for (const auto& [name, amount] : r.resources) free_resources_[name] += amount;
+  for (int d : r.devices) gpu_free_[static_cast<std::size_t>(d)] += r.gpu_share;
+  for (std::size_t c : r.cores) core_free_[c] = true;
+  if (r.holds_cores) --core_tasks_;
 }
 
 // ---- from the scheduler --------------------------------------------------------------------
@@ -62,6 +102,7 @@ void WorkerState::cancel(const std::vector<TaskId>& ids) {
     }
     auto it = std::find_if(ready_.begin(), ready_.end(), [id](const auto& t) { return t.id == id; });
     if (it != ready_.end()) {
+      ready_cores_ -= asks_cores(*it);
       ready_.erase(it);
       hand_back(id);
     }
@@ -76,8 +117,7 @@ bool WorkerState::abandon(TaskId id, protocol::ErrorInfo error) {
     cancel({id});
     return false;
   }
-  for (const auto& [r, amount] : it->second.resources) free_resources_[r] += amount;
-  for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
+  release(it->second);
   forget_seceded(it->first, it->second);
   running_.erase(it);
   protocol::TaskResult r;
@@ -271,6 +311,7 @@ void WorkerState::input_unavailable(TaskId dep) {
 
 void WorkerState::make_ready(protocol::ExecuteTask&& task) {
   // A gang member goes first: the other ranks are waiting for it.
+  ready_cores_ += asks_cores(task);
   if (task.gang != 0) ready_.push_front(std::move(task));
   else ready_.push_back(std::move(task));
 }
@@ -306,7 +347,8 @@ void WorkerState::pause(bool on) {
 bool WorkerState::secede(TaskId id) {
   auto it = running_.find(id);
   if (it == running_.end()) return false;
-  if (!it->second.seceded) {
+  // A task holding cores holds no slot: nothing to give back.
+  if (!it->second.seceded && !it->second.holds_cores) {
     it->second.seceded = true;
     ++seceded_;
     out_.seceded.push_back(id);
@@ -347,8 +389,15 @@ void WorkerState::forget_seceded(TaskId id, const Running& r) {
 void WorkerState::start_ready() {
   grant_rejoins();
   if (paused_) return;
-  while (slots_used() < options_.nthreads && !ready_.empty()) {
+  while (!ready_.empty()) {
+    // A task that asks for cpus holds cores, not a thread slot: its cores cap it. Nothing can
+    // start: no scan of what is ready.
+    const bool slot = slots_used() < options_.nthreads;
+    if (!slot && (ready_cores_ == 0 || core_tasks_ >= core_task_limit())) return;
     auto fits = [&](const protocol::ExecuteTask& t) {
+      const bool cores = asks_cores(t);
+      if (cores ? core_tasks_ >= core_task_limit() : !slot) return false;
+      if (cores && !core_free_.empty() && pick_cores(t.resources.at("cpus")).empty()) return false;
       for (const auto& [r, amount] : t.resources) {
         auto have = free_resources_.find(r);
         if (have == free_resources_.end() || have->second + kEps < amount) return false;
@@ -359,6 +408,7 @@ void WorkerState::start_ready() {
     auto it = std::find_if(ready_.begin(), ready_.end(), fits);
     if (it == ready_.end()) return;  // what is ready waits for resources a running task holds
     Run run;
+    ready_cores_ -= asks_cores(*it);
     run.task = std::move(*it);
     ready_.erase(it);
     Running held;
@@ -372,6 +422,17 @@ void WorkerState::start_ready() {
       held.gpu_share = std::min(1.0, g->second);
       for (int d : run.devices) gpu_free_[static_cast<std::size_t>(d)] -= held.gpu_share;
     }
+    if (auto c = run.task.resources.find("cpus"); c != run.task.resources.end() && c->second > 0) {
+      held.holds_cores = true;
+      ++core_tasks_;
+      if (!core_free_.empty()) {
+        held.cores = pick_cores(c->second);
+        for (std::size_t i : held.cores) {
+          core_free_[i] = false;
+          run.cores.push_back(options_.cores[i]);
+        }
+      }
+    }
     running_.emplace(run.task.id, std::move(held));
     out_.run.push_back(std::move(run));
   }
@@ -381,8 +442,7 @@ void WorkerState::finished(Completion c) {
   auto it = running_.find(c.id);
   bool full_result = false;
   if (it != running_.end()) {
-    for (const auto& [r, amount] : it->second.resources) free_resources_[r] += amount;
-    for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
+    release(it->second);
     full_result = it->second.full_result;
     forget_seceded(it->first, it->second);
     running_.erase(it);
@@ -405,6 +465,7 @@ void WorkerState::finished(Completion c) {
     }
   } else {
     r.error = std::move(c.error);
+    r.preempted = c.preempted && !c.missing_input;
   }
   out_.results.push_back(std::move(r));
   start_ready();
@@ -414,8 +475,7 @@ void WorkerState::finished(Completion c) {
 void WorkerState::not_started(TaskId id) {
   auto it = running_.find(id);
   if (it == running_.end()) return;
-  for (const auto& [r, amount] : it->second.resources) free_resources_[r] += amount;
-  for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
+  release(it->second);
   running_.erase(it);
   hand_back(id);
 }
@@ -426,10 +486,12 @@ void WorkerState::over_memory(const std::string& why) {
     r.id = id;
     r.error = {"herd::MemoryLimitExceeded", "task " + held.key + " was running when " + why, held.key, options_.name};
     out_.results.push_back(std::move(r));
+    release(held);
   }
   running_.clear();
   for (const auto& t : ready_) hand_back(t.id);
   ready_.clear();
+  ready_cores_ = 0;
   for (const auto& [id, p] : pending_) hand_back(id);
   pending_.clear();
   wanted_.clear();
@@ -457,7 +519,27 @@ void WorkerState::check() const {
 }
 
 std::string WorkerState::validate() const {
-  if (slots_used() > options_.nthreads) return "more tasks holding slots than threads";
+  std::size_t holding = 0;
+  std::vector<bool> cores_taken(options_.cores.size(), false);
+  for (const auto& [id, r] : running_) {
+    holding += r.holds_cores;
+    if (r.holds_cores && r.seceded) return "task " + r.key + " holds cores and seceded";
+    for (std::size_t c : r.cores) {
+      if (c >= cores_taken.size() || cores_taken[c]) return "core " + std::to_string(c) + " is held twice";
+      cores_taken[c] = true;
+    }
+  }
+  if (holding != core_tasks_) return "core task count is off";
+  std::size_t ready_cores = 0;
+  for (const auto& t : ready_) ready_cores += asks_cores(t);
+  if (ready_cores != ready_cores_) return "ready core task count is off";
+  if (core_tasks_ > core_task_limit()) return "more tasks holding cores than cores";
+  for (std::size_t c = 0; c < cores_taken.size(); ++c) {
+    if (cores_taken[c] == core_free_[c]) return "core " + std::to_string(c) + " accounting is off";
+  }
+  if (running_.size() < seceded_ + core_tasks_ || slots_used() > options_.nthreads) {
+    return "more tasks holding slots than threads";
+  }
   std::size_t seceded = 0;
   for (const auto& [id, r] : running_) seceded += r.seceded;
   if (seceded != seceded_) return "seceded count " + std::to_string(seceded_) + " but " + std::to_string(seceded) + " running tasks seceded";

@@ -36,6 +36,7 @@ using detail::PayloadPtr;
 struct Run {
   protocol::ExecuteTask task;
   std::vector<int> devices;
+  std::vector<int> cores;  // CPU ids the task is pinned to (its cpus; empty: not pinned)
 };
 
 /// What the worker process must do after an event; cleared by the process once done.
@@ -71,6 +72,7 @@ struct Completion {
   protocol::ErrorInfo error;
   std::uint64_t duration_us = 0;
   bool missing_input = false;    // an input vanished before it ran
+  bool preempted = false;        // failed while the worker drained (a preemption)
 };
 
 struct WorkerStateOptions {
@@ -79,6 +81,8 @@ struct WorkerStateOptions {
   std::uint32_t nthreads = 1;
   std::map<std::string, double> resources;  // offered (the "gpu" count included)
   std::size_t gpus = 0;                     // GPU devices it may hand out
+  std::vector<int> cores;                   // CPU ids it hands out to tasks that ask for cpus
+                                            //   (empty: it counts "cpus" but pins nothing)
   /// A result the journal wants whole (full_result) travels in the notice only up to this
   /// size (0 = no limit); a bigger one stays here like any other, so that no message goes
   /// over the scheduler's limit and the scheduler never holds it.
@@ -185,8 +189,12 @@ class WorkerState {
   /// Received and not started (waiting for inputs or a thread): for `herd logs`.
   bool queued(TaskId id, const std::string& key) const;
   std::size_t executing() const { return running_.size(); }
-  /// Running tasks that hold a thread slot (not seceded).
-  std::size_t slots_used() const { return running_.size() - seceded_; }
+  /// Running tasks that hold a thread slot (not seceded; a task holding cores holds none).
+  std::size_t slots_used() const { return running_.size() - seceded_ - core_tasks_; }
+  /// How many tasks holding cores (the resource "cpus") may run at once: one per core offered.
+  std::size_t core_task_limit() const;
+  /// CPU ids no running task holds (of WorkerStateOptions::cores).
+  std::vector<int> free_cores() const;
   std::size_t stored() const { return stored_.size(); }
   std::uint64_t stored_bytes() const { return stored_bytes_; }
   std::size_t waiting_for_inputs() const { return pending_.size(); }
@@ -216,6 +224,8 @@ class WorkerState {
     double gpu_share = 0;       // taken from each of its devices
     bool full_result = false;   // the scheduler keeps the whole result (journal)
     bool seceded = false;       // herd::secede(): holds no thread slot
+    bool holds_cores = false;   // asked for cpus: holds cores, not a thread slot
+    std::vector<std::size_t> cores;  // indexes into options_.cores it is pinned to
   };
 
   void grant_rejoins();
@@ -226,6 +236,8 @@ class WorkerState {
   void make_ready(protocol::ExecuteTask&& task);
   void start_ready();
   std::vector<int> pick_gpus(double need) const;
+  std::vector<std::size_t> pick_cores(double need) const;
+  void release(const Running& r);  // its resources, devices and cores are free again
   void hand_back(TaskId id);
   void check() const;
 
@@ -240,6 +252,9 @@ class WorkerState {
   std::uint64_t stored_bytes_ = 0;
   std::map<std::string, double> free_resources_;
   std::vector<double> gpu_free_;                  // by device: 1 = free, 0 = taken
+  std::vector<bool> core_free_;                   // by index of options_.cores
+  std::size_t core_tasks_ = 0;                    // of running_, those holding cores
+  std::size_t ready_cores_ = 0;                   // of ready_, those asking for cores
   WorkerInstructions out_;
   bool paused_ = false;                           // pause(): start nothing new
 };

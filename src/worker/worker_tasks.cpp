@@ -222,7 +222,7 @@ void Worker::executor_loop() {
       task::LogBook::instance().task_started(run.task.id, run.task.key);  // output capture
     }
     detail::current_task_id() = run.task.id;
-    Completion c = execute(run.task, run.devices, child.get());
+    Completion c = execute(run.task, run.devices, child.get(), run.cores);
     detail::current_task_id() = 0;
     task::LogBook::instance().task_finished(run.task.id);
     {

@@ -108,8 +108,10 @@ TEST_CASE("Sweep.Slurm.CommandLineWithAConfigurationFile" * doctest::timeout(300
   const fs::path cli = fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd";
   REQUIRE(fs::exists(cli));
   const std::string line = "cd " + herd::util::shell_quote(dir) + " && " + herd::util::shell_quote(cli.string()) +
-                           " sweep --config cluster.toml --grid x=3,1,2 --metric loss --progress lines "
-                           "-- 'echo herd-metric loss={x}' 2>&1";
+                           // --cpus: the pool's workers offer their cores on their own (issue 45), and
+                           // each trial runs on one of its own, with OMP_NUM_THREADS=1.
+                           " sweep --config cluster.toml --cpus 1 --grid x=3,1,2 --metric loss --progress lines "
+                           "-- 'echo herd-metric loss={x} omp=$OMP_NUM_THREADS' 2>&1";
   const herd::ShellResult r = herd::shell(herd::ShellCommand{line});
   INFO(r.stdout_tail);
   CHECK(r.exit_code == 0);
@@ -119,6 +121,7 @@ TEST_CASE("Sweep.Slurm.CommandLineWithAConfigurationFile" * doctest::timeout(300
   for (std::string l; std::getline(log, l);) {
     const auto rec = herd::sweep::from_json_line(l);
     CHECK(is_array_job_id(rec.result.job_id));
+    CHECK(rec.result.metrics.at("omp") == 1);
     ++rows;
   }
   CHECK(rows == 3);

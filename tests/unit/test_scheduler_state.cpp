@@ -1765,3 +1765,32 @@ TEST_CASE("SchedulerState.Campaign.JournaledAndRestoredAfterARestart" * doctest:
   std::filesystem::remove(path);
   std::filesystem::remove(path + ".lock");
 }
+
+TEST_CASE("SchedulerState.Cores.TasksHoldCoresNotThreadSlots") {
+  // A worker with one thread slot and 32 cores runs 32 one-core tasks at once, or four 8-core
+  // ones: its slots do not cap what its cores allow. Plain tasks still take its slot.
+  Harness h;
+  const WorkerId w = h.add_worker("big", 1, {{"cpus", 32}});
+  h.workers.at(w).nthreads = 64;  // the virtual worker starts what it is sent
+  std::vector<TaskId> one;
+  for (int i = 0; i < 40; ++i) one.push_back(h.submit("omp", {{"cpus", 1}}));
+  h.turn();
+  std::size_t running = 0;
+  for (TaskId t : one) running += h.status(t) == TaskStatus::processing;
+  CHECK(running == 32);
+  const TaskId plain = h.submit("inc");
+  h.turn();
+  CHECK(h.status(plain) == TaskStatus::processing);
+
+  Harness h8;
+  const WorkerId v = h8.add_worker("big", 1, {{"cpus", 32}});
+  h8.workers.at(v).nthreads = 64;
+  std::vector<TaskId> eight;
+  for (int i = 0; i < 6; ++i) eight.push_back(h8.submit("omp", {{"cpus", 8}}));
+  h8.turn();
+  std::size_t placed = 0;
+  for (TaskId t : eight) placed += h8.status(t) == TaskStatus::processing;
+  CHECK(placed == 4);
+  h8.finish(v);
+  for (TaskId t : eight) CHECK(h8.status(t) != TaskStatus::ready);
+}

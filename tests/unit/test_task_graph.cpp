@@ -203,3 +203,63 @@ TEST_CASE("TaskGraph.Scattered.LostFailsDependents") {
   CHECK(g.find(1)->error->type == "herd::ScatteredDataLost");
   CHECK(state(g, 2) == TaskStatus::erred);
 }
+
+TEST_CASE("TaskGraph.Preemptions.CountedApartFromRetries") {
+  // checkpointable(3).retries(0): three preemptions re-run it; the fourth fails it, naming the
+  // preemption budget.
+  TaskGraph g;
+  Effects fx;
+  TaskSpec s = spec(1);
+  s.preemptions = 3;
+  s.retries = 0;
+  g.add(s, 1, 0, fx);
+  for (int i = 0; i < 3; ++i) {
+    g.started(1, 7);
+    CHECK(g.failed(1, {"std::runtime_error", "preempted", "t", "w"}, fx, true));
+    CHECK(state(g, 1) == TaskStatus::ready);
+  }
+  g.started(1, 7);
+  CHECK_FALSE(g.failed(1, {"std::runtime_error", "preempted", "t", "w"}, fx, true));
+  CHECK(state(g, 1) == TaskStatus::erred);
+  const std::string why = g.find(1)->error->message;
+  CHECK(why.find("preempted 4 times") != std::string::npos);
+  CHECK(why.find("checkpointable(3)") != std::string::npos);
+}
+
+TEST_CASE("TaskGraph.Preemptions.AFailureSpendsRetriesOnly") {
+  // checkpointable(3).retries(0) that throws once (not draining) fails at once, naming retries.
+  TaskGraph g;
+  Effects fx;
+  TaskSpec s = spec(1);
+  s.preemptions = 3;
+  g.add(s, 1, 0, fx);
+  g.started(1, 7);
+  CHECK_FALSE(g.failed(1, {"std::runtime_error", "boom", "t", "w"}, fx, false));
+  CHECK(state(g, 1) == TaskStatus::erred);
+  const std::string why = g.find(1)->error->message;
+  CHECK(why.find("boom") == 0);
+  CHECK(why.find("retries(0)") != std::string::npos);
+
+  // retries(1) with preemptions: a preemption leaves the retry, a failure then takes it.
+  TaskSpec t = spec(2);
+  t.preemptions = 1;
+  t.retries = 1;
+  g.add(t, 1, 0, fx);
+  g.started(2, 7);
+  CHECK(g.failed(2, {"E", "drained", "t", "w"}, fx, true));
+  g.started(2, 7);
+  CHECK(g.failed(2, {"E", "boom", "t", "w"}, fx, false));
+  g.started(2, 7);
+  CHECK_FALSE(g.failed(2, {"E", "boom", "t", "w"}, fx, false));
+  CHECK(g.find(2)->error->message.find("failed 2 times") != std::string::npos);
+
+  // Not checkpointable: a run that fails while draining spends retries, as before.
+  TaskSpec u = spec(3);
+  u.retries = 1;
+  g.add(u, 1, 0, fx);
+  g.started(3, 7);
+  CHECK(g.failed(3, {"E", "drained", "t", "w"}, fx, true));
+  g.started(3, 7);
+  CHECK_FALSE(g.failed(3, {"E", "drained", "t", "w"}, fx, true));
+  CHECK(g.find(3)->error->message == "drained");
+}

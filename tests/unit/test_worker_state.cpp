@@ -244,9 +244,11 @@ TEST_CASE("Task.CheckpointPath.SameForEveryRunOfATask") {
   info.key.clear();
   CHECK_THROWS_WITH_AS(herd::this_task().checkpoint_path(dir), doctest::Contains("outside a task"), std::runtime_error);
   info = saved;
-  // checkpointable(n): n preemptions on top of the retries.
-  CHECK(herd::TaskOptions{}.retries(1).checkpointable(3).retries() == 4);
-  CHECK(herd::TaskOptions{}.checkpointable().retries() == 3);
+  // checkpointable(n): n preemptions, apart from the retries (issue 45).
+  CHECK(herd::TaskOptions{}.retries(1).checkpointable(3).retries() == 1);
+  CHECK(herd::TaskOptions{}.retries(1).checkpointable(3).preemptions() == 3);
+  CHECK(herd::TaskOptions{}.checkpointable().retries() == 0);
+  CHECK(herd::TaskOptions{}.checkpointable().preemptions() == 3);
   fs::remove_all(dir);
 }
 
@@ -395,4 +397,77 @@ TEST_CASE("ResultBatch: a window of 0 sends every result at once") {
     b.sent(t0);
   }
   CHECK_FALSE(b.deadline());
+}
+
+TEST_CASE("WorkerState.Cores.TasksHoldDisjointCoresNotSlots") {
+  // A worker with one thread slot and 4 cores (CPU ids 10-13): two 2-core tasks run at once,
+  // on disjoint cores; a third waits for cores; a plain task takes the slot beside them.
+  WorkerStateOptions o;
+  o.name = "w";
+  o.data_address = "tcp://me:1";
+  o.nthreads = 1;
+  o.resources = {{"cpus", 4}};
+  o.cores = {10, 11, 12, 13};
+  WorkerState s(o);
+  CHECK(s.core_task_limit() == 4);
+  exec(s, {task(1, {}, {{"cpus", 2}}), task(2, {}, {{"cpus", 2}}), task(3, {}, {{"cpus", 1}}), task(4)});
+  REQUIRE(s.out().run.size() == 3);
+  std::map<TaskId, std::vector<int>> cores;
+  for (const auto& r : s.out().run) cores[r.task.id] = r.cores;
+  CHECK(cores[1] == std::vector<int>{10, 11});
+  CHECK(cores[2] == std::vector<int>{12, 13});
+  CHECK(cores.count(4) == 1);  // the plain task: a slot, no cores
+  CHECK(cores[4].empty());
+  CHECK(s.slots_used() == 1);
+  CHECK(s.free_cores().empty());
+  s.out().clear();
+  s.finished(ok(1));
+  REQUIRE(s.out().run.size() == 1);
+  CHECK(s.out().run[0].task.id == 3);
+  CHECK(s.out().run[0].cores == std::vector<int>{10});
+  CHECK(s.free_cores() == std::vector<int>{11});
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Cores.ThirtyTwoOneCoreTasksOnOneSlot") {
+  WorkerStateOptions o;
+  o.name = "w";
+  o.nthreads = 1;
+  o.resources = {{"cpus", 32}};
+  for (int c = 0; c < 32; ++c) o.cores.push_back(c);
+  WorkerState s(o);
+  std::vector<ExecuteTask> ts;
+  for (TaskId id = 1; id <= 40; ++id) ts.push_back(task(id, {}, {{"cpus", 1}}));
+  exec(s, std::move(ts));
+  CHECK(s.out().run.size() == 32);
+  CHECK(s.ready() == 8);
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Cores.WithoutAMaskCountsAndPinsNothing") {
+  // --cpus beyond its mask: it counts cores but hands none out.
+  auto s = make(1, {{"cpus", 4}});
+  exec(s, {task(1, {}, {{"cpus", 2}}), task(2, {}, {{"cpus", 2}}), task(3, {}, {{"cpus", 2}})});
+  REQUIRE(s.out().run.size() == 2);
+  CHECK(s.out().run[0].cores.empty());
+  CHECK(s.validate().empty());
+}
+
+TEST_CASE("WorkerState.Preemption.AFailureWhileDrainingIsReportedAsOne") {
+  auto s = make(2);
+  exec(s, {task(1), task(2)});
+  s.out().clear();
+  Completion drained;
+  drained.id = 1;
+  drained.error = {"std::runtime_error", "preempted at step 3", "t1", "w"};
+  drained.preempted = true;
+  s.finished(drained);
+  Completion failed;
+  failed.id = 2;
+  failed.error = {"std::runtime_error", "boom", "t2", "w"};
+  s.finished(failed);
+  REQUIRE(s.out().results.size() == 2);
+  CHECK(s.out().results[0].preempted);
+  CHECK_FALSE(s.out().results[1].preempted);
+  CHECK(s.validate().empty());
 }
