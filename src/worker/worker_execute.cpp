@@ -6,9 +6,14 @@
 
 #include <cxxabi.h>
 #include <errno.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
 
 #include <typeinfo>
 
+#include "common/env.hpp"
 #include "common/logging.hpp"
 #include "common/util.hpp"
 #include "herd/detail/scratch_zone.hpp"
@@ -38,6 +43,29 @@ bool substitute(msgpack::object& args, const protocol::ArgRef& ref, const msgpac
   slot.via.array.ptr[ref.elem] = value;
   return true;
 }
+
+/// A multi-node task's node file: its hosts one a line (an MPI hostfile), in `dir` (the
+/// worker's private directory; else the temporary directory). "" when it cannot be written.
+std::string write_node_file(const std::string& dir, TaskId id, const std::vector<std::string>& hosts) {
+  const char* tmp = env::get("TMPDIR");  // only where the worker has no directory of its own
+  std::string path = (dir.empty() ? std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") : dir) +
+                     "/herd-nodes-" + std::to_string(::getpid()) + "-" + std::to_string(id) + "-XXXXXX";
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) {
+    HERD_LOG(warning) << "cannot write the node file " << path << ": " << std::strerror(errno);
+    return {};
+  }
+  std::string text;
+  for (const auto& h : hosts) text += h + "\n";
+  const bool whole = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!whole) {
+    HERD_LOG(warning) << "cannot write the node file " << path << ": " << std::strerror(errno);
+    ::unlink(path.c_str());
+    return {};
+  }
+  return path;
+}
 }  // namespace
 
 Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices, IsolatedChild* child) {
@@ -50,6 +78,18 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   info.results_held = store_.size();
   info.result_bytes_held = store_.bytes();
   for (int d : devices) info.gpus.push_back(gpus_[static_cast<std::size_t>(d)].ordinal);
+  // A multi-node task: its hosts, and a node file that lists them (removed after the run).
+  struct NodeFile {
+    std::string path;
+    ~NodeFile() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } node_file;
+  if (!task.nodes.empty()) {
+    info.nodes = task.nodes;
+    node_file.path = write_node_file(store_.spill_directory(), task.id, task.nodes);
+    info.node_file = node_file.path;
+  }
   collective::GangTicket ticket;
   std::shared_ptr<collective::GangSession> session;
   if (task.gang != 0) {
