@@ -36,6 +36,9 @@
 #include <string>
 #include <vector>
 
+// The C API only: OpenMPI's C++ bindings do not compile warning-free.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
 #include <gloo/allreduce_ring_chunked.h>

@@ -8,6 +8,9 @@
 // Arguments: [--len N] [--sleep-ms MS] (each rank sleeps before the reduction, so that a test
 // can kill a node meanwhile) [--sleep-file PATH] (sleep only while PATH does not exist: the
 // first run sleeps and creates it, a retry does not).
+// The C API only: OpenMPI's C++ bindings do not compile warning-free.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 #include <unistd.h>
 
