@@ -31,8 +31,8 @@ struct TaskInfo {
   void* cuda_stream = nullptr;  ///< a cudaStream_t of its own on gpus[0] (nullptr: no GPU/CUDA)
   int gang_rank = -1;      ///< rank in its gang (-1: not a gang member)
   int gang_size = 0;       ///< members of its gang (0: not a gang member)
-  /// @brief A multi-node task (TaskOptions::nodes): the hosts it holds, this one first (empty:
-  /// not such a task).
+  /// @brief A multi-node task (TaskOptions::nodes): the hosts it holds, this one first, as
+  /// short names ("cn690" for "cn690.cluster.org", as Slurm names nodes); empty: not such a task.
   std::vector<std::string> nodes;
   /// @brief A multi-node task: a file on this host listing `nodes` one a line (an MPI
   /// hostfile; "" otherwise). herd::shell commands get it as HERD_NODE_FILE.

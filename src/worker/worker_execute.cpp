@@ -86,8 +86,13 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
     }
   } node_file;
   if (!task.nodes.empty()) {
-    info.nodes = task.nodes;
-    node_file.path = write_node_file(store_.spill_directory(), task.id, task.nodes);
+    // Short names (as HyperQueue's node file): Slurm names its nodes so, and mpirun's srun
+    // matches the hostfile against them.
+    for (const auto& h : task.nodes) {
+      const bool address = h.find_first_not_of("0123456789.") == std::string::npos;
+      info.nodes.push_back(address ? h : h.substr(0, h.find('.')));
+    }
+    node_file.path = write_node_file(store_.spill_directory(), task.id, info.nodes);
     info.node_file = node_file.path;
   }
   collective::GangTicket ticket;

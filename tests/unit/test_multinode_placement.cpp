@@ -164,6 +164,7 @@ TEST_CASE("MultiNode.NeverWhenNoAllocationHasEnoughHosts") {
   const TaskId other = b.submit("inc");
   b.turn();
   CHECK(b.status(other) == TaskStatus::processing);
+  b.report(b.where(other), other, true);
   // A third host joins the allocation: it starts.
   b.add("a3", "n3", "7_0");
   b.turn();
