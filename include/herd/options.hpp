@@ -124,6 +124,24 @@ class TaskOptions {
   /// Runs only on workers of this pool (cluster.toml's [pool.NAME]; "" = any).
   TaskOptions& pool(std::string name) { pool_ = std::move(name); return *this; }
 
+  /// Whole nodes for one task, for an MPI program (HyperQueue's multi-node tasks): the
+  /// scheduler holds workers on `n` distinct hosts of one allocation (the workers of one
+  /// Slurm job: a pool with `nodes = n` or more), all at once and for this task alone (no other
+  /// task runs on them meanwhile), and runs the task once, on the first of them. There,
+  /// this_task().nodes names the hosts (its own first) and this_task().node_file a file that
+  /// lists them one a line; a shell command (herd::shell, a shell task) gets them as
+  /// HERD_NODE_FILE, HERD_NUM_NODES and HERD_NODES (space-separated), so that
+  /// `mpirun --hostfile "$HERD_NODE_FILE" -np "$HERD_NUM_NODES" ./prog` starts one rank per
+  /// host. A held worker that is lost fails the run with herd::WorkerLostError naming its host
+  /// (retries() run it again on healthy nodes). 0 = an ordinary task. Not for gang members.
+  ///
+  /// @code
+  /// auto f = client.submit(herd::TaskOptions{}.nodes(3).retries(1), herd::shell,
+  ///                        herd::ShellCommand{"mpirun --hostfile $HERD_NODE_FILE -np 3 ./solver"});
+  /// @endcode
+  TaskOptions& nodes(std::uint32_t n) { nodes_ = n; return *this; }
+  std::uint32_t nodes() const { return nodes_; }
+
   /// Submits the task under a detached campaign: it runs on, and its result is kept, when this
   /// client drops its future or leaves (an ssh session that dropped); another client gets the
   /// campaign's futures back by name (Client::campaign_futures<R>(name)) and frees them with
@@ -157,6 +175,7 @@ class TaskOptions {
   std::string campaign_;
   bool isolated_ = false;
   std::uint64_t isolated_memory_ = 0;
+  std::uint32_t nodes_ = 0;
 };
 
 }  // namespace herd

@@ -39,6 +39,12 @@ struct TaskInfo {
   std::uint64_t memory = 0;
   int gang_rank = -1;      ///< rank in its gang (-1: not a gang member)
   int gang_size = 0;       ///< members of its gang (0: not a gang member)
+  /// @brief A multi-node task (TaskOptions::nodes): the hosts it holds, this one first, as
+  /// short names ("cn690" for "cn690.cluster.org", as Slurm names nodes); empty: not such a task.
+  std::vector<std::string> nodes;
+  /// @brief A multi-node task: a file on this host listing `nodes` one a line (an MPI
+  /// hostfile; "" otherwise). herd::shell commands get it as HERD_NODE_FILE.
+  std::string node_file;
   /// @brief True once the worker running the task drains: Slurm's warning signal, preemption
   /// (`scancel --signal`), the walltime's retirement margin, or a pool that shrinks. A long
   /// task then saves a checkpoint (on the shared filesystem) and throws, so that its retry

@@ -62,6 +62,7 @@ protocol::TaskSpec make_spec(const std::string& function, std::vector<char>&& ar
   spec.campaign = options.campaign();
   spec.isolated = options.isolated();
   spec.isolated_memory = options.isolated_memory();
+  spec.nodes = options.nodes();
   return spec;
 }
 }  // namespace
@@ -236,6 +237,11 @@ std::vector<std::shared_ptr<FutureState>> core_submit_gang(ClientCore& core, con
     // A member's communicator lives in the worker (its rendezvous comes through the worker's
     // socket): a child process could not take part.
     throw std::invalid_argument("submit_gang: TaskOptions::isolated() is not supported for gang members");
+  }
+  if (options.nodes() > 0) {
+    // A multi-node task is one task holding whole nodes (an MPI program starts its own ranks).
+    throw std::invalid_argument("submit_gang: TaskOptions::nodes() is not supported for gang members; submit one "
+                                "task with nodes(n) and start the ranks from it (mpirun)");
   }
   std::vector<std::shared_ptr<FutureState>> states;
   std::vector<protocol::TaskSpec> specs;

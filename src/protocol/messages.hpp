@@ -219,10 +219,14 @@ struct TaskSpec {
   std::uint32_t preemptions = 0;            // times it may be preempted (checkpointable): runs
                                             //   that fail while their worker drains, counted
                                             //   apart from retries
+  std::uint32_t nodes = 0;                  // whole nodes it takes (TaskOptions::nodes; 0 = an
+                                            //   ordinary task): workers on this many distinct
+                                            //   hosts of one allocation (job id), held for it
+                                            //   alone; it runs once, on the first
   // Fields are only ever appended: msgpack-c leaves a field the sender did not have at its default.
   MSGPACK_DEFINE(id, function, args, refs, key, priority, retries, resources, want_result, duration_s,
                  gang, gang_rank, gang_size, timeout_ms, workers, allow_other_workers, pool, campaign,
-                 isolated, isolated_memory, preemptions);
+                 isolated, isolated_memory, preemptions, nodes);
 };
 
 // The client packs these with protocol::BatchWriter, one spec at a time, and sends a long
@@ -612,8 +616,10 @@ struct ExecuteTask {
   std::uint32_t timeout_ms = 0;             // as in TaskSpec (appended: see TaskSpec)
   bool isolated = false;                    // as in TaskSpec (appended)
   std::uint64_t isolated_memory = 0;        // as in TaskSpec (appended)
+  std::vector<std::string> nodes;           // a multi-node task (TaskSpec::nodes): the hosts it
+                                            //   holds, this worker's first (appended)
   MSGPACK_DEFINE(id, function, args, refs, inputs, key, resources, full_result, gang, gang_rank,
-                 gang_size, gang_attempt, timeout_ms, isolated, isolated_memory);
+                 gang_size, gang_attempt, timeout_ms, isolated, isolated_memory, nodes);
 };
 
 /// Running tasks the worker must stop waiting for (cancel(force)): each is reported failed

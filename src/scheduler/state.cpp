@@ -141,7 +141,7 @@ void SchedulerState::apply(Effects& fx) {
   for (TaskId id : fx.ready) {
     const Task* t = graph_.find(id);
     if (t == nullptr || t->status != TaskStatus::ready) continue;
-    if (t->deaths > 0 && t->gang == 0) suspects_.push_back(id);
+    if (t->deaths > 0 && t->gang == 0 && !multinode(id)) suspects_.push_back(id);
     else push_ready(*t);
   }
   std::size_t next_inline = 0;  // inline_results_ is in the order of the notices it belongs to
@@ -281,7 +281,7 @@ std::vector<PoolWorkerView> SchedulerState::pool_workers(const std::string& pool
     PoolWorkerView pw;
     pw.id = id;
     pw.job_id = w.job_id;
-    pw.idle = w.processing.empty();
+    pw.idle = w.processing.empty() && w.held_by == 0;  // a node held for a multi-node task works
     pw.idle_since = w.idle_since;
     // Replace a worker ahead of its walltime: near its end it no longer counts as capacity.
     const bool expiring = w.end_time > 0 && now.unix_s() + replace_lead_s >= w.end_time;
@@ -389,6 +389,7 @@ std::string SchedulerState::validate() const {
   for (TaskId id : suspects_) queued.insert(id);
   for (TaskId id : too_long_) queued.insert(id);
   for (TaskId id : held_) queued.insert(id);
+  for (TaskId id : multinode_waiting_) queued.insert(id);
   for (const auto& [id, t] : graph_.tasks()) {
     if (t.status != TaskStatus::ready || t.gang != 0 || queued.count(id)) continue;
     return "ready task " + graph_.key_of(t) + " is in no queue";
@@ -447,6 +448,18 @@ std::string SchedulerState::validate() const {
     if (s.offered_by != offered_by[s.id]) return "shape " + std::to_string(s.id) + " is offered by a wrong count";
     for (WorkerId id : s.free) {
       if (!workers_.count(id)) return "a free list holds a worker that is gone";
+    }
+  }
+  for (const auto& [tid, run] : multinode_runs_) {
+    for (WorkerId wid : run.workers) {
+      const WorkerRec* w = worker(wid);
+      if (w == nullptr || w->held_by != tid) return "a node of a running multi-node task is not held for it";
+    }
+  }
+  for (const auto& [id, w] : workers_) {
+    if (w.held_by != 0 && !multinode_runs_.count(w.held_by) &&
+        std::find(multinode_waiting_.begin(), multinode_waiting_.end(), w.held_by) == multinode_waiting_.end()) {
+      return "worker " + w.name + " is held for a multi-node task that neither runs nor waits";
     }
   }
   for (const auto& [gid, g] : gangs_) {

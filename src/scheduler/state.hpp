@@ -167,6 +167,9 @@ struct WorkerRec {
   TaskId suspect = 0;                       // the suspect it runs (alone)
   TaskId reserved_for = 0;                  // draining to run this suspect: takes nothing new
   TaskId reserved_gang = 0;                 // draining for this gang: takes nothing new
+  TaskId held_by = 0;                       // its node is held for this multi-node task
+                                            //   (state_multinode.cpp): draining for it, or
+                                            //   running it (the first) or idle beside it
   std::vector<std::uint16_t> shapes;        // the shapes it offers
   std::vector<std::int32_t> free_pos;       // by shape: index in its free list, -1 = absent
   std::vector<std::int32_t> open_pos;       // by shape: index in its open list, -1 = absent
@@ -526,6 +529,29 @@ class SchedulerState {
   void gang_worker_lost(const WorkerRec& w, std::vector<TaskId>& processing);
   void cancel_gang(TaskId gang, const std::string& why);
   void release_gang_reservations(TaskId gang);
+
+  // Multi-node tasks (state_multinode.cpp): one task holding workers on `nodes` distinct
+  // hosts of one allocation (job id), all at once, for it alone; it runs on the first.
+  struct MultiNodeRun {
+    std::vector<WorkerId> workers;  // by node, the one that runs it first
+    std::vector<std::string> hosts;
+    std::string lost;               // a node was lost while it ran: the run fails with this
+  };
+  bool multinode(TaskId id) const { return !nodes_of_.empty() && nodes_of_.count(id) > 0; }
+  void multinode_added(const protocol::TaskSpec& spec);
+  void place_multinode(const Now& now);
+  /// The result of a multi-node task's run came (any outcome): its nodes are let go; a failure
+  /// while a node was lost takes that loss as its error.
+  void multinode_result(WorkerRec& w, protocol::TaskResult& r);
+  /// Worker `gone` (out of the registry already) held a node: the run it held fails (its head
+  /// is told to stop), or the reservation is dropped. Its head's task leaves `processing`.
+  void multinode_worker_lost(const WorkerRec& gone, const std::string& why, std::vector<TaskId>& processing);
+  void release_nodes(TaskId id);
+  std::string why_multinode_waits(const Task& t) const;
+  std::unordered_map<TaskId, std::uint32_t> nodes_of_;   // task -> nodes it takes (multi-node tasks)
+  std::vector<TaskId> multinode_waiting_;                // ready multi-node tasks, oldest first
+  std::unordered_map<TaskId, MultiNodeRun> multinode_runs_;  // running ones
+  std::unordered_map<TaskId, std::string> multinode_never_;  // why no allocation connected can hold it
 
   // Campaigns (state_campaigns.cpp).
   /// Task `id` joins campaign `name`; `journal`: its membership (with `spec` as its recipe) is

@@ -63,6 +63,7 @@ bool SchedulerState::submit(ClientId id, const protocol::TaskSpec& spec, const s
   }
   graph_.add(*added, id, shape, fx_);
   if (spec.gang != 0) gang_member_added(spec);
+  if (spec.nodes != 0) multinode_added(spec);
   if (!spec.campaign.empty()) campaign_task_added(spec.campaign, spec.id, id, added);
   // Finished before a restart: put the journaled result on a worker instead of running the
   // task again (its recipe stays, for lineage).

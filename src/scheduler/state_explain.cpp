@@ -104,6 +104,8 @@ protocol::TaskExplanation SchedulerState::explain(const Task& t, const Now& now)
         why = "drains to run a suspect task alone";
       } else if (w.reserved_gang != 0) {
         why = "drains for a gang";
+      } else if (w.held_by != 0 && w.held_by != t.id) {
+        why = "its node is held for a multi-node task (TaskOptions::nodes)";
       } else if (w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9) {
         why = "paused: its memory (" + std::to_string(w.memory_rss >> 20) + " MiB) is above 90% of its limit (" +
               std::to_string(w.memory_limit >> 20) + " MiB)";
@@ -137,6 +139,14 @@ protocol::TaskExplanation SchedulerState::explain(const Task& t, const Now& now)
       e.summary = "gang of " + std::to_string(g->second.size) + ": waiting for that many workers free at once";
       return e;
     }
+  }
+  if (multinode(t.id) && !workers_.empty()) {
+    const std::string never = why_multinode_waits(t);
+    e.never = e.never || !never.empty();
+    e.summary = !never.empty() ? never
+                               : "multi-node task of " + std::to_string(nodes_of_.at(t.id)) +
+                                     " node(s): waiting for that many hosts of one allocation idle at once";
+    return e;
   }
   if (workers_.empty()) {
     e.summary = "no worker is connected";

@@ -144,7 +144,7 @@ SchedulerState::GangPlacement SchedulerState::place_gang(Gang& g, const Now& now
     return t.duration_s == 0 || w.end_time == 0 || now.unix_s() + static_cast<std::int64_t>(t.duration_s) <= w.end_time;
   };
   auto startable = [&](const WorkerRec& w) {
-    if (w.retiring || w.suspect != 0 || w.reserved_for != 0) return false;
+    if (w.retiring || w.suspect != 0 || w.reserved_for != 0 || w.held_by != 0) return false;
     if (w.reserved_gang != 0 && w.reserved_gang != g.id) return false;
     if (w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9) return false;
     if ((!s.holds_cores && slot_tasks(w) >= w.nthreads) || !fits_time(w, first)) return false;
@@ -212,7 +212,7 @@ SchedulerState::GangPlacement SchedulerState::place_gang(Gang& g, const Now& now
   for (WorkerRec* w : could) {
     if (reserved == g.size) break;
     if (w->reserved_gang != 0 && w->reserved_gang != g.id) continue;
-    if (w->suspect != 0 || w->reserved_for != 0) continue;
+    if (w->suspect != 0 || w->reserved_for != 0 || w->held_by != 0) continue;
     if (w->reserved_gang != g.id) {
       w->reserved_gang = g.id;
       refresh(*w);

@@ -108,7 +108,7 @@ bool SchedulerState::offers(const WorkerRec& w, const Shape& s) const {
 }
 
 bool SchedulerState::available(const WorkerRec& w) const {
-  if (w.retiring || w.suspect != 0 || w.reserved_for != 0 || w.reserved_gang != 0) return false;
+  if (w.retiring || w.suspect != 0 || w.reserved_for != 0 || w.reserved_gang != 0 || w.held_by != 0) return false;
   // Near its memory limit a worker takes nothing new until it is back under.
   // A paused worker (memory, as Dask's) likewise.
   return !(w.memory_limit > 0 && w.memory_rss > w.memory_limit / 10 * 9) && w.paused.empty();
@@ -162,6 +162,12 @@ void SchedulerState::refresh_all() {
 }
 
 void SchedulerState::push_ready(const Task& t) {
+  if (multinode(t.id)) {  // placed whole nodes at a time (state_multinode.cpp)
+    if (std::find(multinode_waiting_.begin(), multinode_waiting_.end(), t.id) == multinode_waiting_.end()) {
+      multinode_waiting_.push_back(t.id);
+    }
+    return;
+  }
   Shape& s = shapes_[t.shape];
   s.ready.push({t.priority, t.seq, t.id});
   if (s.offered_by == 0) s.unrunnable_dirty = true;
@@ -185,6 +191,7 @@ void SchedulerState::schedule(const Now& now) {
   last_now_ = now.mono;
   if (!suspects_.empty()) place_suspects(now);
   if (!gangs_waiting_.empty()) place_gangs(now);
+  if (!multinode_waiting_.empty()) place_multinode(now);
   // Tasks whose duration fits a worker that is busy now, not the free ones: they wait, and
   // the tasks behind them go on (a shape stops being looked at after many such in one call,
   // so a flood of them costs a bounded amount per turn).
@@ -464,6 +471,7 @@ std::string SchedulerState::why_no_worker(const Task& t) const {
   if (t.gang != 0) {
     if (auto g = gangs_.find(t.gang); g != gangs_.end() && !g->second.never.empty()) return g->second.never;
   }
+  if (multinode(t.id)) return why_multinode_waits(t);
   if (s.offered_by == 0) {
     std::string offered;
     std::size_t retiring = 0;
@@ -494,6 +502,7 @@ std::map<std::string, std::uint64_t> SchedulerState::unrunnable() const {
   for (const auto& [gid, g] : gangs_) {
     if (!g.never.empty()) out[g.never] += g.size;
   }
+  for (const auto& [tid, why] : multinode_never_) ++out[why];
   return out;
 }
 

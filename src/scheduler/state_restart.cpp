@@ -28,6 +28,10 @@ SchedulerState::Restarted SchedulerState::restart(const std::string& why) {
   gangs_.clear();
   gangs_waiting_.clear();
   suspects_.clear();
+  nodes_of_.clear();
+  multinode_waiting_.clear();
+  multinode_runs_.clear();
+  multinode_never_.clear();
   too_long_.clear();
   held_.clear();  // a journal read that completes later finds no task and is dropped
   scatter_backlog_.clear();
@@ -64,6 +68,7 @@ SchedulerState::Restarted SchedulerState::restart(const std::string& why) {
     w.suspect = 0;
     w.reserved_for = 0;
     w.reserved_gang = 0;
+    w.held_by = 0;
     w.retired_by_pool = true;  // its job goes with it, whatever it was doing
     remove_worker(id, why, /*count_deaths=*/false);
     // Its job ends because we asked: never a crash for the pool (which counts a job whose

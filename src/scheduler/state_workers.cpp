@@ -124,6 +124,7 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   workers_.erase(it);
   if (auto a = by_address_.find(gone.address); a != by_address_.end() && a->second == id) by_address_.erase(a);
   gang_worker_lost(gone, processing);
+  multinode_worker_lost(gone, why, processing);
   graph_.worker_lost(id, processing, held, options_.allowed_failures, fx_, count_deaths, name);
   for (auto& [tid, source] : rescatter) dispatch_scatter(tid, {}, std::move(source));
   if (!replications_.empty()) {  // copies it was making are made elsewhere
@@ -170,6 +171,7 @@ void SchedulerState::task_results(WorkerId id, protocol::TaskResultsEvent& ev, c
       }
     }
     if (w.suspect == r.id) w.suspect = 0;
+    if (!multinode_runs_.empty()) multinode_result(w, r);
     if (gang_result(w, r, now)) continue;
     Task* t = graph_.find(r.id);
     if (!scatter_sources_.empty() && t != nullptr && t->scattered && t->worker == w.id) scatter_sources_.erase(r.id);

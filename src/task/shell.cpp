@@ -192,6 +192,18 @@ ShellResult shell(ShellCommand command) {
     }
   }
   const std::uint64_t memory_limit = me.memory;
+  // Inside a multi-node task (TaskOptions::nodes): the nodes it holds, for mpirun / srun. The
+  // task runs inside its worker's job step, which holds the allocation's CPUs: a step that
+  // mpirun (or the command) starts with srun to reach the other nodes must share them
+  // (SLURM_OVERLAP is srun's --overlap), or it waits for ever.
+  if (const TaskInfo& info = detail::current_task(); !info.nodes.empty()) {
+    env["SLURM_OVERLAP"] = "1";
+    std::string hosts;
+    for (const auto& h : info.nodes) hosts += (hosts.empty() ? "" : " ") + h;
+    env["HERD_NODES"] = hosts;
+    env["HERD_NUM_NODES"] = std::to_string(info.nodes.size());
+    if (!info.node_file.empty()) env["HERD_NODE_FILE"] = info.node_file;
+  }
   for (const auto& [k, v] : command.env) env[k] = v;
   std::vector<std::string> args = command.argv;
   std::string exe;

@@ -8,13 +8,15 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <cmath>
-#include <cstring>
 #include <cstdlib>
+#include <cstring>
 
 #include <typeinfo>
 
+#include "common/env.hpp"
 #include "common/logging.hpp"
 #include "common/util.hpp"
 #include "herd/detail/scratch_zone.hpp"
@@ -74,6 +76,29 @@ void set_thread_counts(std::size_t n) {
   const std::string v = std::to_string(n);
   for (const char* name : {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"}) ::setenv(name, v.c_str(), 1);
 }
+
+/// A multi-node task's node file: its hosts one a line (an MPI hostfile), in `dir` (the
+/// worker's private directory; else the temporary directory). "" when it cannot be written.
+std::string write_node_file(const std::string& dir, TaskId id, const std::vector<std::string>& hosts) {
+  const char* tmp = env::get("TMPDIR");  // only where the worker has no directory of its own
+  std::string path = (dir.empty() ? std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") : dir) +
+                     "/herd-nodes-" + std::to_string(::getpid()) + "-" + std::to_string(id) + "-XXXXXX";
+  const int fd = ::mkstemp(path.data());
+  if (fd < 0) {
+    HERD_LOG(warning) << "cannot write the node file " << path << ": " << std::strerror(errno);
+    return {};
+  }
+  std::string text;
+  for (const auto& h : hosts) text += h + "\n";
+  const bool whole = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!whole) {
+    HERD_LOG(warning) << "cannot write the node file " << path << ": " << std::strerror(errno);
+    ::unlink(path.c_str());
+    return {};
+  }
+  return path;
+}
 }  // namespace
 
 Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<int>& devices, IsolatedChild* child,
@@ -95,6 +120,23 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
   info.memory = task_memory;
   // Its thread runs on its cores (an isolated child and a shell command inherit the mask).
   const Pinning pinning(cores);
+  // A multi-node task: its hosts, and a node file that lists them (removed after the run).
+  struct NodeFile {
+    std::string path;
+    ~NodeFile() {
+      if (!path.empty()) ::unlink(path.c_str());
+    }
+  } node_file;
+  if (!task.nodes.empty()) {
+    // Short names (as HyperQueue's node file): Slurm names its nodes so, and mpirun's srun
+    // matches the hostfile against them.
+    for (const auto& h : task.nodes) {
+      const bool address = h.find_first_not_of("0123456789.") == std::string::npos;
+      info.nodes.push_back(address ? h : h.substr(0, h.find('.')));
+    }
+    node_file.path = write_node_file(store_.spill_directory(), task.id, info.nodes);
+    info.node_file = node_file.path;
+  }
   collective::GangTicket ticket;
   std::shared_ptr<collective::GangSession> session;
   if (task.gang != 0) {
