@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/logging.hpp"
+#include "common/util.hpp"
 #include "net/frames.hpp"
 #include "net/interfaces.hpp"
 #include "herd/error.hpp"

@@ -419,7 +419,9 @@ void SchedulerState::progress_retirements(const Now& now) {
     for (TaskId key : w.has) {
       const Task* t = graph_.find(key);
       if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
-      if (t->safe_elsewhere()) continue;  // its client holds the value: nothing to move
+      // Copied even when its client holds the value (cheap, and a later task that takes it as
+      // input then costs no recompute); but a worker is never kept for such a one: with no
+      // worker to take it, it is left (Task::safe_elsewhere, TaskGraph::worker_lost).
       ++unique;
       if (w.acquire_sent) continue;
       if (to != nullptr) copies[to->id].push_back({key, {w.address}});

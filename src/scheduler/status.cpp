@@ -84,11 +84,9 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
   }
   s.throughput = static_cast<double>(recent) / std::clamp(s.uptime_s, 1.0, static_cast<double>(kThroughputWindow));
   for (const auto& p : pools_) {
-    std::uint32_t connected = 0;
     std::map<std::string, std::string> by_job;
     for (const auto& [id, w] : state_.workers()) {
       if (w.pool != p->name()) continue;
-      ++connected;
       if (!w.job_id.empty()) {  // several workers per job: "12_0.0, 12_0.1"
         std::string& names = by_job[w.job_id];
         names += (names.empty() ? "" : ", ") + w.name;
