@@ -421,21 +421,33 @@ class Client {
   /// @brief Sizes a worker pool to `n` workers ("" = the first pool). Jobs are submitted in
   /// bulk; surplus workers retire gracefully (no new tasks, results copied) before scancel.
   /// @throws JobQueueError with the batch system's own message if it refuses.
-  void scale(int n, const std::string& pool = "");
+  PoolChange scale(int n, const std::string& pool = "");
   /// @brief Sizes a pool in other units, as dask-jobqueue's scale(jobs=, cores=, memory=):
   /// `client.scale(herd::ScaleTo{}.cores(64))` asks for enough jobs to hold 64 cores,
   /// `.memory("256G")` enough for 256 GiB (the pool's memory option per job), `.jobs(4)` four
   /// jobs of processes x nodes workers each. Given several, the largest number of jobs wins.
   /// @throws std::invalid_argument (nothing given, a negative count, a bad memory size),
   /// JobQueueError (e.g. memory of a pool that asks for none).
-  void scale(const ScaleTo& to, const std::string& pool = "");
+  PoolChange scale(const ScaleTo& to, const std::string& pool = "");
   /// @brief Lets a pool follow the backlog between `minimum` and `maximum` workers; workers
   /// idle for `idle_timeout` are released.
-  void adapt(int minimum, int maximum, const std::string& pool = "",
-             std::chrono::seconds idle_timeout = std::chrono::seconds(0));
+  PoolChange adapt(int minimum, int maximum, const std::string& pool = "",
+                   std::chrono::seconds idle_timeout = std::chrono::seconds(0));
   /// @brief adapt() with its pace: interval, target_duration, wait_count (Dask's Adaptive).
   /// @throws std::invalid_argument for bounds out of order or a negative knob.
-  void adapt(const AdaptOptions& options, const std::string& pool = "");
+  PoolChange adapt(const AdaptOptions& options, const std::string& pool = "");
+  /// @brief Pauses a pool (`herd pool pause POOL`): it submits no job until resume_pool(); its
+  /// workers stay, and it still shrinks. scale() and adapt() change its size, not the pause.
+  /// @throws JobQueueError naming the known pools when there is no pool `pool`.
+  PoolChange pause_pool(const std::string& pool);
+  /// @brief Resumes a paused pool: it submits jobs again for its size.
+  PoolChange resume_pool(const std::string& pool);
+  /// @brief Retires one worker by name (WorkerInfo::name; `herd worker retire NAME`): it takes
+  /// no new task, its unstarted tasks go elsewhere, its running ones finish, the results only it
+  /// holds are copied to a worker that stays, and it leaves. A fixed-size pool shrinks by its
+  /// job, so it is not replaced. @throws JobQueueError naming the connected workers when none
+  /// is called `name`.
+  PoolChange retire_worker(const std::string& name);
   /// The scheduler's pools, as of its last report (about once a second).
   std::vector<PoolInfo> pools() const;
   /// Workers connected now (as last told by the scheduler).

@@ -45,6 +45,13 @@ struct PoolInfo {
   long walltime_s = 0;        ///< its jobs' time limit in seconds (0 = none)
   long retire_before_s = 0;   ///< its workers retire this long before the time limit
   std::uint64_t submitted = 0;  ///< jobs submitted since the scheduler started
+  bool user_paused = false;     ///< paused with `herd pool pause` / Client::pause_pool(): no job
+                                ///< is submitted until resumed
+  /// Workers the pool would let go but keeps: they hold results only they have and no worker
+  /// stays to take them, each "NAME: holds 2 result(s) only it has (16 MiB): KEY, KEY".
+  std::vector<std::string> kept_for_data;
+  int cores_per_job = 0;            ///< cores each job asks for (`herd scale POOL --cores C`)
+  long long memory_per_job = 0;     ///< bytes each job asks for (0 = none asked)
 };
 
 /// @brief One connected worker.
@@ -75,6 +82,9 @@ struct WorkerInfo {
   std::uint64_t spilled_bytes = 0; ///< results it wrote to its local directory (memory pressure)
   std::string paused;             ///< why it starts no new task (memory), "" = not paused
   bool link = false;              ///< its messages to and from the scheduler travel on a control link (false: ZeroMQ)
+  /// Its pool would let it go, but it holds results only it has and no worker stays to take
+  /// them: "2 result(s) only it has (16 MiB): KEY, KEY" ("" = not kept).
+  std::string kept_for_data;
 };
 
 /// @brief One batch job of a pool.
@@ -163,6 +173,24 @@ struct TaskExplanation {
   std::map<std::string, double> resources;  ///< what it needs
   int duration_s = 0;       ///< its TaskOptions::duration (0 = none)
   /// @brief The explanation as `herd explain` prints it.
+  std::string to_text() const;
+};
+
+/// @brief What Client::scale(), adapt(), pause_pool(), resume_pool() and retire_worker() changed,
+/// as `herd scale` prints it: "pool gpu: 2 → 20 workers (18 jobs submitted)".
+struct PoolChange {
+  std::string pool;          ///< the pool changed ("" = a worker of no pool was retired)
+  int before = 0;            ///< workers wanted before
+  int after = 0;             ///< workers wanted now
+  bool adaptive = false;     ///< now follows the backlog between minimum and maximum
+  int minimum = 0, maximum = 0;
+  int submitted = 0;         ///< jobs submitted for the change
+  int retiring = 0;          ///< workers of the pool retiring now
+  bool paused = false;       ///< paused by the user (no job is submitted until resumed)
+  std::vector<std::string> kept_for_data;  ///< as PoolInfo::kept_for_data
+  std::string worker;        ///< retire_worker(): the worker
+  std::string note;          ///< retire_worker(): what becomes of its tasks and results
+  /// @brief Lines as the shell commands print them.
   std::string to_text() const;
 };
 

@@ -18,5 +18,12 @@ int explain_main(const std::vector<std::string>& args);
 int config_main(const std::vector<std::string>& args);
 /// `herd logs ARGS...` (src/cli/logs.cpp)
 int logs_main(const std::vector<std::string>& args);
+/// Scaling from the shell (src/cli/scale.cpp): `herd pools`, `herd scale POOL N`,
+/// `herd adapt POOL --min A --max B`, `herd pool pause|resume POOL`, `herd worker retire NAME`.
+int pools_main(const std::vector<std::string>& args);
+int scale_main(const std::vector<std::string>& args);
+int adapt_main(const std::vector<std::string>& args);
+int pool_main(const std::vector<std::string>& args);
+int worker_retire_main(const std::vector<std::string>& args);
 
 }  // namespace herd::detail

@@ -26,6 +26,13 @@ const char* kUsage =
     "  explain     why a task is not running (herd explain KEY --scheduler tcp://host:port)\n"
     "  logs        a worker's log, a job's output file or a task's output\n"
     "              (herd logs [WORKER|JOB|TASK] --scheduler tcp://host:port [-n LINES])\n"
+    "  pools       a running scheduler's pools: size, workers, jobs, paused, kept for data\n"
+    "              (herd pools --scheduler tcp://host:port)\n"
+    "  scale       size a pool: herd scale POOL N | herd scale POOL --cores C | --memory M | --jobs J\n"
+    "  adapt       let a pool follow the backlog: herd adapt POOL --min A --max B [--idle-timeout S]\n"
+    "  pool        herd pool pause POOL (no job submitted; its workers stay) | herd pool resume POOL\n"
+    "  worker retire\n"
+    "              herd worker retire NAME: the worker drains its tasks, hands on its results, leaves\n"
     "  config      every HERD_* variable, its value here and where it came from\n"
     "              (herd config [--internal] [--markdown])\n"
     "  version     print herd's version and the wire protocol version it speaks (also --version)\n";
@@ -44,7 +51,14 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   std::vector<std::string> args(argv + 2, argv + argc);
   if (command == "scheduler") return herd::detail::scheduler_main(args);
+  if (command == "worker" && !args.empty() && args.front() == "retire") {
+    return herd::detail::worker_retire_main(std::vector<std::string>(args.begin() + 1, args.end()));
+  }
   if (command == "worker") return herd::detail::worker_main(args);
+  if (command == "pools") return herd::detail::pools_main(args);
+  if (command == "scale") return herd::detail::scale_main(args);
+  if (command == "adapt") return herd::detail::adapt_main(args);
+  if (command == "pool") return herd::detail::pool_main(args);
   if (command == "jobscript") return herd::detail::jobscript_main(args);
   if (command == "sweep") return herd::detail::sweep_main(args);
   if (command == "status") return herd::detail::status_main(args);

@@ -67,13 +67,14 @@ void Client::wait_for_workers(int n, std::chrono::milliseconds timeout) {
 }
 
 namespace {
-void scale_request(detail::ClientCore& core, protocol::ScalePoolRequest req) {
+PoolChange scale_request(detail::ClientCore& core, protocol::ScalePoolRequest req) {
   std::unique_lock lock(core.mu_);
   // sbatch answers within seconds; the scheduler replies after its first submission attempt.
   const client::Pending p = core.ask(lock, std::move(req), std::chrono::seconds(120),
                                      "the scheduler did not answer a scale request within 120 s");
   const auto& reply = std::get<protocol::ScalePoolReply>(p.reply);
   if (!reply.ok) throw JobQueueError(reply.error);
+  return detail::to_pool_change(reply);
 }
 
 /// A request the caller waits for (up to 30 s) the reply to: `herd status`, `herd logs` and
@@ -86,15 +87,15 @@ Reply ask_scheduler(detail::ClientCore& core, std::unique_lock<std::mutex>& lock
 }
 }  // namespace
 
-void Client::scale(int n, const std::string& pool) {
+PoolChange Client::scale(int n, const std::string& pool) {
   if (n < 0) throw std::invalid_argument("scale: n must be >= 0, got " + std::to_string(n));
   protocol::ScalePoolRequest req;
   req.pool = pool;
   req.target = static_cast<std::uint32_t>(n);
-  scale_request(*core_, req);
+  return scale_request(*core_, req);
 }
 
-void Client::scale(const ScaleTo& to, const std::string& pool) {
+PoolChange Client::scale(const ScaleTo& to, const std::string& pool) {
   if (to.jobs() < -1 || to.workers() < -1 || to.cores() < -1) {
     throw std::invalid_argument("scale: jobs, workers and cores must be >= 0");
   }
@@ -112,10 +113,10 @@ void Client::scale(const ScaleTo& to, const std::string& pool) {
   req.jobs = to.jobs();
   req.cores = to.cores();
   if (!to.memory().empty()) req.memory = memory_bytes(to.memory());
-  scale_request(*core_, req);
+  return scale_request(*core_, req);
 }
 
-void Client::adapt(int minimum, int maximum, const std::string& pool, std::chrono::seconds idle_timeout) {
+PoolChange Client::adapt(int minimum, int maximum, const std::string& pool, std::chrono::seconds idle_timeout) {
   if (minimum < 0 || maximum < minimum) {
     throw std::invalid_argument("adapt: need 0 <= minimum <= maximum, got " + std::to_string(minimum) +
                                 ", " + std::to_string(maximum));
@@ -126,10 +127,10 @@ void Client::adapt(int minimum, int maximum, const std::string& pool, std::chron
   req.minimum = static_cast<std::uint32_t>(minimum);
   req.maximum = static_cast<std::uint32_t>(maximum);
   req.idle_timeout_s = static_cast<std::uint32_t>(idle_timeout.count());
-  scale_request(*core_, req);
+  return scale_request(*core_, req);
 }
 
-void Client::adapt(const AdaptOptions& o, const std::string& pool) {
+PoolChange Client::adapt(const AdaptOptions& o, const std::string& pool) {
   if (o.minimum() < 0 || o.maximum() < o.minimum()) {
     throw std::invalid_argument("adapt: need 0 <= minimum <= maximum, got " + std::to_string(o.minimum()) + ", " +
                                 std::to_string(o.maximum()));
@@ -147,7 +148,29 @@ void Client::adapt(const AdaptOptions& o, const std::string& pool) {
   req.interval_ms = o.interval().count();
   req.target_duration_ms = o.target_duration().count();
   req.wait_count = static_cast<std::uint32_t>(o.wait_count());
-  scale_request(*core_, req);
+  return scale_request(*core_, req);
+}
+
+PoolChange Client::pause_pool(const std::string& pool) {
+  protocol::ScalePoolRequest req;
+  req.pool = pool;
+  req.action = "pause";
+  return scale_request(*core_, req);
+}
+
+PoolChange Client::resume_pool(const std::string& pool) {
+  protocol::ScalePoolRequest req;
+  req.pool = pool;
+  req.action = "resume";
+  return scale_request(*core_, req);
+}
+
+PoolChange Client::retire_worker(const std::string& name) {
+  if (name.empty()) throw std::invalid_argument("retire_worker: give a worker's name");
+  protocol::ScalePoolRequest req;
+  req.action = "retire";
+  req.worker = name;
+  return scale_request(*core_, req);
 }
 
 void Client::restart(std::chrono::milliseconds timeout) {

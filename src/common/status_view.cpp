@@ -34,7 +34,28 @@ PoolInfo to_pool_info(const protocol::PoolStatus& p) {
   i.walltime_s = static_cast<long>(p.walltime_s);
   i.retire_before_s = static_cast<long>(p.retire_before_s);
   i.submitted = p.submitted;
+  i.user_paused = p.user_paused;
+  i.kept_for_data = p.kept_for_data;
+  i.cores_per_job = static_cast<int>(p.cores_per_job);
+  i.memory_per_job = p.memory_per_job;
   return i;
+}
+
+PoolChange to_pool_change(const protocol::ScalePoolReply& r) {
+  PoolChange c;
+  c.pool = r.pool;
+  c.before = static_cast<int>(r.before);
+  c.after = static_cast<int>(r.after);
+  c.adaptive = r.adaptive;
+  c.minimum = static_cast<int>(r.minimum);
+  c.maximum = static_cast<int>(r.maximum);
+  c.submitted = static_cast<int>(r.submitted);
+  c.retiring = static_cast<int>(r.retiring);
+  c.paused = r.user_paused;
+  c.kept_for_data = r.kept_for_data;
+  c.worker = r.worker;
+  c.note = r.note;
+  return c;
 }
 
 ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
@@ -66,6 +87,7 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
     i.spilled_bytes = w.spilled_bytes;
     i.link = w.link;
     i.paused = w.paused;
+    i.kept_for_data = w.kept_for_data;
     for (const auto& g : w.gpus) i.gpus.push_back({g.id, g.name, g.memory});
     s.workers.push_back(std::move(i));
   }
@@ -170,6 +192,7 @@ std::string ClusterStatus::to_json() const {
     x["end_time"] = w.end_time;
     x["time_left_s"] = w.time_left_s;
     x["retiring"] = w.retiring;
+    x["kept_for_data"] = w.kept_for_data;
     x["gpus"] = Json::array();
     for (const GpuInfo& g : w.gpus) x["gpus"].push_back(Json{{"id", g.id}, {"name", g.name}, {"memory", g.memory}});
     o["workers"].push_back(std::move(x));
@@ -203,6 +226,10 @@ std::string ClusterStatus::to_json() const {
     x["walltime_s"] = p.walltime_s;
     x["retire_before_s"] = p.retire_before_s;
     x["submitted"] = p.submitted;
+    x["user_paused"] = p.user_paused;
+    x["kept_for_data"] = p.kept_for_data;
+    x["cores_per_job"] = p.cores_per_job;
+    x["memory_per_job"] = p.memory_per_job;
     o["pools"].push_back(std::move(x));
   }
   o["jobs"] = Json::array();
@@ -254,7 +281,9 @@ std::string ClusterStatus::to_text() const {
       std::string mem = util::format_bytes(w.memory_rss);
       if (w.memory_limit > 0) mem += " / " + util::format_bytes(w.memory_limit);
       if (w.spilled_bytes > 0) mem += ", " + util::format_bytes(w.spilled_bytes) + " spilled";
-      rows.push_back({w.name + (w.retiring ? " (retiring)" : "") + (w.paused.empty() ? "" : " (paused)"), w.host, w.pool.empty() ? "-" : w.pool,
+      rows.push_back({w.name + (w.retiring ? " (retiring)" : "") + (w.paused.empty() ? "" : " (paused)") +
+                          (w.kept_for_data.empty() ? "" : " (kept for data)"),
+                      w.host, w.pool.empty() ? "-" : w.pool,
                       w.job_id.empty() ? "-" : w.job_id,
                       std::to_string(w.busy) + "/" + std::to_string(w.nthreads),
                       std::to_string(std::max(0, w.processing - w.busy)), mem, resources_text(w.resources),
@@ -263,6 +292,9 @@ std::string ClusterStatus::to_text() const {
     out << table(rows);
     for (const auto& w : workers) {
       if (!w.paused.empty()) out << "  " << w.name << " paused: " << w.paused << "\n";
+      if (!w.kept_for_data.empty()) {
+        out << "  " << w.name << " kept for data: its pool would let it go, but it holds " << w.kept_for_data << "\n";
+      }
     }
   }
   out << "\ntasks: " << finished_total << " finished, " << failed_total << " failed since start; "
@@ -307,6 +339,9 @@ std::string ClusterStatus::to_text() const {
       if (!p.last_error.empty()) notes += (notes.empty() ? "" : ", ") + std::string("error: ") + p.last_error;
       if (p.stalled > 0) notes += (notes.empty() ? "" : ", ") + std::to_string(p.stalled) + " suspended or held";
       if (!p.batch_error.empty()) notes += (notes.empty() ? "" : ", ") + std::string("batch system: ") + p.batch_error;
+      if (!p.kept_for_data.empty()) {
+        notes += (notes.empty() ? "" : ", ") + std::to_string(p.kept_for_data.size()) + " worker(s) kept for data";
+      }
       rows.push_back({p.name, p.kind, std::to_string(p.target), std::to_string(p.workers), std::to_string(p.running),
                       std::to_string(p.pending), notes.empty() ? "-" : notes});
     }
@@ -365,6 +400,28 @@ std::string TaskExplanation::to_text() const {
   if (!pools.empty()) s += "  pools:\n";
   for (const auto& p : pools) s += "    " + p + "\n";
   return s;
+}
+
+std::string PoolChange::to_text() const {
+  std::string out;
+  if (!worker.empty()) out += note.empty() ? "worker " + worker + " retires\n" : note + "\n";
+  if (pool.empty()) return out;
+  const auto workers = [](int n) { return std::to_string(n) + (n == 1 ? " worker" : " workers"); };
+  out += "pool " + pool + ": ";
+  if (adaptive) {
+    out += "adaptive " + std::to_string(minimum) + "-" + std::to_string(maximum) + " workers, " +
+           std::to_string(after) + " wanted now (was " + std::to_string(before) + ")";
+  } else {
+    out += std::to_string(before) + " \u2192 " + workers(after);
+  }
+  std::string more;
+  if (submitted > 0) more += std::to_string(submitted) + (submitted == 1 ? " job" : " jobs") + " submitted";
+  if (retiring > 0) more += (more.empty() ? "" : ", ") + std::to_string(retiring) + " retiring";
+  if (!more.empty()) out += " (" + more + ")";
+  out += "\n";
+  if (paused) out += "pool " + pool + " is paused: no job is submitted until `herd pool resume " + pool + "`\n";
+  for (const auto& k : kept_for_data) out += "kept for data: " + k + "\n";
+  return out;
 }
 
 }  // namespace herd

@@ -11,5 +11,6 @@ PoolInfo to_pool_info(const protocol::PoolStatus& p);
 ClusterStatus to_cluster_status(const protocol::StatusReply& r);
 TaskExplanation to_task_explanation(const protocol::TaskExplanation& e);
 CampaignInfo to_campaign_info(const protocol::CampaignInfo& c);
+PoolChange to_pool_change(const protocol::ScalePoolReply& r);
 
 }  // namespace herd::detail

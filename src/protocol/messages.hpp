@@ -382,9 +382,17 @@ struct PoolStatus {
   std::uint32_t workers_per_job = 1;         // processes x nodes of each job
   std::uint32_t walltime_s = 0;              // jobs' time limit (0 = none)
   std::uint32_t retire_before_s = 0;         // workers retire this long before it
+  // Appended (herd pools / herd pool pause): paused by the user (`herd pool pause`): no job is
+  // submitted until `herd pool resume`; and the workers the pool would let go but keeps because
+  // they hold results only they have, each "NAME: holds N result(s) only it has (SIZE): KEYS".
+  bool user_paused = false;
+  std::vector<std::string> kept_for_data;
+  std::uint32_t cores_per_job = 0;           // for `herd scale POOL --cores C`
+  std::int64_t memory_per_job = 0;           // bytes, for `herd scale POOL --memory M` (0 = none asked)
   MSGPACK_DEFINE_MAP(name, kind, target, adaptive, minimum, maximum, pending, running, workers,
                      pending_reasons, paused, last_error, submitted, failed_submissions, last_failure,
-                     crashes, stalled, batch_error, last_answer_s, workers_per_job, walltime_s, retire_before_s);
+                     crashes, stalled, batch_error, last_answer_s, workers_per_job, walltime_s, retire_before_s,
+                     user_paused, kept_for_data, cores_per_job, memory_per_job);
 };
 
 struct ClusterStateEvent {
@@ -408,15 +416,34 @@ struct ScalePoolRequest {
   std::int64_t interval_ms = -1;          // between two decisions (0 = every step)
   std::int64_t target_duration_ms = 0;    // the backlog is cleared in about this much work per slot
   std::uint32_t wait_count = 0;           // decisions in a row that ask for a shrink before one
+  // Appended (the shell's `herd pool pause|resume POOL`, `herd worker retire NAME`): "" = scale
+  // or adapt as above; "pause": the pool submits no job until "resume" (its workers stay);
+  // "retire": the worker named `worker` drains its tasks, hands on the results only it holds,
+  // and leaves (a fixed-size pool shrinks by its job, so that it is not replaced).
+  std::string action;
+  std::string worker;
   MSGPACK_DEFINE_MAP(request_id, pool, adaptive, target, minimum, maximum, idle_timeout_s, jobs, cores, memory,
-                     interval_ms, target_duration_ms, wait_count);
+                     interval_ms, target_duration_ms, wait_count, action, worker);
 };
 
 struct ScalePoolReply {
   std::uint64_t request_id = 0;  // from the request
   bool ok = false;
   std::string error;             // e.g. sbatch's "invalid partition specified: nope"
-  MSGPACK_DEFINE_MAP(request_id, ok, error);
+  // Appended: what changed, for `herd scale/adapt/pool/worker retire` to print.
+  std::string pool;                          // the pool changed (the retired worker's pool)
+  std::uint32_t before = 0, after = 0;       // workers wanted before and after
+  bool adaptive = false;                     // after: follows the backlog
+  std::uint32_t minimum = 0, maximum = 0;    // after: adapt bounds
+  std::uint32_t submitted = 0;               // jobs submitted for this change
+  std::uint32_t retiring = 0;                // workers of the pool retiring now
+  std::vector<std::string> kept_for_data;    // as PoolStatus::kept_for_data
+  bool user_paused = false;                  // after: paused by the user
+  std::string worker;                        // retire: the worker
+  std::uint32_t workers_per_job = 1;
+  std::string note;                          // retire: what happens to its tasks and results
+  MSGPACK_DEFINE_MAP(request_id, ok, error, pool, before, after, adaptive, minimum, maximum, submitted, retiring,
+                     kept_for_data, user_paused, worker, workers_per_job, note);
 };
 
 /// Client::restart(): every worker stopped (and replaced by its pool), every task of every
@@ -535,9 +562,11 @@ struct WorkerStatus {
   std::uint64_t spilled_bytes = 0;          // results it wrote to its local directory (bytes)
   std::string paused;                       // why it starts no new task ("" = not paused)
   bool link = false;                        // its messages travel on a control link (false: ZeroMQ)
+  std::string kept_for_data;                // appended: its pool would let it go, but it holds results
+                                            //   only it has: "N result(s) (SIZE): KEYS" ("" = not kept)
   MSGPACK_DEFINE_MAP(id, name, host, address, job_id, pool, nthreads, processing, executing, stored,
                      memory_rss, memory_limit, resources, end_time, retiring, last_seen_s, gpus,
-                     spilled_bytes, paused, link);
+                     spilled_bytes, paused, link, kept_for_data);
 };
 
 struct JobStatus {

@@ -82,15 +82,16 @@ void PoolState::adapt(std::uint32_t minimum, std::uint32_t maximum, std::chrono:
 }
 
 bool PoolState::may_submit(Clock::time_point now, std::size_t unproven) const {
-  if (submitting_ || now < paused_until_ || crash_paused_) return false;
+  if (submitting_ || now < paused_until_ || crash_paused_ || user_paused_) return false;
   // In a crash loop: one untested job at a time, after a pause that doubles with each crash.
   if (crashes_ >= policy_.crash_backoff_after) return now >= crash_next_try_ && unproven == 0;
   return true;
 }
 
 PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double avg_task_us,
-                            const std::vector<PoolWorker>& workers) {
+                            const std::vector<PoolWorker>& workers, const HoldsData& holds_data) {
   PoolActions a;
+  kept_.clear();
   std::set<std::string> leaving_jobs;
   for (auto& [job, asked] : undecided_) job_ended(now, job, asked, !worked_.count(job.id));
   for (const auto& [job, asked] : undecided_) worked_.erase(job.id);
@@ -176,9 +177,12 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
       bool idle = true;
       Clock::time_point idle_since{};
       bool eligible = true;
+      std::uint32_t data = 0;  // results only its workers hold (asked of eligible ones only)
     };
     std::map<std::string, Candidate> by_job;
+    std::size_t staying = 0;  // workers not on their way out
     for (const auto& w : workers) {
+      staying += !w.leaving;
       if (!jobs_.count(w.job_id) || cancelled_.count(w.job_id)) continue;
       Candidate& c = by_job[w.job_id];
       if (w.leaving) c.eligible = false;
@@ -187,16 +191,29 @@ PoolActions PoolState::step(Clock::time_point now, std::size_t backlog, double a
       c.idle = c.idle && w.idle;
       c.idle_since = std::max(c.idle_since, w.idle_since);
     }
-    std::vector<const Candidate*> candidates;
-    for (const auto& [job, c] : by_job) {
-      if (c.eligible) candidates.push_back(&c);
+    std::vector<Candidate*> candidates;
+    for (auto& [job, c] : by_job) {
+      if (!c.eligible) continue;
+      if (holds_data) {
+        for (std::uint32_t id : c.ids) c.data += holds_data(id);
+      }
+      candidates.push_back(&c);
     }
+    // Workers holding nothing to move go first; then the idle, the longest idle first.
     std::sort(candidates.begin(), candidates.end(), [](const Candidate* a1, const Candidate* b1) {
+      if ((a1->data == 0) != (b1->data == 0)) return a1->data == 0;
       return a1->idle != b1->idle ? a1->idle : a1->idle_since < b1->idle_since;
     });
     for (const Candidate* c : candidates) {
       if (excess == 0) break;
+      // Results only it holds move to a worker that stays (as Dask's retire_workers moves
+      // unique data); with none staying, the worker stays for them, and says so.
+      if (c->data > 0 && staying <= c->ids.size()) {
+        kept_.insert(kept_.end(), c->ids.begin(), c->ids.end());
+        continue;
+      }
       a.retire.insert(a.retire.end(), c->ids.begin(), c->ids.end());
+      staying -= std::min(staying, c->ids.size());
       --excess;
     }
   }
@@ -416,6 +433,13 @@ protocol::PoolStatus PoolState::status(std::uint32_t connected_workers, Clock::t
   } else if (now < paused_until_) {
     s.paused = paused_reason_;
   }
+  s.user_paused = user_paused_;
+  if (user_paused_) {
+    s.paused = "paused by the user: no job is submitted until `herd pool resume " + policy_.name + "`" +
+               (s.paused.empty() ? "" : "; also: " + s.paused);
+  }
+  s.cores_per_job = policy_.cores_per_job;
+  s.memory_per_job = policy_.memory_per_job;
   s.crashes = crashes_;
   s.last_error = last_error_;
   s.submitted = submitted_;
@@ -454,8 +478,8 @@ jobqueue::CommandRunner& Pool::runner() {
 }
 
 std::vector<std::uint32_t> Pool::step(Clock::time_point now, std::size_t backlog, double avg_task_us,
-                                      const std::vector<PoolWorker>& workers) {
-  PoolActions a = state_.step(now, backlog, avg_task_us, workers);
+                                      const std::vector<PoolWorker>& workers, const PoolState::HoldsData& holds_data) {
+  PoolActions a = state_.step(now, backlog, avg_task_us, workers, holds_data);
   (void)runner();
   std::weak_ptr<bool> alive = alive_;
   if (a.submit > 0) {

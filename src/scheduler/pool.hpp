@@ -98,6 +98,8 @@ struct PoolActions {
   bool poll = false;                          // ask the batch system for the jobs' states
   std::vector<std::string> cancel;            // stop these jobs, in one command
   std::vector<std::uint32_t> retire;          // retire these workers gracefully
+  std::vector<std::uint32_t> kept;            // would be retired, but hold results only they have
+                                              //   and no worker of the pool stays to take them
   std::vector<std::string> read_output;       // failed jobs: read the end of their output
 };
 
@@ -126,10 +128,24 @@ class PoolState {
   /// adapt()'s pace (interval < 0, target_duration or wait_count 0: keep the current value).
   void adapt_pace(std::chrono::milliseconds interval, std::chrono::milliseconds target_duration, std::uint32_t wait_count);
 
+  /// The user pauses the pool (`herd pool pause`): no job is submitted until resume(); its
+  /// workers stay, and it still shrinks. scale() and adapt() change its size, not the pause.
+  void pause() { user_paused_ = true; }
+  void resume() { user_paused_ = false; }
+  bool user_paused() const { return user_paused_; }
+
+  /// Results only worker `id` holds that would have to move if it left (0: none, or it holds
+  /// nothing anyone needs that is not safe elsewhere). Asked only of workers step() would retire.
+  using HoldsData = std::function<std::uint32_t(std::uint32_t id)>;
+
   /// One decision step. `backlog`: ready + processing tasks this pool's workers could run;
-  /// `avg_task_us`: mean task time seen (< 0 unknown).
+  /// `avg_task_us`: mean task time seen (< 0 unknown). A worker holding data (`holds_data`)
+  /// is retired only when another worker of the pool stays to take its results; otherwise it
+  /// is kept (PoolActions::kept), and goes once its results are safe elsewhere.
   PoolActions step(Clock::time_point now, std::size_t backlog, double avg_task_us,
-                   const std::vector<PoolWorker>& workers);
+                   const std::vector<PoolWorker>& workers, const HoldsData& holds_data = {});
+  /// Workers the last step kept for their data.
+  const std::vector<std::uint32_t>& kept() const { return kept_; }
 
   // The batch system's answers to what step() started.
   void submitted(Clock::time_point now, const jobqueue::SubmitResult& result);
@@ -175,6 +191,8 @@ class PoolState {
   bool may_submit(Clock::time_point now, std::size_t unproven) const;
 
   PoolPolicy policy_;
+  bool user_paused_ = false;                       // herd pool pause
+  std::vector<std::uint32_t> kept_;                // kept for data by the last step
   std::map<std::string, jobqueue::JobInfo> jobs_;  // live jobs
   std::set<std::string> cancelled_;                // asked to stop (or about to be); not capacity
   std::set<std::string> requeued_;                 // requeued since their worker connected
@@ -242,7 +260,9 @@ class Pool {
   /// scancel for every job to stop, reads of failed jobs' output) without waiting for any of
   /// it. Returns the workers to retire gracefully.
   std::vector<std::uint32_t> step(Clock::time_point now, std::size_t backlog, double avg_task_us,
-                                  const std::vector<PoolWorker>& workers);
+                                  const std::vector<PoolWorker>& workers, const PoolState::HoldsData& holds_data = {});
+  void pause() { state_.pause(); }
+  void resume() { state_.resume(); }
   /// Jobs that ended (id, how), from polls answered since the last call.
   PoolState::Ended take_ended();
   /// A worker of job `job_id` left: make sure the job is gone too (gathered into one scancel).

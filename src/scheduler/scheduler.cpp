@@ -10,6 +10,7 @@
 #include <random>
 
 #include "common/logging.hpp"
+#include "common/util.hpp"
 #include "net/frames.hpp"
 #include "net/interfaces.hpp"
 #include "herd/error.hpp"
@@ -680,54 +681,152 @@ void Scheduler::broadcast_cluster_state() {
   protocol::ClusterStateEvent ev;
   ev.workers = static_cast<std::uint32_t>(state_.workers().size());
   for (const auto& [id, w] : state_.workers()) ev.threads += w.nthreads;
-  for (const auto& p : pools_) {
-    std::uint32_t connected = 0;
-    for (const auto& [id, w] : state_.workers()) connected += (w.pool == p->name());
-    ev.pools.push_back(p->status(connected));
-  }
+  for (const auto& p : pools_) ev.pools.push_back(pool_status(*p));
   for (const auto& [id, identity] : client_identity_) protocol::send<MessageType::cluster_state>(*channels_, identity, ev);
+}
+
+namespace {
+
+/// "a, b, c" (at most `most` named, then "and N more").
+template <typename Names>
+std::string name_list(const Names& names, std::size_t most = 20) {
+  std::string out;
+  std::size_t n = 0;
+  for (const std::string& name : names) {
+    if (n++ == most) break;
+    out += (out.empty() ? "" : ", ") + name;
+  }
+  if (names.size() > most) out += " and " + std::to_string(names.size() - most) + " more";
+  return out;
+}
+
+}  // namespace
+
+void Scheduler::describe_change(protocol::ScalePoolReply& reply, const Pool& pool, std::uint64_t submitted_before) const {
+  const protocol::PoolStatus s = pool_status(pool);
+  reply.pool = pool.name();
+  reply.after = s.target;
+  reply.adaptive = s.adaptive;
+  reply.minimum = s.minimum;
+  reply.maximum = s.maximum;
+  reply.submitted = static_cast<std::uint32_t>(s.submitted >= submitted_before ? s.submitted - submitted_before : 0);
+  reply.user_paused = s.user_paused;
+  reply.kept_for_data = s.kept_for_data;
+  reply.workers_per_job = s.workers_per_job;
+  reply.retiring = 0;
+  for (const auto& [wid, w] : state_.workers()) reply.retiring += (w.pool == pool.name() && w.retiring);
 }
 
 void Scheduler::handle_scale(ClientId id, const protocol::ScalePoolRequest& req, const Now& now) {
   protocol::ScalePoolReply reply;
   reply.request_id = req.request_id;
-  Pool* pool = find_pool(req.pool);
-  if (pool == nullptr) {
-    reply.error = pools_.empty() ? std::string("this scheduler has no worker pool to scale")
-                                 : "no pool named '" + req.pool + "'";
-  } else {
-    std::string refused;
-    if (req.adaptive) {
-      pool->adapt(req.minimum, req.maximum, std::chrono::seconds(req.idle_timeout_s));
-      pool->adapt_pace(std::chrono::milliseconds(req.interval_ms), std::chrono::milliseconds(req.target_duration_ms),
-                       req.wait_count);
-    } else if (const auto jobs = scale_jobs(pool->policy(), req, refused)) {
-      pool->scale(*jobs);
-    }
-    if (!refused.empty()) {
-      reply.error = refused;
-      if (const std::string* identity = identity_of(Role::client, id)) {
-        protocol::send<MessageType::scale_reply>(*channels_, *identity, reply);
-      }
-      return;
-    }
-    step_pools(now);  // start the submission now
-    state_.outbox().cluster_changed = true;
-    // The reply waits for sbatch's answer, so that a refusal reaches the caller; the loop does
-    // not (the client may have gone by then: its identity finds nobody, harmlessly).
-    const std::string* identity = identity_of(Role::client, id);
-    if (identity == nullptr) return;
-    pool->when_settled([this, identity = *identity, reply](const std::string& error) mutable {
-      reply.ok = error.empty();
-      reply.error = error;
-      protocol::send<MessageType::scale_reply>(*channels_, identity, reply);
-    });
+  const auto send_reply = [this, id](const protocol::ScalePoolReply& r) {
+    if (const std::string* identity = identity_of(Role::client, id)) protocol::send<MessageType::scale_reply>(*channels_, *identity, r);
+  };
+  if (req.action == "retire") {
+    retire_by_name(req, reply, now);
+    send_reply(reply);
     return;
   }
-  state_.outbox().cluster_changed = true;
-  if (const std::string* identity = identity_of(Role::client, id)) {
-    protocol::send<MessageType::scale_reply>(*channels_, *identity, reply);
+  if (!req.action.empty() && req.action != "pause" && req.action != "resume") {
+    reply.error = "unknown pool action '" + req.action + "' (pause, resume, retire)";
+    send_reply(reply);
+    return;
   }
+  Pool* pool = find_pool(req.pool);
+  if (pool == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& p : pools_) names.push_back(p->name());
+    reply.error = pools_.empty() ? std::string("this scheduler has no worker pool to scale")
+                                 : "no pool named '" + req.pool + "'; the pools are: " + name_list(names);
+    send_reply(reply);
+    return;
+  }
+  const protocol::PoolStatus before = pool_status(*pool);
+  reply.before = before.target;
+  std::string refused;
+  if (req.action == "pause") {
+    pool->pause();
+  } else if (req.action == "resume") {
+    pool->resume();
+  } else if (req.adaptive) {
+    pool->adapt(req.minimum, req.maximum, std::chrono::seconds(req.idle_timeout_s));
+    pool->adapt_pace(std::chrono::milliseconds(req.interval_ms), std::chrono::milliseconds(req.target_duration_ms),
+                     req.wait_count);
+  } else if (const auto jobs = scale_jobs(pool->policy(), req, refused)) {
+    pool->scale(*jobs);
+  }
+  if (!refused.empty()) {
+    reply.error = refused;
+    send_reply(reply);
+    return;
+  }
+  step_pools(now);  // start the submission now
+  state_.outbox().cluster_changed = true;
+  // The reply waits for sbatch's answer, so that a refusal reaches the caller; the loop does
+  // not (the client may have gone by then: its identity finds nobody, harmlessly).
+  const std::string* identity = identity_of(Role::client, id);
+  if (identity == nullptr) return;
+  pool->when_settled([this, identity = *identity, reply, name = pool->name(), submitted = before.submitted](
+                         const std::string& error) mutable {
+    reply.ok = error.empty();
+    reply.error = error;
+    if (const Pool* p = find_pool(name)) describe_change(reply, *p, submitted);
+    protocol::send<MessageType::scale_reply>(*channels_, identity, reply);
+  });
+}
+
+void Scheduler::retire_by_name(const protocol::ScalePoolRequest& req, protocol::ScalePoolReply& reply, const Now& now) {
+  const WorkerRec* found = nullptr;
+  std::vector<std::string> names;
+  for (const auto& [wid, w] : state_.workers()) {
+    names.push_back(w.name);
+    if (w.name == req.worker) found = &w;
+  }
+  if (found == nullptr) {
+    reply.error = names.empty() ? "no worker named '" + req.worker + "': no worker is connected"
+                                : "no worker named '" + req.worker + "'; the workers are: " + name_list(names);
+    return;
+  }
+  const WorkerId wid = found->id;
+  reply.worker = found->name;
+  reply.pool = found->pool;
+  Pool* pool = found->pool.empty() ? nullptr : find_pool(found->pool);
+  std::uint64_t submitted = 0;
+  if (pool != nullptr) {
+    const protocol::PoolStatus before = pool_status(*pool);
+    reply.before = before.target;
+    submitted = before.submitted;
+  }
+  std::uint64_t bytes = 0;
+  const std::uint32_t unique = state_.unique_results(wid, &bytes);
+  const std::size_t running = found->processing.size();
+  bool others = false;  // a worker that stays, to take its results
+  for (const auto& [oid, other] : state_.workers()) others = others || (oid != wid && !other.retiring);
+  if (found->retiring) {
+    reply.note = "worker " + found->name + " was already retiring";
+  } else {
+    // A fixed-size pool shrinks by the worker's job, so that it does not replace it; an adaptive
+    // one follows its backlog within its bounds (it may bring a new worker for work waiting).
+    if (pool != nullptr && !pool->policy().adaptive && pool->policy().workers_per_job <= 1 && pool->desired() > 0) {
+      pool->scale(pool->desired() - 1);
+    }
+    state_.retire(wid, "retired by the user (herd worker retire)", /*by_pool=*/true, now);
+    reply.note = "worker " + found->name + " retires: " +
+                 (running > 0 ? std::to_string(running) + " task(s) it runs finish (unstarted ones go elsewhere)"
+                              : std::string("it runs no task"));
+    if (unique > 0) {
+      reply.note += "; " + std::to_string(unique) + " result(s) only it holds (" + util::format_bytes(bytes) + ") " +
+                    (others ? "are copied to a worker that stays before it leaves"
+                            : "have no worker to go to: they are computed again if needed");
+    }
+  }
+  reply.ok = true;
+  if (pool != nullptr) {
+    step_pools(now);
+    describe_change(reply, *pool, submitted);
+  }
+  state_.outbox().cluster_changed = true;
 }
 
 void Scheduler::handle_restart(ClientId id, const protocol::RestartRequest& req, const Now& now) {
@@ -818,9 +917,11 @@ void Scheduler::step_pools(const Now& now) {
     for (const auto& w : state_.pool_workers(pool->name(), pool->policy().replace_lead_s(), now)) {
       view.push_back({w.id, w.job_id, w.idle, w.idle_since, w.leaving, w.ending});
     }
-    for (std::uint32_t wid : pool->step(now.mono, backlog, state_.avg_task_us(), view)) {
+    const auto holds_data = [this](std::uint32_t wid) { return state_.unique_results(wid); };
+    for (std::uint32_t wid : pool->step(now.mono, backlog, state_.avg_task_us(), view, holds_data)) {
       state_.retire(wid, "pool " + pool->name() + " shrinks", /*by_pool=*/true, now);
     }
+    state_.set_kept_for_data(pool->name(), pool->state().kept());
   }
 }
 

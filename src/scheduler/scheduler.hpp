@@ -83,6 +83,12 @@ class Scheduler {
   void drop_peer(const std::string& identity, const std::string& why);
   Pool* find_pool(const std::string& name);
   void handle_scale(ClientId id, const protocol::ScalePoolRequest& req, const Now& now);
+  /// `herd worker retire NAME` (ScalePoolRequest::action "retire"): fills the reply.
+  void retire_by_name(const protocol::ScalePoolRequest& req, protocol::ScalePoolReply& reply, const Now& now);
+  /// What a scale, adapt, pause, resume or retire left the pool at, for the reply.
+  void describe_change(protocol::ScalePoolReply& reply, const Pool& pool, std::uint64_t submitted_before) const;
+  /// The pool's status with its connected workers and the ones it keeps for data (status.cpp).
+  protocol::PoolStatus pool_status(const Pool& pool) const;
   /// Client::restart(): the core stops every worker and empties the task state, the journal
   /// forgets its results; the reply waits (check_restarts) for the pools' new workers.
   void handle_restart(ClientId id, const protocol::RestartRequest& req, const Now& now);

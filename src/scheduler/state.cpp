@@ -134,6 +134,9 @@ void SchedulerState::keep_inline(TaskId id, std::vector<char>& data) {
   // Only for the notice graph_.finished() just queued (the client wants the result): apply()
   // puts it into that notice's update.
   if (data.empty() || fx_.notify.empty() || fx_.notify.back() != id) return;
+  // The whole value goes to the client with the notice: no worker needs to keep it for the
+  // client's sake (retirement and scale-down: Task::safe_elsewhere).
+  if (Task* t = graph_.find(id); t != nullptr && t->nbytes == data.size() && clients_.count(t->client)) t->client_has = true;
   inline_results_.emplace_back(fx_.notify.size() - 1, std::move(data));
 }
 

@@ -161,6 +161,8 @@ struct WorkerRec {
   bool retired_by_pool = false;             // the pool shrinks (vs. walltime, drain signal)
   bool job_suspended = false;               // its batch job is suspended: silence is no death
   bool acquire_sent = false;                // its unique results were sent to other workers
+  bool kept_for_data = false;               // its pool would let it go, but it holds results only
+                                            //   it has and no worker stays to take them
   bool overloaded = false;                  // in overloaded_ (more processing than threads)
   // Suspects (tasks that were on a worker when it died) run alone, so a poison task cannot take
   // innocent neighbours down with it and make them KilledWorker too.
@@ -400,6 +402,15 @@ class SchedulerState {
   /// is to be cancelled), rather than the worker asked: then the worker is told (`retiring`),
   /// with the seconds its running tasks have left, so they can checkpoint.
   void retire(WorkerId id, const std::string& why, bool by_pool, const Now& now);
+  /// Results only worker `id` holds that someone still needs and that are not safe elsewhere
+  /// (Task::safe_elsewhere: the client holds the value): what retiring it would have to move.
+  /// `bytes`: their size in all. 0 for an unknown worker.
+  std::uint32_t unique_results(WorkerId id, std::uint64_t* bytes = nullptr) const;
+  /// The pool `pool` keeps these of its workers for their data (PoolState::kept): marked, for
+  /// `herd status` and `herd explain`; its other workers are not kept.
+  void set_kept_for_data(const std::string& pool, const std::vector<WorkerId>& kept);
+  /// "2 result(s) only it has (16 B): nap-1, nap-2" (at most a few keys named).
+  std::string kept_for_data_text(const WorkerRec& w) const;
   /// A pool saw job `job_id` end: its worker is gone, whatever its last heartbeat said.
   void job_ended(const std::string& pool, const std::string& job_id, const std::string& how);
   /// Whether worker `id`'s batch job is suspended (its pool knows): a suspended worker that

@@ -29,7 +29,7 @@ constexpr std::size_t kMaxInputsListed = 20;
 
 const Task* SchedulerState::find_by_key(const std::string& key) const {
   for (const auto& [id, t] : graph_.tasks()) {
-    if (t.status != TaskStatus::released && graph_.key_of(t) == key) return &t;
+    if ((t.status != TaskStatus::released || t.wanted) && graph_.key_of(t) == key) return &t;
   }
   return nullptr;
 }
@@ -66,9 +66,24 @@ protocol::TaskExplanation SchedulerState::explain(const Task& t, const Now& now)
       if (t.deaths > 0) e.summary += " (" + std::to_string(t.deaths) + " worker(s) died while it ran there before)";
       return e;
     }
-    case TaskStatus::memory:
+    case TaskStatus::memory: {
       e.summary = "finished: its result is held by " + std::to_string(t.who_has.size()) + " worker(s)";
+      std::string names;
+      for (std::uint32_t h : t.who_has) {
+        const WorkerRec* w = worker(h);
+        names += (names.empty() ? "" : ", ") + (w != nullptr ? w->name : std::to_string(h));
+      }
+      if (!names.empty()) e.summary += " (" + names + ")";
+      if (t.safe_elsewhere()) {
+        e.summary += "; its client holds the value too, so no worker is kept for it";
+      } else if (t.who_has.size() == 1) {
+        if (const WorkerRec* w = worker(t.who_has.front()); w != nullptr && w->kept_for_data) {
+          e.summary += "; worker " + w->name + " is kept for data: its pool would let it go, but it holds results "
+                       "only it has (" + kept_for_data_text(*w) + ")";
+        }
+      }
       return e;
+    }
     case TaskStatus::erred:
       e.summary = "failed: " + (t.error ? t.error->type + ": " + t.error->message : std::string("(no error recorded)"));
       return e;
@@ -76,7 +91,9 @@ protocol::TaskExplanation SchedulerState::explain(const Task& t, const Now& now)
       e.summary = "cancelled";
       return e;
     case TaskStatus::released:
-      e.summary = "released: no client holds it any more";
+      e.summary = t.wanted ? "finished: its client holds the value and no worker keeps it (computed again only if a "
+                             "task takes it as input)"
+                           : "released: no client holds it any more";
       return e;
     case TaskStatus::ready:
       break;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/logging.hpp"
+#include "common/util.hpp"
 #include "scheduler/state.hpp"
 #include "scheduler/state_internal.hpp"
 
@@ -351,6 +352,51 @@ void SchedulerState::job_ended(const std::string& pool, const std::string& job_i
   check();
 }
 
+std::uint32_t SchedulerState::unique_results(WorkerId id, std::uint64_t* bytes) const {
+  std::uint32_t n = 0;
+  std::uint64_t size = 0;
+  if (const WorkerRec* w = worker(id)) {
+    for (TaskId key : w->has) {
+      const Task* t = graph_.find(key);
+      if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
+      if (t->safe_elsewhere()) continue;
+      ++n;
+      size += t->nbytes;
+    }
+  }
+  if (bytes != nullptr) *bytes = size;
+  return n;
+}
+
+void SchedulerState::set_kept_for_data(const std::string& pool, const std::vector<WorkerId>& kept) {
+  for (auto& [id, w] : workers_) {
+    if (w.pool != pool) continue;
+    const bool now_kept = std::find(kept.begin(), kept.end(), id) != kept.end();
+    if (now_kept != w.kept_for_data) {
+      w.kept_for_data = now_kept;
+      if (now_kept) HERD_LOG(info) << "pool " << pool << " keeps worker " << w.name << " for data: " << kept_for_data_text(w);
+      out_.cluster_changed = true;
+    }
+  }
+}
+
+std::string SchedulerState::kept_for_data_text(const WorkerRec& w) const {
+  constexpr std::size_t kKeysNamed = 5;
+  std::uint32_t n = 0;
+  std::uint64_t size = 0;
+  std::string keys;
+  for (TaskId key : w.has) {
+    const Task* t = graph_.find(key);
+    if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
+    if (t->safe_elsewhere()) continue;
+    if (n < kKeysNamed) keys += (keys.empty() ? "" : ", ") + graph_.key_of(*t);
+    ++n;
+    size += t->nbytes;
+  }
+  if (n > kKeysNamed) keys += ", ...";
+  return std::to_string(n) + " result(s) only it has (" + util::format_bytes(size) + ")" + (keys.empty() ? "" : ": " + keys);
+}
+
 void SchedulerState::progress_retirements(const Now& now) {
   if (retiring_ == 0) return;  // the common case: no walk over every worker each tick
   std::vector<WorkerId> done;
@@ -376,6 +422,9 @@ void SchedulerState::progress_retirements(const Now& now) {
     for (TaskId key : w.has) {
       const Task* t = graph_.find(key);
       if (t == nullptr || !t->in_memory() || t->who_has.size() != 1 || !(t->wanted || t->waiters > 0)) continue;
+      // Copied even when its client holds the value (cheap, and a later task that takes it as
+      // input then costs no recompute); but a worker is never kept for such a one: with no
+      // worker to take it, it is left (Task::safe_elsewhere, TaskGraph::worker_lost).
       ++unique;
       if (w.acquire_sent) continue;
       if (to != nullptr) copies[to->id].push_back({key, {w.address}});

@@ -55,6 +55,7 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
     ws.retiring = w.retiring;
     ws.spilled_bytes = w.spilled_bytes;
     ws.paused = w.paused;
+    if (w.kept_for_data) ws.kept_for_data = state_.kept_for_data_text(w);
     ws.last_seen_s = std::chrono::duration<double>(now - w.last_seen).count();
     if (auto identity = worker_identity_.find(id); identity != worker_identity_.end()) ws.link = channels_->on_link(identity->second);
     s.workers.push_back(std::move(ws));
@@ -83,17 +84,15 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
   }
   s.throughput = static_cast<double>(recent) / std::clamp(s.uptime_s, 1.0, static_cast<double>(kThroughputWindow));
   for (const auto& p : pools_) {
-    std::uint32_t connected = 0;
     std::map<std::string, std::string> by_job;
     for (const auto& [id, w] : state_.workers()) {
       if (w.pool != p->name()) continue;
-      ++connected;
       if (!w.job_id.empty()) {  // several workers per job: "12_0.0, 12_0.1"
         std::string& names = by_job[w.job_id];
         names += (names.empty() ? "" : ", ") + w.name;
       }
     }
-    s.pools.push_back(p->status(connected));
+    s.pools.push_back(pool_status(*p));
     for (const auto& [job_id, info] : p->jobs()) {
       protocol::JobStatus j;
       j.pool = p->name();
@@ -198,7 +197,7 @@ protocol::TaskExplanation Scheduler::explain(const protocol::StatusRequest& req)
     some_pool = true;
     std::uint32_t connected = 0;
     for (const auto& [id, w] : state_.workers()) connected += w.pool == p->name();
-    const protocol::PoolStatus ps = p->status(connected);
+    const protocol::PoolStatus ps = pool_status(*p);
     line += "its workers can run it; " + std::to_string(connected) + " connected, " + std::to_string(ps.target) +
             " wanted" + (ps.adaptive ? " (adaptive " + std::to_string(ps.minimum) + "-" + std::to_string(ps.maximum) + ")" : "");
     if (ps.running > 0) line += ", " + std::to_string(ps.running) + " job(s) running";
@@ -221,6 +220,19 @@ protocol::TaskExplanation Scheduler::explain(const protocol::StatusRequest& req)
     e.summary += waiting_pool.empty() ? "; a pool's workers could (see pools)" : "; " + waiting_pool;
   }
   return e;
+}
+
+protocol::PoolStatus Scheduler::pool_status(const Pool& pool) const {
+  std::uint32_t connected = 0;
+  std::vector<std::string> kept;
+  for (const auto& [id, w] : state_.workers()) {
+    if (w.pool != pool.name()) continue;
+    ++connected;
+    if (w.kept_for_data) kept.push_back(w.name + ": holds " + state_.kept_for_data_text(w));
+  }
+  protocol::PoolStatus s = pool.status(connected);
+  s.kept_for_data = std::move(kept);
+  return s;
 }
 
 }  // namespace herd::scheduler

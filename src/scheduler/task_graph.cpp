@@ -438,7 +438,11 @@ void TaskGraph::worker_lost(std::uint32_t worker, const std::vector<TaskId>& pro
     auto& w = t->who_has;
     w.erase(std::remove(w.begin(), w.end(), worker), w.end());
     if (!t->in_memory() || !w.empty()) continue;
-    if (t->wanted || t->waiters > 0) {
+    if (t->wanted && t->safe_elsewhere()) {
+      // Its client holds the value: nothing to recompute now. Released, it is computed again
+      // from its recipe only when a new task takes it as input (ensure_data).
+      set(*t, TaskStatus::released);
+    } else if (t->wanted || t->waiters > 0) {
       // Dependents that were ready must wait for the recomputed value.
       for (TaskId d : t->dependents) {
         Task* dt = find(d);

@@ -84,6 +84,7 @@ struct Task {
                                   //   (SchedulerState::release_campaign() lets it go)
   bool isolated = false;          // runs in a child process of its worker (TaskOptions::isolated;
                                   //   a memory cap, if any, in TaskGraph's side table)
+  bool client_has = false;        // its client holds the value (it came inline with the update)
   SmallVec<char, 16> args;             // msgpack; inside the record up to 16 bytes
   SmallVec<protocol::ArgRef, 1> refs;
   SmallVec<TaskId, 2> deps;        // distinct inputs
@@ -92,6 +93,9 @@ struct Task {
   std::unique_ptr<protocol::ErrorInfo> error;
 
   bool in_memory() const { return status == TaskStatus::memory; }
+  /// No worker needs to keep this result: its client already holds the value, and it has a
+  /// recipe to compute it again should a task ever take it as input (none waits for it now).
+  bool safe_elsewhere() const { return client_has && !scattered && !campaign && gang == 0 && waiters == 0; }
   bool unfinished() const {
     return status == TaskStatus::waiting || status == TaskStatus::ready || status == TaskStatus::processing;
   }

@@ -6,6 +6,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "jobqueue/command_runner.hpp"
@@ -49,8 +50,9 @@ struct Sim {
   std::vector<std::pair<std::string, std::string>> ended;
   explicit Sim(PoolPolicy p = policy()) : pool(std::move(p)) {}
 
-  PoolActions step(double t, std::size_t backlog = 0, double avg = -1, const std::vector<PoolWorker>& w = {}) {
-    PoolActions a = pool.step(at(t), backlog, avg, w);
+  PoolActions step(double t, std::size_t backlog = 0, double avg = -1, const std::vector<PoolWorker>& w = {},
+                   const PoolState::HoldsData& holds = {}) {
+    PoolActions a = pool.step(at(t), backlog, avg, w, holds);
     if (a.submit > 0) {
       submissions.emplace_back(t, a.submit);
       SubmitResult r;
@@ -680,4 +682,94 @@ TEST_CASE("Pool.StopJob.RestartCancelsJobsNoPollSawRunAndCountsNoCrash") {
   CHECK(st.crashes == 0);
   CHECK(st.paused.empty());
   CHECK(st.last_failure.empty());
+}
+
+TEST_CASE("Pool.ScaleDown.KeepsNoWorkerForDataSafeElsewhereAndOneForDataOnlyItHolds") {
+  // adapt(0, 4, idle 5 s): four workers, idle for long. Holding nothing that is not safe
+  // elsewhere (the client has their values), all four go. One holding results only it has
+  // stays for them while no other worker stays, and is reported as kept; another worker that
+  // stays lets it go (its results move there).
+  const auto long_ago = at(-120);
+  auto idle4 = [&](bool leaving_others = false) {
+    std::vector<PoolWorker> w;
+    for (std::uint32_t i = 0; i < 4; ++i) w.push_back({i, "job" + std::to_string(i), true, long_ago, leaving_others && i != 1});
+    return w;
+  };
+  auto started = [](Sim& s) {
+    s.pool.adapt(0, 4, std::chrono::seconds(5));
+    s.step(0, 4);
+    REQUIRE(s.submissions.size() == 1);
+    REQUIRE(s.submissions[0].second == 4);
+    s.run_all();
+    s.step(1.0, 4);
+  };
+  {
+    Sim s;
+    started(s);
+    const auto a = s.step(10, 0, 1e6, idle4(), [](std::uint32_t) { return 0u; });
+    CHECK(a.retire.size() == 4);
+    CHECK(s.pool.kept().empty());
+  }
+  {
+    Sim s;
+    started(s);
+    const auto holds = [](std::uint32_t id) { return id == 1 ? 3u : 0u; };
+    auto a = s.step(10, 0, 1e6, idle4(), holds);
+    std::sort(a.retire.begin(), a.retire.end());
+    CHECK(a.retire == std::vector<std::uint32_t>{0, 2, 3});
+    CHECK(s.pool.kept() == std::vector<std::uint32_t>{1});
+    // The others on their way out: worker 1 still has no one to hand its results to.
+    a = s.step(10.2, 0, 1e6, idle4(/*leaving_others=*/true), holds);
+    CHECK(a.retire.empty());
+    CHECK(s.pool.kept() == std::vector<std::uint32_t>{1});
+    // Its results are safe elsewhere now (fetched or released): it goes.
+    a = s.step(10.4, 0, 1e6, idle4(true), [](std::uint32_t) { return 0u; });
+    CHECK(a.retire == std::vector<std::uint32_t>{1});
+    CHECK(s.pool.kept().empty());
+  }
+  {
+    // A minimum of 1: workers holding nothing go first, the one with data stays as the one.
+    Sim s;
+    started(s);
+    s.pool.adapt(1, 4, std::chrono::seconds(5));
+    auto a = s.step(10, 0, 1e6, idle4(), [](std::uint32_t id) { return id == 2 ? 1u : 0u; });
+    std::sort(a.retire.begin(), a.retire.end());
+    CHECK(a.retire == std::vector<std::uint32_t>{0, 1, 3});
+    CHECK(s.pool.kept().empty());
+  }
+  {
+    // A fixed size of 1 from 4, every worker holding data: three go (each hands its results to
+    // one that stays), the last stays as the pool's one.
+    Sim s;
+    started(s);
+    s.pool.scale(1);
+    const auto a = s.step(10, 0, 1e6, idle4(), [](std::uint32_t) { return 2u; });
+    CHECK(a.retire.size() == 3);
+    CHECK(s.pool.kept().empty());
+  }
+}
+
+TEST_CASE("Pool.Pause.NoSubmissionUntilResumeAndTheStatusSaysHowToResume") {
+  Sim s;
+  s.pool.pause();
+  s.pool.scale(3);  // a size, not a resume
+  s.step(0);
+  CHECK(s.submissions.empty());
+  CHECK(s.pool.desired() == 3);
+  const auto st = s.pool.status(0, at(0));
+  CHECK(st.user_paused);
+  CHECK(st.paused.find("herd pool resume cpu") != std::string::npos);
+  s.pool.resume();
+  s.step(1);
+  REQUIRE(s.submissions.size() == 1);
+  CHECK(s.submissions[0].second == 3);
+  CHECK(!s.pool.status(0, at(1)).user_paused);
+  CHECK(s.pool.status(0, at(1)).paused.empty());
+  // Paused, it still shrinks.
+  s.run_all();
+  s.step(2);
+  s.pool.pause();
+  s.pool.scale(1);
+  const auto a = s.step(3, 0, -1, {{0, "job0", true, at(0), false}, {1, "job1", true, at(0), false}, {2, "job2", true, at(0), false}});
+  CHECK(a.retire.size() == 2);
 }

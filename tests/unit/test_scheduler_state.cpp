@@ -607,6 +607,95 @@ TEST_CASE("SchedulerState.Retire.UniqueResultsCopiedBeforeLeaving") {
   CHECK(h.task(t)->who_has == std::vector<std::uint32_t>{other});
 }
 
+namespace {
+/// Worker `w` of `h` finishes its running tasks with results of `nbytes`, sent whole with the
+/// report (as a worker sends a small result: the client gets it in the update) or not.
+void finish_with(Harness& h, WorkerId w, std::uint64_t nbytes, bool inline_data) {
+  auto& vw = h.workers.at(w);
+  herd::protocol::TaskResultsEvent ev;
+  for (TaskId t : vw.running) {
+    herd::protocol::TaskResult r;
+    r.id = t;
+    r.ok = true;
+    r.nbytes = nbytes;
+    r.duration_us = 1000;
+    if (inline_data) r.inline_data.assign(nbytes, 'x');
+    ev.results.push_back(r);
+    vw.has.insert(t);
+  }
+  vw.running.clear();
+  h.state.task_results(w, ev, h.now);
+  h.turn();
+}
+}  // namespace
+
+TEST_CASE("SchedulerState.Retire.AResultTheClientHoldsNeedsNoWorkerAndIsRecomputedOnlyForATask") {
+  // The repro in the core: a small result reached the client with its update; the
+  // worker that computed it retires with no other worker to take it, and leaves at once
+  // (nothing to copy, nothing kept), the result is not recomputed, and a task that later takes
+  // it as input makes it computed again.
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const TaskId t = h.submit("f");
+  h.turn();
+  REQUIRE(h.where(t) == a);
+  finish_with(h, a, 16, /*inline_data=*/true);
+  REQUIRE(h.status(t) == TaskStatus::memory);
+  REQUIRE(!h.updates.empty());
+  CHECK(h.updates.back().inline_data.size() == 16);  // the client has the value
+  CHECK(h.task(t)->client_has);
+  CHECK(h.state.unique_results(a) == 0);
+  auto e = h.state.explain(*h.task(t), h.now);
+  CHECK(e.summary.find("its client holds the value too") != std::string::npos);
+  h.state.retire(a, "pool local shrinks", /*by_pool=*/true, h.now);
+  h.state.tick(h.now);
+  CHECK(h.state.worker(a) == nullptr);  // left at once
+  CHECK(h.state.outbox().workers.at(a).acquire.empty());
+  h.deliver();
+  CHECK(h.status(t) == TaskStatus::released);  // not recomputed: nobody needs it on a worker
+  CHECK(h.state.graph().count(TaskStatus::ready) == 0);
+  CHECK(h.state.explain(*h.task(t), h.now).summary.find("its client holds the value") != std::string::npos);
+  // A new worker, then a task that takes the result as input: it is computed again first.
+  const WorkerId b = h.add_worker("b", 1);
+  const TaskId g = h.submit("g", {}, {t});
+  h.turn();
+  CHECK(h.status(t) == TaskStatus::processing);
+  CHECK(h.where(t) == b);
+  CHECK(h.status(g) == TaskStatus::waiting);
+  finish_with(h, b, 16, true);
+  CHECK(h.status(t) == TaskStatus::memory);
+  CHECK(h.status(g) == TaskStatus::processing);
+}
+
+TEST_CASE("SchedulerState.Retire.AResultOnlyAWorkerHoldsIsCopiedOrKeepsItAndSaysSo") {
+  // A big result (the client fetches it when asked): only its worker holds it. unique_results
+  // counts it; with a worker to take it, retirement copies it there (Dask's retire_workers);
+  // a pool that keeps its worker for it marks it, and status and explain say what it holds.
+  Harness h;
+  const WorkerId a = h.add_worker("a", 1);
+  const TaskId t = h.submit("f");
+  h.turn();
+  finish_with(h, a, 4096, /*inline_data=*/false);
+  CHECK(!h.task(t)->client_has);
+  std::uint64_t bytes = 0;
+  CHECK(h.state.unique_results(a, &bytes) == 1);
+  CHECK(bytes == 4096);
+  h.state.set_kept_for_data("", {a});
+  REQUIRE(h.state.worker(a)->kept_for_data);
+  const std::string text = h.state.kept_for_data_text(*h.state.worker(a));
+  CHECK(text.find("1 result(s) only it has (4.0 KiB)") == 0);
+  auto e = h.state.explain(*h.task(t), h.now);
+  CHECK(e.summary.find("worker a is kept for data") != std::string::npos);
+  h.state.set_kept_for_data("", {});
+  CHECK(!h.state.worker(a)->kept_for_data);
+  // Released by the client: nothing left to keep it for.
+  const WorkerId b = h.add_worker("b", 1);
+  h.state.retire(a, "retired by the user", true, h.now);
+  h.state.tick(h.now);
+  REQUIRE(h.state.outbox().workers.count(b));
+  CHECK(h.state.outbox().workers.at(b).acquire.size() == 1);  // copied to the worker that stays
+}
+
 TEST_CASE("SchedulerState.Retire.APoolRetirementTellsTheWorkerTheSecondsItsTasksHave") {
   StateOptions o;
   o.retire_grace_s = 30;
