@@ -18,5 +18,7 @@ int explain_main(const std::vector<std::string>& args);
 int config_main(const std::vector<std::string>& args);
 /// `herd logs ARGS...` (src/cli/logs.cpp)
 int logs_main(const std::vector<std::string>& args);
+/// `herd report ARGS...` (src/cli/report.cpp)
+int report_main(const std::vector<std::string>& args);
 
 }  // namespace herd::detail

@@ -15,6 +15,7 @@
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
 #include "task/this_task.hpp"
+#include "worker/worker_internal.hpp"
 
 namespace herd::worker {
 
@@ -157,8 +158,10 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
     c.error.task = task.key;
     c.error.worker = options_.name;
   }
-  c.duration_us = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
+  const auto ended = Clock::now();
+  c.duration_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(ended - start).count());
+  c.ended_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(ended.time_since_epoch()).count());
+  c.thread = executor_index();
   // Before the scheduler can hear of it; not when the worker stopped waiting for it (reported
   // failed: nobody will free it).
   if (c.ok && !(detail::current_abandoned() && detail::current_abandoned()->load())) {

@@ -37,6 +37,7 @@ void WorkerState::execute(std::vector<protocol::ExecuteTask>&& tasks) {
     Pending& p = pending_[id];
     p.task = std::move(task);
     p.missing = missing;
+    p.arrived_us = now_us_;
     std::vector<TaskId> to_fetch;
     for (const auto& in : p.task.inputs) {
       if (stored_.count(in.id)) continue;
@@ -80,6 +81,7 @@ bool WorkerState::abandon(TaskId id, protocol::ErrorInfo error) {
   for (int d : it->second.devices) gpu_free_[static_cast<std::size_t>(d)] += it->second.gpu_share;
   forget_seceded(it->first, it->second);
   running_.erase(it);
+  if (!fetched_.empty()) fetched_.erase(id);
   protocol::TaskResult r;
   r.id = id;
   r.error = std::move(error);
@@ -92,6 +94,7 @@ bool WorkerState::abandon(TaskId id, protocol::ErrorInfo error) {
 
 void WorkerState::hand_back(TaskId id) {
   // Unstarted: given back. The scheduler knows whether it was cancelled or is moving it.
+  if (!fetched_.empty()) fetched_.erase(id);
   protocol::TaskResult r;
   r.id = id;
   r.handed_back = true;
@@ -185,6 +188,13 @@ void WorkerState::fetched(const std::string& address, TaskId id, std::uint64_t n
     // Every copy fetched is reported: the scheduler counts it as a holder (and frees it when
     // nobody needs it), whether a task or an acquire asked for it.
     out_.acquired.push_back(id);
+    if (w != wanted_.end()) {
+      for (TaskId tid : w->second.tasks) {  // what each waiting task's fetching cost (run record)
+        Fetched& f = fetched_[tid];
+        f.bytes += nbytes;
+        ++f.peers;
+      }
+    }
   }
   input_arrived(id);
   check();
@@ -217,6 +227,9 @@ void WorkerState::input_arrived(TaskId dep) {
     auto p = pending_.find(id);
     if (p == pending_.end()) continue;
     if (--p->second.missing == 0) {
+      if (auto f = fetched_.find(id); f != fetched_.end()) {
+        f->second.us = now_us_ > p->second.arrived_us ? now_us_ - p->second.arrived_us : 0;
+      }
       protocol::ExecuteTask task = std::move(p->second.task);
       pending_.erase(p);
       make_ready(std::move(task));
@@ -257,6 +270,7 @@ void WorkerState::input_unavailable(TaskId dep) {
     if (p == pending_.end()) continue;
     const std::string key = p->second.task.key;
     pending_.erase(p);
+    if (!fetched_.empty()) fetched_.erase(id);
     protocol::TaskResult r;
     r.id = id;
     r.missing_input = true;
@@ -392,6 +406,16 @@ void WorkerState::finished(Completion c) {
   r.ok = c.ok;
   r.duration_us = c.duration_us;
   r.missing_input = c.missing_input;
+  r.thread = c.thread;
+  r.return_us = c.ended_us;  // a time until sent: the shell makes it a duration then
+  if (!fetched_.empty()) {
+    if (auto f = fetched_.find(c.id); f != fetched_.end()) {
+      r.fetch_us = f->second.us;
+      r.fetch_bytes = f->second.bytes;
+      r.fetch_peers = f->second.peers;
+      fetched_.erase(f);
+    }
+  }
   if (c.ok && c.bytes) {
     r.nbytes = c.bytes->size();
     if (!stored_.count(c.id)) {
@@ -433,6 +457,7 @@ void WorkerState::over_memory(const std::string& why) {
   for (const auto& [id, p] : pending_) hand_back(id);
   pending_.clear();
   wanted_.clear();
+  fetched_.clear();
 }
 
 // ---- read access ---------------------------------------------------------------------------
@@ -458,6 +483,11 @@ void WorkerState::check() const {
 
 std::string WorkerState::validate() const {
   if (slots_used() > options_.nthreads) return "more tasks holding slots than threads";
+  for (const auto& [id, f] : fetched_) {
+    const bool known = pending_.count(id) || running_.count(id) ||
+                       std::any_of(ready_.begin(), ready_.end(), [id = id](const auto& t) { return t.id == id; });
+    if (!known) return "fetch costs kept for task " + hex(id) + ", which is neither pending, ready nor running";
+  }
   std::size_t seceded = 0;
   for (const auto& [id, r] : running_) seceded += r.seceded;
   if (seceded != seceded_) return "seceded count " + std::to_string(seceded_) + " but " + std::to_string(seceded) + " running tasks seceded";
