@@ -89,7 +89,7 @@ function herdChart(svg, series, opt) {
   }
   for (const m of opt.marks || []) {
     kids.push(svgEl("line", {x1: X(m.x), x2: X(m.x), y1: T, y2: H - B, stroke: m.color || "#d44", "stroke-dasharray": "3,2", class: "mark"}));
-    kids.push(svgEl("text", {x: X(m.x) + 2, y: T - 3, fill: m.color || "#d44"}, m.label));
+    kids.push(svgEl("text", {x: X(m.x) + 2, y: H - B - 3, fill: m.color || "#d44"}, m.label));
   }
   series.forEach((s, i) => {
     if (!s.points.length) return;

@@ -53,7 +53,7 @@ inline constexpr bool kLegal[kTaskStatusCount][kTaskStatusCount] = {
 };
 
 struct Task {
-  // Hot fields first; 232 bytes in all (the key lives in TaskGraph's key table, lists of one or
+  // Hot fields first; 240 bytes in all (208 before the run record's times) (the key lives in TaskGraph's key table, lists of one or
   // two ids inside the record), so that the simulated core's millions of tasks stay in cache.
   TaskId id = 0;
   std::uint64_t seq = 0;          // submission order
