@@ -1,6 +1,7 @@
 // The run record's format (record/record.hpp): round trips, the size cap and its rotation, a
-// truncated or damaged file read up to its last whole record with a warning; and the report
-// built from it (record/report.hpp) counting what the record holds.
+// truncated or damaged file read up to its last whole record with a warning; the report built
+// from it (record/report.hpp) counting what the record holds; and what the scheduler's core
+// notes for it (SchedulerState::run_notes).
 #include <doctest/doctest.h>
 
 #include <unistd.h>
@@ -13,6 +14,7 @@
 
 #include "record/record.hpp"
 #include "record/report.hpp"
+#include "scheduler/state.hpp"
 
 using namespace herd::record;
 namespace fs = std::filesystem;
@@ -272,4 +274,98 @@ TEST_CASE("the report counts every run, sums each phase, and escapes what users 
     if (trace.compare(at + 16, 5, "fetch") != 0) ++slices;
   }
   CHECK(slices == 10);
+}
+
+// ---- what the scheduler's core notes for the record ---------------------------------------
+
+TEST_CASE("the core notes each ended run with its times, the worker's phases, retries and losses") {
+  using namespace herd::scheduler;
+  StateOptions o;
+  o.validate = true;
+  o.record = true;
+  SchedulerState state(o);
+  Now now{Clock::time_point{} + std::chrono::hours(1), 1'700'000'000'000, 1'700'000'000'000'000};
+  herd::protocol::HelloRequest hello;
+  hello.name = "client";
+  const ClientId client = state.add_client(hello, now);
+  auto add_worker = [&](const std::string& name) {
+    herd::protocol::HelloRequest h;
+    h.name = name;
+    h.nthreads = 1;
+    h.data_address = "tcp://" + name + ":1";
+    return state.add_worker(h, now);
+  };
+  const WorkerId a = add_worker("a");
+  herd::protocol::TaskSpec spec;
+  spec.id = (static_cast<TaskId>(client) << 40) | 1;
+  spec.function = "inc";
+  spec.retries = 1;
+  std::string error;
+  state.set_clock(now.unix_us);
+  REQUIRE(state.submit(client, spec, nullptr, error));
+  state.set_clock(now.unix_us + 100);
+  state.schedule(now);
+  REQUIRE(state.outbox().workers[a].execute.size() == 1);
+  state.outbox().clear();
+  // It fails once (a retry), then succeeds.
+  auto result = [&](bool ok) {
+    herd::protocol::TaskResultsEvent ev;
+    herd::protocol::TaskResult r;
+    r.id = spec.id;
+    r.ok = ok;
+    r.duration_us = 700;
+    r.return_us = 40;
+    r.fetch_us = 15;
+    r.fetch_bytes = 4096;
+    r.fetch_peers = 1;
+    r.thread = 2;
+    if (!ok) r.error = {"std::runtime_error", "boom", "", "a"};
+    ev.results.push_back(r);
+    now.unix_us += 1000;
+    state.set_clock(now.unix_us);
+    state.task_results(a, ev, now);
+    state.schedule(now);
+    state.outbox().clear();
+  };
+  result(false);
+  const WorkerId b = add_worker("b");
+  result(true);
+  std::vector<RunNote>& notes = state.run_notes();
+  REQUIRE(notes.size() == 2);
+  CHECK(notes[0].status == 1);
+  CHECK(notes[0].attempt == 0);
+  CHECK(notes[0].error == "boom");
+  CHECK(notes[1].status == 0);
+  CHECK(notes[1].attempt == 1);
+  for (const RunNote& n : notes) {
+    CHECK(state.function_name(n.function) == "inc");
+    CHECK(state.worker_name(n.worker) == "a");
+    CHECK(n.submitted_us == 1'700'000'000'000'000);
+    CHECK(n.placed_us >= n.ready_us);
+    CHECK(n.ready_us >= n.submitted_us);
+    CHECK(n.run_us == 700);
+    CHECK(n.return_us == 40);
+    CHECK(n.fetch_us == 15);
+    CHECK(n.fetch_bytes == 4096);
+    CHECK(n.thread == 2);
+  }
+  notes.clear();
+  // A task running on a worker that is lost: its run ends there, lost.
+  spec.id = (static_cast<TaskId>(client) << 40) | 2;
+  REQUIRE(state.submit(client, spec, nullptr, error));
+  state.schedule(now);
+  WorkerId on = 0;
+  for (auto& [wid, out] : state.outbox().workers) {
+    if (!out.execute.empty()) on = wid;
+  }
+  REQUIRE(on != 0);
+  state.outbox().clear();
+  state.set_clock(now.unix_us + 5000);
+  state.worker_lost(on, "silent for 10000 ms", true);
+  REQUIRE(notes.size() == 1);
+  CHECK(notes[0].status == 2);
+  CHECK(notes[0].received_us == now.unix_us + 5000);
+  CHECK(notes[0].error.find("silent") != std::string::npos);
+  CHECK(notes[0].preemptions == 0);  // the deaths counted by this loss come after its note
+  (void)b;
 }
