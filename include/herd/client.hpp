@@ -157,8 +157,10 @@ class Client;
 /// What Client::report asks for.
 struct ReportRequestOptions {
   std::string format = "html";  ///< "html" or "trace" (Chrome trace JSON, for Perfetto)
-  std::int64_t since_ms = 0;    ///< runs that ended at or after this (unix ms; 0 = the start)
-  std::int64_t until_ms = 0;    ///< ... and up to this (0 = now)
+  /// Runs that ended at or after this (the scheduler's clock; the epoch = from the start) ...
+  std::chrono::system_clock::time_point since{};
+  /// ... and up to this (the epoch = now).
+  std::chrono::system_clock::time_point until{};
   std::string campaign;         ///< only this campaign's runs
   std::string job;              ///< only runs on the workers of this batch job (a prefix)
   std::string title;            ///< the report's title ("" = herd report)
@@ -182,7 +184,7 @@ class PerformanceReport {
  private:
   const Client* client_;
   std::string path_, format_;
-  std::int64_t since_ms_;
+  std::chrono::system_clock::time_point since_;
   bool done_ = false;
 };
 
@@ -494,8 +496,8 @@ class Client {
   TaskExplanation explain(const std::string& key) const;
   /// @brief A report of the scheduler's run record (what `herd report` writes): one
   /// self-contained HTML page (format "html") or Chrome trace JSON ("trace"), of the runs that
-  /// ended within [since, until] (unix milliseconds; 0 = unbounded), of one campaign or of one
-  /// job's workers when given. Built by the scheduler off its loop.
+  /// ended within [since, until], of one campaign or of one job's workers when given. Built by
+  /// the scheduler off its loop.
   /// @throws Error with the scheduler's reason (no record: HERD_RECORD=0; an unknown format),
   /// ConnectionError, TimeoutError (no answer within 5 minutes)
   std::string report(const ReportRequestOptions& options = {}) const;

@@ -124,7 +124,7 @@ int report_main(const std::vector<std::string>& args) {
       Client client = sched.connect("herd report");
       ReportRequestOptions ro;
       ro.format = format;
-      ro.since_ms = since_ms;
+      ro.since = std::chrono::system_clock::time_point(std::chrono::milliseconds(since_ms));
       ro.campaign = campaign;
       ro.job = job;
       ro.title = title;

@@ -240,8 +240,10 @@ TaskExplanation Client::explain(const std::string& key) const {
 std::string Client::report(const ReportRequestOptions& options) const {
   protocol::ReportRequest req;
   req.format = options.format;
-  req.since_ms = options.since_ms;
-  req.until_ms = options.until_ms;
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  req.since_us = duration_cast<microseconds>(options.since.time_since_epoch()).count();
+  req.until_us = duration_cast<microseconds>(options.until.time_since_epoch()).count();
   req.campaign = options.campaign;
   req.job = options.job;
   req.title = options.title;
@@ -263,12 +265,11 @@ PerformanceReport Client::performance_report(std::string path, std::string forma
 }
 
 PerformanceReport::PerformanceReport(const Client& client, std::string path, std::string format)
-    : client_(&client), path_(std::move(path)), format_(std::move(format)),
-      since_ms_(std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch()).count()) {}
+    : client_(&client), path_(std::move(path)), format_(std::move(format)), since_(std::chrono::system_clock::now()) {}
 
 PerformanceReport::PerformanceReport(PerformanceReport&& other) noexcept
     : client_(other.client_), path_(std::move(other.path_)), format_(std::move(other.format_)),
-      since_ms_(other.since_ms_), done_(other.done_) {
+      since_(other.since_), done_(other.done_) {
   other.done_ = true;
 }
 
@@ -286,7 +287,7 @@ void PerformanceReport::write() {
   done_ = true;
   ReportRequestOptions o;
   o.format = format_;
-  o.since_ms = since_ms_;
+  o.since = since_;
   o.title = "herd performance report";
   const std::string doc = client_->report(o);
   std::ofstream out(path_, std::ios::binary | std::ios::trunc);

@@ -604,13 +604,13 @@ struct StatusReply {
 /// off the scheduler's loop, from the record file.
 struct ReportRequest {
   std::uint64_t request_id = 0;
-  std::int64_t since_ms = 0;   // runs that ended at or after this (unix ms; 0 = from the start)
-  std::int64_t until_ms = 0;   // ... and up to this (0 = now)
+  std::int64_t since_us = 0;   // runs that ended at or after this (unix microseconds; 0 = from the start)
+  std::int64_t until_us = 0;   // ... and up to this (0 = now)
   std::string campaign;        // only this campaign's runs ("" = all)
   std::string job;             // only runs on workers of this job ("" = all)
   std::string format = "html"; // "html" or "trace" (Chrome trace JSON)
   std::string title;           // the report's title ("" = herd report)
-  MSGPACK_DEFINE_MAP(request_id, since_ms, until_ms, campaign, job, format, title);
+  MSGPACK_DEFINE_MAP(request_id, since_us, until_us, campaign, job, format, title);
 };
 
 struct ReportReply {

@@ -287,7 +287,7 @@ HttpServer::HttpServer(const HttpOptions& options) : impl_(std::make_unique<Impl
       r.job = req.has_param("job") ? req.get_param_value("job") : "";
       r.title = "herd report: the run so far";
       try {
-        if (req.has_param("since")) r.since_ms = std::stoll(req.get_param_value("since"));
+        if (req.has_param("since")) r.since_us = std::stoll(req.get_param_value("since")) * 1000;
       } catch (const std::exception&) {
         res.status = 400;
         res.set_content("herd dashboard: since= takes unix milliseconds\n", "text/plain");

@@ -112,8 +112,8 @@ protocol::ReportReply make_report(record::Recorder* recorder, const protocol::Re
   try {
     recorder->flush();  // what the loop handed over so far is in the file
     record::Filter f;
-    f.since_us = req.since_ms * 1000;
-    f.until_us = req.until_ms * 1000;
+    f.since_us = req.since_us;
+    f.until_us = req.until_us;
     f.campaign = req.campaign;
     f.job = req.job;
     const record::Contents c = record::read_files(recorder->path(), f);
