@@ -6,7 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdio>
+#include <cmath>
 
 #include "common/json.hpp"
 #include "common/logging.hpp"
