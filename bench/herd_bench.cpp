@@ -15,6 +15,10 @@
 //                                                         SIGSTOPped worker lost
 //   herd_bench allreduce --ranks 2,3,4                    CPU ring all-reduce, 1 KiB..256 MiB, vs raw
 //                                                         loopback TCP (bench/allreduce.cpp)
+//   herd_bench record --tasks 100000 --repeat 5           map+gather, recording on vs off, interleaved
+//                                                         (bench/record_bench.cpp)
+//   herd_bench report --runs 1000000                      a synthetic record of that many runs: its
+//                                                         report's build time and size
 //   herd_bench all --small                                everything, small sizes (CI smoke)
 #include <dirent.h>
 #include <fcntl.h>
@@ -584,6 +588,9 @@ std::vector<int> parse_list(const std::string& s) {
 
 // bench/allreduce.cpp
 void allreduce_bench(const std::vector<int>& ranks, bool small, const std::vector<std::size_t>& only);
+// bench/record_bench.cpp
+void record_cost_bench(int tasks, int workers, int repeat);
+void report_bench(long runs);
 
 int main(int argc, char** argv) {
   herd::init(argc, argv);
@@ -595,7 +602,7 @@ int main(int argc, char** argv) {
   std::string partition = "cpu";
   app.add_option("workload", what, "throughput|latency|tree|data|startup|memory|slurm|all")
       ->check(CLI::IsMember({"throughput", "latency", "tree", "data", "spread", "startup", "memory", "slurm", "faults", "allreduce",
-                             "journal", "all"}));
+                             "journal", "record", "report", "all"}));
   app.add_option("--partition", partition, "partition for the slurm workload")->capture_default_str();
   app.add_option("--tasks", tasks, "tasks for throughput")->capture_default_str();
   app.add_option("--workers", worker_list, "worker counts, comma separated")->capture_default_str();
@@ -611,11 +618,14 @@ int main(int argc, char** argv) {
   app.add_option("--pending", pending, "pending tasks for memory")->capture_default_str();
   app.add_option("--repeat", repeat, "repetitions (report the median yourself)")->capture_default_str();
   app.add_flag("--small", small, "tiny sizes: a smoke test that every benchmark runs");
+  long runs = 1000000;
+  app.add_option("--runs", runs, "report: synthetic task runs in the record")->capture_default_str();
   int per_turn = 100;
   app.add_option("--per-turn", per_turn, "journal: records appended per scheduler turn")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (small) {
     tasks = 2000, rounds = 50, leaves = 256, pending = 10000, repeat = 1, mibs = "1,4", worker_list = "1,2";
+    runs = 20000;
   }
   const auto wl = parse_list(worker_list);
   workers = wl.back();
@@ -637,6 +647,8 @@ int main(int argc, char** argv) {
       allreduce_bench(parse_list(rank_list), small, only);
     }
     if (what == "journal" || what == "all") journal(small ? 2000 : tasks, per_turn, workers, repeat);
+    if (what == "record" || what == "all") record_cost_bench(tasks, workers, small ? 2 : repeat);
+    if (what == "report" || what == "all") report_bench(runs);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "herd_bench: %s\n", e.what());
     return 1;

@@ -152,6 +152,42 @@ void pack_arg(msgpack::packer<VectorWriter>& pk, A&& a, std::uint32_t index,
 }  // namespace detail
 
 /// @brief A connection to a scheduler, and the owner of a cluster if given one.
+class Client;
+
+/// What Client::report asks for.
+struct ReportRequestOptions {
+  std::string format = "html";  ///< "html" or "trace" (Chrome trace JSON, for Perfetto)
+  /// Runs that ended at or after this (the scheduler's clock; the epoch = from the start) ...
+  std::chrono::system_clock::time_point since{};
+  /// ... and up to this (the epoch = now).
+  std::chrono::system_clock::time_point until{};
+  std::string campaign;         ///< only this campaign's runs
+  std::string job;              ///< only runs on the workers of this batch job (a prefix)
+  std::string title;            ///< the report's title ("" = herd report)
+};
+
+/// Client::performance_report's scope: its end (destructor, or write()) writes the report of
+/// the runs that ended since it began. A destructor cannot throw: a failure there is logged;
+/// call write() to get it as an exception.
+class PerformanceReport {
+ public:
+  PerformanceReport(const Client& client, std::string path, std::string format);
+  PerformanceReport(PerformanceReport&& other) noexcept;
+  PerformanceReport& operator=(PerformanceReport&&) = delete;
+  PerformanceReport(const PerformanceReport&) = delete;
+  PerformanceReport& operator=(const PerformanceReport&) = delete;
+  ~PerformanceReport();
+  /// Writes the report now (once). @throws Error (the scheduler's reason, or the file's)
+  void write();
+  const std::string& path() const { return path_; }
+
+ private:
+  const Client* client_;
+  std::string path_, format_;
+  std::chrono::system_clock::time_point since_;
+  bool done_ = false;
+};
+
 class Client {
  public:
   /// Starts a LocalCluster with default sizes and connects to it.
@@ -470,6 +506,22 @@ class Client {
   }
   /// @brief The same by key: a TaskOptions::key, or the key a future shows.
   TaskExplanation explain(const std::string& key) const;
+  /// @brief A report of the scheduler's run record (what `herd report` writes): one
+  /// self-contained HTML page (format "html") or Chrome trace JSON ("trace"), of the runs that
+  /// ended within [since, until], of one campaign or of one job's workers when given. Built by
+  /// the scheduler off its loop.
+  /// @throws Error with the scheduler's reason (no record: HERD_RECORD=0; an unknown format),
+  /// ConnectionError, TimeoutError (no answer within 5 minutes)
+  std::string report(const ReportRequestOptions& options = {}) const;
+  /// @brief Dask's performance_report: a scope whose end writes the report of the runs that
+  /// ended within it to `path` (format "html", or "trace" for Chrome trace JSON).
+  /// @code
+  /// {
+  ///   auto scope = client.performance_report("run.html");
+  ///   client.gather(client.map(work, inputs));
+  /// }  // run.html written here
+  /// @endcode
+  PerformanceReport performance_report(std::string path, std::string format = "html");
   /// @brief The newest `lines` of a worker's log ("" = every connected worker), as Dask's
   /// Client.get_worker_logs: herd's own lines and what the worker process printed.
   /// @throws LogsNotFound naming the worker when it is not connected (or gone)

@@ -145,6 +145,8 @@ struct ClusterStatus {
   bool journal_failing = false;      ///< the journal cannot write (disk full, I/O error)
   std::uint64_t journal_behind = 0;  ///< records not on disk yet
   std::vector<CampaignInfo> campaigns;  ///< detached campaigns, by name
+  /// The scheduler's run record (`herd report --record FILE` reads it; "" = none).
+  std::string record;
 
   /// @brief Human-readable tables (what `herd status` prints).
   std::string to_text() const;

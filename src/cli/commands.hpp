@@ -25,5 +25,7 @@ int scale_main(const std::vector<std::string>& args);
 int adapt_main(const std::vector<std::string>& args);
 int pool_main(const std::vector<std::string>& args);
 int worker_retire_main(const std::vector<std::string>& args);
+/// `herd report ARGS...` (src/cli/report.cpp)
+int report_main(const std::vector<std::string>& args);
 
 }  // namespace herd::detail

@@ -33,6 +33,8 @@ const char* kUsage =
     "  pool        herd pool pause POOL (no job submitted; its workers stay) | herd pool resume POOL\n"
     "  worker retire\n"
     "              herd worker retire NAME: the worker drains its tasks, hands on its results, leaves\n"
+    "  report      a whole run on one page, or as a Chrome trace, from the scheduler's run record\n"
+    "              (herd report --scheduler tcp://host:port [--since 2h] -o run.html [--format trace])\n"
     "  config      every HERD_* variable, its value here and where it came from\n"
     "              (herd config [--internal] [--markdown])\n"
     "  version     print herd's version and the wire protocol version it speaks (also --version)\n";
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
   if (command == "sweep") return herd::detail::sweep_main(args);
   if (command == "status") return herd::detail::status_main(args);
   if (command == "logs") return herd::detail::logs_main(args);
+  if (command == "report") return herd::detail::report_main(args);
   if (command == "explain") return herd::detail::explain_main(args);
   if (command == "config") return herd::detail::config_main(args);
   if (command == "version" || command == "--version") {

@@ -3,9 +3,13 @@
 // that waits for the scheduler's answer goes through ClientCore::ask (the state's one request
 // table); futures are future.cpp's, the socket and threads client_io.cpp's.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 
 #include "client/client_io.hpp"
 #include "client/logs.hpp"
+#include "common/logging.hpp"
 #include "common/roles.hpp"
 #include "common/status_view.hpp"
 #include "common/util.hpp"
@@ -254,6 +258,66 @@ TaskExplanation Client::explain(const std::string& key) const {
   req.explain = true;
   req.explain_key = key;
   return detail::to_task_explanation(ask_scheduler<protocol::StatusReply>(*core_, lock, req, "explain").explanation);
+}
+
+std::string Client::report(const ReportRequestOptions& options) const {
+  protocol::ReportRequest req;
+  req.format = options.format;
+  using std::chrono::duration_cast;
+  using std::chrono::microseconds;
+  req.since_us = duration_cast<microseconds>(options.since.time_since_epoch()).count();
+  req.until_us = duration_cast<microseconds>(options.until.time_since_epoch()).count();
+  req.campaign = options.campaign;
+  req.job = options.job;
+  req.title = options.title;
+  std::unique_lock lock(core_->mu_);
+  // A night's record takes the scheduler a while to read: more than the usual 30 s.
+  client::Pending p = core_->ask(lock, std::move(req), std::chrono::minutes(5),
+                                 "the scheduler did not answer a report request within 5 minutes");
+  auto reply = std::get<protocol::ReportReply>(std::move(p.reply));
+  if (!reply.error.empty()) throw Error("report: " + reply.error);
+  for (const auto& w : reply.warnings) HERD_LOG(warning) << "report: " << w;
+  return std::move(reply.document);
+}
+
+PerformanceReport Client::performance_report(std::string path, std::string format) {
+  if (format != "html" && format != "trace") {
+    throw std::invalid_argument("performance_report: format '" + format + "' is not html or trace");
+  }
+  return PerformanceReport(*this, std::move(path), std::move(format));
+}
+
+PerformanceReport::PerformanceReport(const Client& client, std::string path, std::string format)
+    : client_(&client), path_(std::move(path)), format_(std::move(format)), since_(std::chrono::system_clock::now()) {}
+
+PerformanceReport::PerformanceReport(PerformanceReport&& other) noexcept
+    : client_(other.client_), path_(std::move(other.path_)), format_(std::move(other.format_)),
+      since_(other.since_), done_(other.done_) {
+  other.done_ = true;
+}
+
+PerformanceReport::~PerformanceReport() {
+  if (done_) return;
+  try {
+    write();
+  } catch (const std::exception& e) {
+    HERD_LOG(error) << "performance_report " << path_ << ": " << e.what();
+  }
+}
+
+void PerformanceReport::write() {
+  if (done_) return;
+  done_ = true;
+  ReportRequestOptions o;
+  o.format = format_;
+  o.since = since_;
+  o.title = "herd performance report";
+  const std::string doc = client_->report(o);
+  std::ofstream out(path_, std::ios::binary | std::ios::trunc);
+  if (!out) throw Error("performance_report: cannot write " + path_ + ": " + std::strerror(errno));
+  out.write(doc.data(), static_cast<std::streamsize>(doc.size()));
+  out.close();
+  if (!out) throw Error("performance_report: cannot write " + path_ + ": " + std::strerror(errno));
 }
 
 namespace {

@@ -205,6 +205,7 @@ struct RequestSender {
   void operator()(const protocol::CampaignRequest& r) const {
     protocol::send<MessageType::campaign_request>(socket, "", r);
   }
+  void operator()(const protocol::ReportRequest& r) const { protocol::send<MessageType::report_request>(socket, "", r); }
 };
 }  // namespace
 
@@ -607,6 +608,14 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
         state_.workers_gone(ev.addresses);
         if (std::this_thread::get_id() != io_id_) wake_locked();
       }
+      break;
+    }
+    case MessageType::report_reply: {
+      protocol::ReportReply reply;
+      if (!protocol::decode<MessageType::report_reply>(msg, reply, error)) break;
+      std::lock_guard lock(mu_);
+      state_.answer(std::move(reply));
+      notify_locked();
       break;
     }
     case MessageType::logs_reply: {

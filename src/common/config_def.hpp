@@ -77,3 +77,9 @@ HERD_CONFIG(memory_pause_percent, std::uint32_t, 80, "HERD_MEMORY_PAUSE_PERCENT"
             "resident memory past this share of the limit pauses the worker: it starts no new task "
             "until spilling or released results bring it back under; `herd status` says so "
             "(percent, Dask's memory.pause; 0 = off)")
+HERD_CONFIG(record, std::uint32_t, 1, "HERD_RECORD",
+            "1: the scheduler records every task run (its phases, worker, thread, bytes fetched, errors), "
+            "its pools' events and its workers' load in a run record for `herd report`; 0: nothing is recorded")
+HERD_CONFIG(record_bytes, std::uint64_t, 268435456, "HERD_RECORD_BYTES",
+            "size of one run record file: past it the file becomes FILE.1 (replacing the one before) and a "
+            "new one starts, so the record holds about twice this at most (bytes)")

@@ -22,6 +22,9 @@ HERD_ENV(listen_host, "HERD_LISTEN_HOST", user, "",
          "the address that routes to the scheduler")
 HERD_ENV(journal, "HERD_JOURNAL", user, "",
          "the scheduler's journal file (herd scheduler --journal): keyed and campaign results outlive it")
+HERD_ENV(record_file, "HERD_RECORD_FILE", user, "",
+         "the scheduler's run record (herd scheduler --record); default beside the journal (JOURNAL.record), "
+         "else in its log directory, else a file in /tmp/herd-UID removed when the scheduler exits")
 HERD_ENV(dashboard_address, "HERD_DASHBOARD_ADDRESS", user, "127.0.0.1:8787",
          "the dashboard's HOST:PORT (a busy port falls back to a free one)")
 HERD_ENV(log_level, "HERD_LOG_LEVEL", user, "warning", "error, warning, info or debug: what herd's processes log")

@@ -104,6 +104,7 @@ ClusterStatus to_cluster_status(const protocol::StatusReply& r) {
   s.journal = r.journal;
   s.journal_failing = r.journal_failing;
   s.journal_behind = r.journal_behind;
+  s.record = r.record;
   for (const auto& c : r.campaigns) s.campaigns.push_back(to_campaign_info(c));
   return s;
 }
@@ -246,6 +247,7 @@ std::string ClusterStatus::to_json() const {
   o["journal"] = journal;
   o["journal_failing"] = journal_failing;
   o["journal_behind"] = journal_behind;
+  o["record"] = record;
   o["campaigns"] = Json::array();
   for (const CampaignInfo& c : campaigns) {
     o["campaigns"].push_back(Json{{"name", c.name}, {"total", c.total}, {"done", c.done}, {"failed", c.failed},
@@ -267,6 +269,7 @@ std::string ClusterStatus::to_text() const {
       << (clients == 1 ? " client" : " clients") << ")\n";
   if (!dashboard.empty()) out << "dashboard " << dashboard << "\n";
   if (!journal.empty()) out << "journal " << journal << "\n";
+  if (!record.empty()) out << "run record " << record << " (herd report)\n";
   if (auth_off) {
     out << "authentication OFF (HERD_AUTH=off): no key is checked and nothing is encrypted; anyone who can "
            "reach the scheduler or a worker can run commands as you\n";

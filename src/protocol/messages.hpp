@@ -86,6 +86,9 @@ using TaskId = std::uint64_t;
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
   X(data_chunk, 42, DataChunkEvent)         /* + 1 payload: a piece of a streamed result */        \
+  /* the run record (record/report.hpp) */                                                      \
+  X(report_request, 100, ReportRequest)     /* client -> scheduler: a report of its run record */  \
+  X(report_reply, 101, ReportReply)         /* scheduler -> client */                              \
   /* any direction */                                                                             \
   X(error, 60, ErrorEvent)                  /* the peer refused a message; says why */
 
@@ -175,7 +178,9 @@ struct HeartbeatEvent {
   std::uint64_t stored = 0;      // worker: results held
   std::uint64_t spilled_bytes = 0;  // worker: of those, bytes written to its local directory
   std::string paused;            // worker: why it starts no new task (memory), "" = it does
-  MSGPACK_DEFINE_MAP(memory_rss, executing, stored, spilled_bytes, paused);
+  double cpu = 0;                // worker: CPU time of its process since the last heartbeat, in
+                                 //   percent of one core (for the run record and the dashboard)
+  MSGPACK_DEFINE_MAP(memory_rss, executing, stored, spilled_bytes, paused, cpu);
 };
 
 /// A dependency edge: the result of task `id` is substituted into the arguments.
@@ -303,8 +308,15 @@ struct TaskResult {
   std::vector<DepLocation> not_held;     // missing_input: holders that said they no longer have it
   bool preempted = false;       // !ok while its worker drained (SIGTERM, walltime, retiring):
                                 //   counted against the task's preemptions, not its retries
+  // The worker's phases of this run, for the scheduler's run record (record/record.hpp):
+  // durations on the worker's own clock, so no clock crosses the wire.
+  std::uint64_t fetch_us = 0;     // from the task's arrival until its last input was fetched (0: none fetched)
+  std::uint64_t fetch_bytes = 0;  // inputs it fetched from other workers
+  std::uint32_t fetch_peers = 0;  // ... from how many of them
+  std::uint64_t return_us = 0;    // from the function's end until this notice was sent
+  std::uint32_t thread = 0;       // where it ran: 0 the worker's I/O thread (inline), n executor n
   MSGPACK_DEFINE(id, ok, nbytes, inline_data, error, duration_us, missing_input, handed_back, unreachable,
-                 not_held, preempted);
+                 not_held, preempted, fetch_us, fetch_bytes, fetch_peers, return_us, thread);
 };
 
 /// Results up to this size travel with the completion notice, so the client's gather needs no
@@ -620,9 +632,32 @@ struct StatusReply {
   bool auth_off = false;                    // HERD_AUTH=off: no authentication, no encryption
   TaskExplanation explanation;              // asked with StatusRequest::explain
   std::vector<CampaignInfo> campaigns;      // detached campaigns, by name
+  std::string record;                       // the run record's file ("" = none; `herd report --record`)
   MSGPACK_DEFINE_MAP(request_id, scheduler_id, address, dashboard, now_ms, uptime_s, clients, workers,
                      tasks, functions, finished_total, failed_total, throughput, pools, jobs, events, no_worker,
-                     journal, journal_failing, journal_behind, auth_off, explanation, campaigns);
+                     journal, journal_failing, journal_behind, auth_off, explanation, campaigns, record);
+};
+
+/// A report of the scheduler's run record (`herd report`, Client::performance_report): built
+/// off the scheduler's loop, from the record file.
+struct ReportRequest {
+  std::uint64_t request_id = 0;
+  std::int64_t since_us = 0;   // runs that ended at or after this (unix microseconds; 0 = from the start)
+  std::int64_t until_us = 0;   // ... and up to this (0 = now)
+  std::string campaign;        // only this campaign's runs ("" = all)
+  std::string job;             // only runs on workers of this job ("" = all)
+  std::string format = "html"; // "html" or "trace" (Chrome trace JSON)
+  std::string title;           // the report's title ("" = herd report)
+  MSGPACK_DEFINE_MAP(request_id, since_us, until_us, campaign, job, format, title);
+};
+
+struct ReportReply {
+  std::uint64_t request_id = 0;
+  std::string error;                  // "" = document holds the report
+  std::string document;
+  std::vector<std::string> warnings;  // a damaged or truncated record, read up to the damage
+  std::string record;                 // the record file it was built from
+  MSGPACK_DEFINE_MAP(request_id, error, document, warnings, record);
 };
 
 struct AcquireKeysEvent {

@@ -2,47 +2,36 @@
 // through `ssh -L` from a laptop, often from a cluster without internet access. The script
 // fetches api/status every second (with the token the page was opened with) and redraws; every
 // user string goes in through textContent.
+#include <string>
+
+#include "record/report.hpp"
 #include "scheduler/http_server.hpp"
 
 namespace herd::scheduler {
 
-const char* dashboard_html() {
-  return R"HTML(<!DOCTYPE html>
+namespace {
+const char* kHead = R"HTML(<!DOCTYPE html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <title>herd dashboard</title>
-<style>
-  body { font: 13px/1.4 system-ui, sans-serif; margin: 0; background: #f6f7f9; color: #222; }
-  header { background: #23395d; color: #fff; padding: 8px 16px; display: flex; gap: 24px; align-items: baseline; }
-  header h1 { font-size: 18px; margin: 0; }
-  header .sub { opacity: 0.8; }
-  main { display: grid; grid-template-columns: 1fr 1fr; gap: 12px; padding: 12px; }
-  section { background: #fff; border: 1px solid #dde; border-radius: 6px; padding: 8px 12px; overflow: auto; }
-  section.wide { grid-column: 1 / 3; }
-  h2 { font-size: 14px; margin: 0 0 6px 0; color: #23395d; }
-  .cards { display: flex; gap: 12px; grid-column: 1 / 3; }
-  .card { background: #fff; border: 1px solid #dde; border-radius: 6px; padding: 6px 14px; min-width: 110px; }
-  .card .v { font-size: 22px; font-weight: 600; }
-  .card .l { color: #667; }
-  table { border-collapse: collapse; width: 100%; }
-  th, td { text-align: left; padding: 2px 8px 2px 0; white-space: nowrap; }
-  th { color: #667; font-weight: 500; border-bottom: 1px solid #dde; }
+<style>)HTML";
+
+const char* kPage = R"HTML(  #stream { width: 100%; height: 180px; display: block; }
+  .err { color: #c22; }
+  #error { color: #c22; padding: 0 16px; }
+  #journal { padding: 0 16px; color: #556; }
+  #journal.bad { color: #c22; font-weight: 600; }
   .bar { display: flex; height: 12px; min-width: 200px; background: #eef; border-radius: 3px; overflow: hidden; }
   .bar span { display: block; height: 100%; }
   .memory { background: #3a7; } .processing { background: #e9a23b; } .ready { background: #9ab; }
   .waiting { background: #ccd; } .erred { background: #d44; } .released { background: #7bc; }
   .cancelled { background: #999; }
   .legend span { display: inline-block; width: 10px; height: 10px; margin: 0 4px 0 10px; }
-  #stream { width: 100%; height: 180px; display: block; }
-  .err { color: #c22; }
-  #error { color: #c22; padding: 0 16px; }
-  #journal { padding: 0 16px; color: #556; }
-  #journal.bad { color: #c22; font-weight: 600; }
 </style>
 </head>
 <body>
-<header><h1>herd</h1><span class="sub" id="scheduler">connecting...</span><span class="sub" id="updated"></span></header>
+<header><h1>herd</h1><span class="sub" id="scheduler">connecting...</span><span class="sub" id="updated"></span><a class="sub" id="report-link" href="report" target="_blank">report of the run so far</a></header>
 <div id="error"></div>
 <div id="journal"></div>
 <main>
@@ -61,22 +50,22 @@ const char* dashboard_html() {
   <section><h2>Memory per worker</h2><table id="memory"></table></section>
   <section class="wide"><h2>Workers</h2><table id="workers"></table></section>
   <section class="wide"><h2>Pools and jobs</h2><table id="pools"></table><table id="jobs"></table></section>
+  <section><h2>CPU per worker, last hour (%)</h2><svg class="chart" id="history-cpu"></svg></section>
+  <section><h2>Memory per worker, last hour</h2><svg class="chart" id="history-memory"></svg></section>
+  <section class="wide"><h2>Pool size, last hour</h2><svg class="chart" id="history-pools"></svg></section>
 </main>
-<script>
-"use strict";
+<script>)HTML";
+
+const char* kScript = R"HTML(
 const STATES = ["memory", "processing", "ready", "waiting", "erred"];
-const COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+const COLORS = HERD_COLORS;
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
   for (const k of kids) e.append(k instanceof Node ? k : document.createTextNode(String(k)));
   return e;
 }
-function bytes(n) {
-  const u = ["B", "KiB", "MiB", "GiB", "TiB"]; let i = 0;
-  while (n >= 1024 && i < 4) { n /= 1024; i++; }
-  return (i === 0 ? n : n.toFixed(n < 10 ? 1 : 0)) + " " + u[i];
-}
+const bytes = herdBytes;
 function secs(s) {
   if (s < 0) return "-";
   s = Math.round(s);
@@ -204,10 +193,43 @@ async function refresh() {
 }
 refresh();
 setInterval(refresh, 1000);
+// History: the last hour of every worker's CPU and memory and every pool's size (api/history),
+// drawn with the report's charts (herdChart).
+async function refreshHistory() {
+  try {
+    const r = await fetch("api/history" + (TOKEN ? "?token=" + encodeURIComponent(TOKEN) : ""), {cache: "no-store"});
+    if (!r.ok) return;
+    const h = await r.json();
+    const opt = {xmin: -3600 * 1000, xmax: 0, xfmt: v => "-" + secs(-v / 1000)};
+    const rel = pts => pts.map(p => [p[0] - h.now_ms].concat(p.slice(1)));
+    const ws = Object.entries(h.workers);
+    herdChart(document.getElementById("history-cpu"), ws.map(([n, pts]) => ({name: n, points: rel(pts).map(p => [p[0], p[1]])})), opt);
+    herdChart(document.getElementById("history-memory"), ws.map(([n, pts]) => ({name: n, points: rel(pts).map(p => [p[0], p[2]])})),
+              Object.assign({yfmt: herdBytes}, opt));
+    const ps = [];
+    for (const [n, pts] of Object.entries(h.pools)) {
+      ps.push({name: n + " target", step: true, points: rel(pts).map(p => [p[0], p[1]])});
+      ps.push({name: n + " workers", step: true, points: rel(pts).map(p => [p[0], p[2]])});
+      ps.push({name: n + " pending jobs", step: true, points: rel(pts).map(p => [p[0], p[4]])});
+    }
+    herdChart(document.getElementById("history-pools"), ps, opt);
+  } catch (e) {
+    // The status refresh says when the scheduler cannot be reached.
+  }
+}
+refreshHistory();
+setInterval(refreshHistory, 10000);
 </script>
 </body>
 </html>
 )HTML";
+}  // namespace
+
+const char* dashboard_html() {
+  // The style and the chart code are the report's (record/report.hpp): one place for each.
+  static const std::string page =
+      std::string(kHead) + record::page_css() + kPage + record::charts_js() + kScript;
+  return page.c_str();
 }
 
 }  // namespace herd::scheduler

@@ -274,6 +274,39 @@ HttpServer::HttpServer(const HttpOptions& options) : impl_(std::make_unique<Impl
   srv.Get("/api/status", [impl](const httplib::Request&, httplib::Response& res) {
     res.set_content(detail::to_cluster_status(impl->current()).to_json(), "application/json");
   });
+  if (options.history) {
+    srv.Get("/api/history", [history = options.history](const httplib::Request&, httplib::Response& res) {
+      res.set_content(history(), "application/json");
+    });
+  }
+  if (options.report) {
+    srv.Get("/report", [report = options.report](const httplib::Request& req, httplib::Response& res) {
+      protocol::ReportRequest r;
+      r.format = req.has_param("format") ? req.get_param_value("format") : "html";
+      r.campaign = req.has_param("campaign") ? req.get_param_value("campaign") : "";
+      r.job = req.has_param("job") ? req.get_param_value("job") : "";
+      r.title = "herd report: the run so far";
+      try {
+        if (req.has_param("since")) r.since_us = std::stoll(req.get_param_value("since")) * 1000;
+      } catch (const std::exception&) {
+        res.status = 400;
+        res.set_content("herd dashboard: since= takes unix milliseconds\n", "text/plain");
+        return;
+      }
+      const protocol::ReportReply reply = report(r);
+      if (!reply.error.empty()) {
+        res.status = 404;
+        res.set_content("herd report: " + reply.error + "\n", "text/plain");
+        return;
+      }
+      if (r.format == "trace") {
+        res.set_header("Content-Disposition", "attachment; filename=\"herd-trace.json\"");
+        res.set_content(reply.document, "application/json");
+      } else {
+        res.set_content(reply.document, "text/html; charset=utf-8");
+      }
+    });
+  }
   srv.Get("/metrics", [impl](const httplib::Request&, httplib::Response& res) {
     res.set_content(prometheus_metrics(impl->current()), "text/plain; version=0.0.4; charset=utf-8");
   });

@@ -1,5 +1,6 @@
-// The scheduler's HTTP dashboard: `/` (a self-contained page), `/api/status` (JSON) and
-// `/metrics` (Prometheus text format). It runs on its own threads and never touches the
+// The scheduler's HTTP dashboard: `/` (a self-contained page), `/api/status` (JSON),
+// `/api/history` (the last hour, JSON), `/report` (the run record's report, built on request
+// from the record file: record/report.hpp) and `/metrics` (Prometheus text format). It runs on its own threads and never touches the
 // scheduler's state: a request raises a flag, the event loop sees it on its next turn (within
 // 250 ms), publishes a snapshot, and the request is answered from that copy. Nobody looking
 // costs the scheduler nothing (a snapshot walks the whole task graph).
@@ -13,6 +14,7 @@
 // A port another process holds is never taken for ours: the server says so and binds another.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -24,6 +26,10 @@ struct HttpOptions {
   std::string address = "127.0.0.1:8787";  // "host:port"; port 0 = a free one
   bool metrics_open = false;               // /metrics without the token (Prometheus)
   std::string token;                       // "" = a fresh random one
+  /// /api/history: the last hour of workers' CPU and memory and pools' sizes, as JSON (History).
+  std::function<std::string()> history;
+  /// /report (?format=trace, ?since=UNIX_MS, ?campaign=, ?job=): a report of the run record.
+  std::function<protocol::ReportReply(const protocol::ReportRequest&)> report;
 };
 
 class HttpServer {

@@ -48,6 +48,7 @@ StateOptions state_options(const SchedulerOptions& o) {
   s.batch_us = o.config.batch_us;
   s.retire_grace_s = o.retire_grace_s;
   s.full_results = !o.journal.empty();
+  s.record = o.config.record != 0;
 #ifndef NDEBUG
   s.validate = true;  // debug builds check every invariant after every event
 #endif
@@ -59,9 +60,9 @@ StateOptions state_options(const SchedulerOptions& o) {
 void Scheduler::request_stop() { g_stop.store(true); }
 
 Now Scheduler::now() {
-  return Now{Clock::now(), std::chrono::duration_cast<std::chrono::milliseconds>(
-                               std::chrono::system_clock::now().time_since_epoch())
-                               .count()};
+  const std::int64_t us =
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return Now{Clock::now(), us / 1000, us};
 }
 
 Scheduler::Scheduler(SchedulerOptions options)
@@ -83,6 +84,7 @@ Scheduler::Scheduler(SchedulerOptions options)
   socket_.set(zmq::sockopt::backlog, 4096);
   waker_ = std::make_unique<Waker>(context_, socket_);
   commands_.set_wake_hook([w = waker_.get()] { w->wake(); });
+  start_recording();
   if (!options_.journal.empty()) {
     Journal::Options jo;
     jo.memory_bytes = options_.config.journal_memory_bytes;
@@ -129,6 +131,7 @@ void Scheduler::Waker::woken() { pending_.store(false); }
 Scheduler::~Scheduler() {
   http_.reset();  // the dashboard thread stops before the state it shows goes away
   for (auto& p : pools_) p->close();
+  stop_recording();
 }
 
 std::string Scheduler::bind() {
@@ -223,6 +226,7 @@ int Scheduler::run() {
     // them (an empty read is a system call on every turn, on a round trip's path). The
     // journal's are drained by flush().
     if (woken) commands_.drain();
+    state_.set_clock(t.unix_us);
     state_.tick(t);
     if (t.mono - last_pool_step_ >= std::chrono::milliseconds(200)) {
       last_pool_step_ = t.mono;
@@ -303,6 +307,7 @@ void Scheduler::handle(protocol::Received& msg, const Now& now) {
     return;
   }
   const Peer p = peer->second;
+  state_.set_clock(now.unix_us);
   if (p.role == Role::worker) handle_worker(p.id, *type, msg, now);
   else handle_client(p.id, *type, msg, now);
 }
@@ -322,6 +327,7 @@ void Scheduler::handle_hello(const std::string& identity, protocol::Received& ms
                   std::to_string(protocol::kProtocolVersion) + ")";
   } else if (hello.role == static_cast<std::uint8_t>(protocol::Role::worker)) {
     const WorkerId id = state_.add_worker(hello, now);
+    record_worker_joined(hello, now);
     peers_[identity] = {Role::worker, id};
     worker_identity_[id] = identity;
     reply.ok = true;
@@ -352,7 +358,10 @@ void Scheduler::handle_worker(WorkerId id, MessageType type, protocol::Received&
   switch (type) {
     case MessageType::heartbeat: {
       protocol::HeartbeatEvent hb;
-      if (protocol::decode<MessageType::heartbeat>(msg, hb, error)) state_.heartbeat(id, hb, now);
+      if (protocol::decode<MessageType::heartbeat>(msg, hb, error)) {
+        state_.heartbeat(id, hb, now);
+        record_heartbeat(id, hb, now);
+      }
       break;
     }
     case MessageType::link_switch:
@@ -469,6 +478,11 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
     case MessageType::restart_request: {
       protocol::RestartRequest req;
       if (protocol::decode<MessageType::restart_request>(msg, req, error)) handle_restart(id, req, now);
+      break;
+    }
+    case MessageType::report_request: {
+      protocol::ReportRequest req;
+      if (protocol::decode<MessageType::report_request>(msg, req, error)) handle_report(id, req);  // recording.cpp
       break;
     }
     case MessageType::logs_request: {
@@ -592,7 +606,9 @@ void Scheduler::flush() {
     if (c.shutdown) protocol::send<MessageType::shutdown>(*channels_, *identity, {*c.shutdown});
   }
   protocol::PeersGoneEvent gone;
+  const Now departed_at = out.departed.empty() ? Now{} : now();
   for (const Departure& d : out.departed) {
+    record_departure(d, departed_at);
     if (!d.address.empty()) gone.addresses.push_back(d.address);
     if (auto identity = worker_identity_.find(d.id); identity != worker_identity_.end()) {
       channels_->close(identity->second);  // after what is queued there (its shutdown)
@@ -623,6 +639,7 @@ void Scheduler::flush() {
   }
   if (out.cluster_changed) broadcast_cluster_state();
   out.clear();
+  record_turn();
 }
 
 void Scheduler::drain_journal() {
@@ -895,7 +912,8 @@ void Scheduler::step_pools(const Now& now) {
     // A worker whose job has ended is gone, whatever its last heartbeat said: no need to wait
     // for the timeout (a crashed local process, a job Slurm killed or lost). The pool's polls
     // run off the loop; these are the ones answered since the last step.
-    for (const auto& [job, how] : pool->take_ended()) state_.job_ended(pool->name(), job, how);
+    const PoolState::Ended ended = pool->take_ended();
+    for (const auto& [job, how] : ended) state_.job_ended(pool->name(), job, how);
     // A worker of a suspended job is frozen, not dead: when it goes silent its tasks go
     // elsewhere without counting a death.
     for (const auto& [wid, w] : state_.workers()) {
@@ -922,6 +940,7 @@ void Scheduler::step_pools(const Now& now) {
       state_.retire(wid, "pool " + pool->name() + " shrinks", /*by_pool=*/true, now);
     }
     state_.set_kept_for_data(pool->name(), pool->state().kept());
+    record_pool(*pool, ended, now);
   }
 }
 

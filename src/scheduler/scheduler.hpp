@@ -28,6 +28,7 @@
 #include "common/security.hpp"
 #include "protocol/codec.hpp"
 #include "jobqueue/command_runner.hpp"
+#include "record/record.hpp"
 #include "scheduler/journal.hpp"
 #include "scheduler/pool.hpp"
 #include "scheduler/state.hpp"
@@ -35,6 +36,11 @@
 namespace herd::scheduler {
 
 class HttpServer;
+class History;
+
+/// A report of `recorder`'s file (the dashboard's /report, the report_request message); any
+/// thread. An error in the reply when there is no record or it cannot be read.
+protocol::ReportReply make_report(record::Recorder* recorder, const protocol::ReportRequest& req);
 
 struct SchedulerOptions {
   std::string listen = "tcp://127.0.0.1:*";  // ZeroMQ endpoint to bind
@@ -44,6 +50,9 @@ struct SchedulerOptions {
   std::string dashboard = "127.0.0.1:8787";  // HTTP dashboard host:port ("" = none; port 0 = a
                                              //   free one; a busy port falls back to a free one)
   bool metrics_open = false;  // the dashboard's /metrics needs no token (for Prometheus)
+  std::string record;         // the run record file ("" = beside the journal, else in log_dir,
+                              //   else a temporary file; config.record = 0: none)
+  std::string log_dir;        // where local workers' logs go ("" = none)
   Config config = Config::from_env();
 };
 
@@ -66,6 +75,8 @@ class Scheduler {
   protocol::TaskExplanation explain(const protocol::StatusRequest& req) const;
   /// "http://127.0.0.1:8787/" once bind() started the dashboard ("" = none).
   const std::string& dashboard_url() const { return dashboard_url_; }
+  /// The run record's file ("" = none).
+  std::string record_path() const { return recorder_ ? recorder_->path() : std::string(); }
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -117,6 +128,17 @@ class Scheduler {
   void logs_worker_gone(WorkerId id, const std::string& name, const std::string& why);
   void expire_logs_queries();
   void finish_logs_query(std::uint64_t id);
+  // The run record and the dashboard's history (src/scheduler/recording.cpp).
+  void start_recording();
+  void stop_recording();
+  /// End of a turn: the runs the core noted, encoded, and the turn's records handed to the writer.
+  void record_turn();
+  void record_worker_joined(const protocol::HelloRequest& hello, const Now& now);
+  void record_departure(const Departure& d, const Now& now);
+  void record_heartbeat(WorkerId id, const protocol::HeartbeatEvent& hb, const Now& now);
+  /// After a pool's step: its jobs that were submitted, started, ended or failed, and its size.
+  void record_pool(Pool& pool, const PoolState::Ended& ended, const Now& now);
+  void handle_report(ClientId c, const protocol::ReportRequest& req);
 
   /// Wakes run() from another thread: one empty message to socket_ from an inproc peer (bound
   /// and connected in the constructor), at most one in flight. run() sleeps inside the
@@ -149,6 +171,18 @@ class Scheduler {
   std::string address_;
   std::string scheduler_id_;
   SchedulerState state_;
+  // The run record (before commands_: a report being built there reads it until commands_ goes).
+  std::shared_ptr<record::Recorder> recorder_;  // shared with reports being built
+  bool record_temporary_ = false;                 // a file of our own in /tmp: removed at exit
+  record::TaskRun run_scratch_;                   // record_turn's, reused
+  std::unordered_map<WorkerId, Clock::time_point> last_sample_;  // a worker's load: every few s
+  struct PoolSeen {                               // a pool's jobs as the record last wrote them
+    bool known = false;
+    std::uint32_t target = 0;
+    std::map<std::string, jobqueue::JobState> jobs;
+  };
+  std::map<std::string, PoolSeen> pools_seen_;
+  std::shared_ptr<History> history_;              // shared with the dashboard's threads
   std::unordered_map<std::string, Peer> peers_;               // identity -> peer
   std::unordered_map<WorkerId, std::string> worker_identity_;
   std::unordered_map<ClientId, std::string> client_identity_;

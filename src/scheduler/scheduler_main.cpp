@@ -174,6 +174,11 @@ int scheduler_main(const std::vector<std::string>& args) {
   app.add_option("--journal", options.journal,
                  "record finished keyed tasks here; a scheduler restarted with it does not recompute them "
                  "(default: $HERD_JOURNAL)");
+  if (const char* r = env::get(env::Var::record_file)) options.record = r;
+  app.add_option("--record", options.record,
+                 "the run record `herd report` reads: every task run, pool event and worker sample (default: "
+                 "$HERD_RECORD_FILE, else JOURNAL.record beside --journal, else in --log-dir, else a file in "
+                 "/tmp/herd-UID removed at exit; HERD_RECORD=0 records nothing)");
   if (const char* d = env::get(env::Var::dashboard_address)) options.dashboard = d;
   bool no_dashboard = false;
   app.add_option("--dashboard-address", options.dashboard,
@@ -236,6 +241,7 @@ int scheduler_main(const std::vector<std::string>& args) {
                              "herd scheduler --listen tcp://HOST:PORT, $HERD_LISTEN or listen in [scheduler]");
     options.listen = !explicit_listen.empty() ? explicit_listen : any_slurm ? "tcp://0.0.0.0:*" : options.listen;
     options.metrics_open = options.metrics_open || config.metrics_open;
+    options.log_dir = log_dir;
     scheduler::Scheduler sched(options);
     const std::string address = sched.bind();
     std::vector<std::unique_ptr<scheduler::Pool>> pools;

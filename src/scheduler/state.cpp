@@ -142,8 +142,9 @@ void SchedulerState::keep_inline(TaskId id, std::vector<char>& data) {
 
 void SchedulerState::apply(Effects& fx) {
   for (TaskId id : fx.ready) {
-    const Task* t = graph_.find(id);
+    Task* t = graph_.find(id);
     if (t == nullptr || t->status != TaskStatus::ready) continue;
+    t->ready_us = clock_us_;
     if (t->deaths > 0 && t->gang == 0 && !multinode(id)) suspects_.push_back(id);
     else push_ready(*t);
   }
@@ -204,8 +205,42 @@ void SchedulerState::apply(Effects& fx) {
 
 // ---- counters ---------------------------------------------------------------------------
 
+RunNote* SchedulerState::note_run(Task& t, WorkerId w, std::uint8_t status, std::int64_t received_us) {
+  if (!options_.record) return nullptr;
+  RunNote& n = run_notes_.emplace_back();
+  n.id = t.id;
+  n.function = t.function;
+  n.worker = w;
+  n.submitted_us = t.submitted_us;
+  n.ready_us = t.ready_us;
+  n.placed_us = t.placed_us;
+  n.received_us = received_us;
+  n.status = status;
+  n.attempt = t.runs_ended++;
+  n.preemptions = t.deaths;
+  if (t.named) n.key = graph_.user_key(t);
+  if (t.campaign) {
+    if (auto c = campaign_of_.find(t.id); c != campaign_of_.end()) n.campaign = c->second;
+  }
+  return &n;
+}
+
 void SchedulerState::record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r, const Now& now) {
   if (t == nullptr || t->scattered) return;
+  // The state's own task (results hand it in as const): its run count moves on.
+  if (RunNote* n = note_run(const_cast<Task&>(*t), w.id, r.ok ? 0 : 1, now.unix_us != 0 ? now.unix_us : now.unix_ms * 1000)) {
+    n->thread = r.thread;
+    n->run_us = r.duration_us;
+    n->return_us = r.return_us;
+    n->fetch_us = r.fetch_us;
+    n->fetch_bytes = r.fetch_bytes;
+    n->fetch_peers = r.fetch_peers;
+    n->result_bytes = r.nbytes;
+    if (!r.ok) {
+      n->error_type = r.error.type;
+      n->error = r.error.message.substr(0, 1024);
+    }
+  }
   auto& c = counters_;
   (r.ok ? c.finished_total : c.failed_total) += 1;
   if (t->function >= runs_by_function_.size()) runs_by_function_.resize(t->function + 1u);

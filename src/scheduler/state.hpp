@@ -50,7 +50,27 @@ using Clock = std::chrono::steady_clock;
 struct Now {
   Clock::time_point mono{};
   std::int64_t unix_ms = 0;
+  std::int64_t unix_us = 0;  // the same in microseconds (0: unknown; the run record's times)
   std::int64_t unix_s() const { return unix_ms / 1000; }
+};
+
+/// One ended run of a task, for the run record (the shell encodes it: record/record.hpp).
+/// Times are unix microseconds on the scheduler's clock; the worker's phases are durations it
+/// measured (protocol::TaskResult).
+struct RunNote {
+  TaskId id = 0;
+  std::uint32_t function = 0;   // SchedulerState::function_name
+  WorkerId worker = 0;          // SchedulerState::worker_name
+  std::uint32_t thread = 0;
+  std::int64_t submitted_us = 0, ready_us = 0, placed_us = 0, received_us = 0;
+  std::uint64_t run_us = 0, return_us = 0, fetch_us = 0, fetch_bytes = 0, result_bytes = 0;
+  std::uint32_t fetch_peers = 0;
+  std::uint8_t status = 0;      // record::RunStatus: 0 ok, 1 failed, 2 lost, 3 cancelled
+  std::uint32_t attempt = 0;    // runs of the task that ended before this one
+  std::uint32_t preemptions = 0;  // workers lost while it ran
+  std::string key;              // the user's key ("" = none)
+  std::string campaign;
+  std::string error_type, error;  // when not ok
 };
 
 struct StateOptions {
@@ -69,6 +89,7 @@ struct StateOptions {
   bool full_results = false;              // journal on: keyed tasks send their whole result
   bool validate = false;                  // run validate() after every event (tests, debug builds;
                                           //   sampled when the state is big, see check())
+  bool record = false;                    // note every ended run (run_notes) for the run record
 };
 
 /// The scheduler's view of one worker of a pool, for the pool's decisions.
@@ -461,6 +482,18 @@ class SchedulerState {
   /// the state keeps per run (O(kept runs + functions): for status, not per task).
   const Counters& counters() const;
 
+  // The run record (options().record): the runs that ended since the shell last took them.
+  std::vector<RunNote>& run_notes() { return run_notes_; }
+  /// The time of the events that follow (unix microseconds), for the runs' submit, ready and
+  /// placement times; the shell sets it with each message it hands over.
+  void set_clock(std::int64_t unix_us) { clock_us_ = unix_us; }
+  const std::string& function_name(std::uint32_t index) const { return graph_.function_name(index); }
+  /// A worker's name, also once it left ("" = never known).
+  const std::string& worker_name(WorkerId id) const {
+    static const std::string none;
+    return id < worker_names_.size() ? worker_names_[id] : none;
+  }
+
   /// Placement internals, for tests and the simulator.
   std::size_t shape_count() const;
   std::size_t ready_count() const;
@@ -516,6 +549,8 @@ class SchedulerState {
   void note_unrunnable(Shape& s);
   void steal(const Now& now);
   void record_run(const Task* t, const WorkerRec& w, const protocol::TaskResult& r, const Now& now);
+  /// The run record's note of a run that ended (status: record::RunStatus); nullptr when off.
+  RunNote* note_run(Task& t, WorkerId w, std::uint8_t status, std::int64_t received_us);
   // Inputs and results that could not be fetched (a holder out of reach, or that lost them).
   void missing_input(WorkerRec& w, protocol::TaskResult& r, const Now& now);
   void drop_holder(TaskId id, WorkerId holder);
@@ -673,6 +708,8 @@ class SchedulerState {
   std::size_t retiring_ = 0;                 // workers retiring: progress_retirements has work
   std::vector<std::string> worker_names_;    // by worker id (names of workers gone stay for runs_)
   mutable std::uint64_t checks_ = 0;          // events seen by check() (validate mode)
+  std::vector<RunNote> run_notes_;            // runs ended since the shell took them (options_.record)
+  std::int64_t clock_us_ = 0;                 // set_clock()
 };
 
 }  // namespace herd::scheduler

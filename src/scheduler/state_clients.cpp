@@ -62,6 +62,7 @@ bool SchedulerState::submit(ClientId id, const protocol::TaskSpec& spec, const s
     added = &keyed;
   }
   graph_.add(*added, id, shape, fx_);
+  if (Task* t = graph_.find(spec.id)) t->submitted_us = clock_us_;
   if (spec.gang != 0) gang_member_added(spec);
   if (spec.nodes != 0) multinode_added(spec);
   if (!spec.campaign.empty()) campaign_task_added(spec.campaign, spec.id, id, added);

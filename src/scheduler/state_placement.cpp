@@ -354,6 +354,7 @@ WorkerRec* SchedulerState::pick_worker(Shape& s, const Task& t, const Now& now, 
 
 protocol::ExecuteTask& SchedulerState::dispatch(Task& t, WorkerRec& w) {
   graph_.started(t.id, w.id);
+  t.placed_us = clock_us_;
   if (w.processing.empty()) w.progressed = last_now_;  // its queue starts moving now
   w.nothing_to_steal = false;                          // steal() looks at its queue again
   w.processing.emplace(t.id, t.shape);

@@ -109,6 +109,17 @@ void SchedulerState::remove_worker(WorkerId id, const std::string& why, bool cou
   for (const auto& [tid, shape] : w.processing) processing.push_back(tid);
   std::vector<TaskId> held(w.has.begin(), w.has.end());
   const std::string name = w.name;
+  if (options_.record) {
+    // Its runs end here, lost (they may run again elsewhere): the record shows where and when.
+    for (TaskId tid : processing) {
+      Task* t = graph_.find(tid);
+      if (t == nullptr || t->scattered) continue;
+      if (RunNote* n = note_run(*t, id, 2, clock_us_)) {
+        n->error_type = "herd::WorkerLost";
+        n->error = "worker " + name + " " + why;
+      }
+    }
+  }
   // Big scatters it was fetching from their clients: another worker fetches them (a few times:
   // a value that kills every worker that takes it must not take them all).
   std::vector<std::pair<TaskId, std::string>> rescatter;

@@ -2,9 +2,11 @@
 // dashboard), the counters behind it, and the dashboard thread's lifecycle. All of it runs on
 // the event loop's thread; the HTTP thread only ever sees a published copy.
 #include <algorithm>
+#include <chrono>
 
 #include "common/util.hpp"
 #include "common/logging.hpp"
+#include "scheduler/history.hpp"
 #include "scheduler/http_server.hpp"
 #include "scheduler/scheduler.hpp"
 
@@ -118,6 +120,7 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
       s.jobs.push_back(std::move(j));
     }
   }
+  if (recorder_) s.record = recorder_->path();
   if (journal_) {
     s.journal = journal_->status();
     s.journal_failing = journal_->failing();
@@ -135,6 +138,11 @@ void Scheduler::start_dashboard() {
     HttpOptions http;
     http.address = options_.dashboard;
     http.metrics_open = options_.metrics_open;
+    http.history = [history = history_] {
+      return history->json(std::chrono::duration_cast<std::chrono::milliseconds>(
+                               std::chrono::system_clock::now().time_since_epoch()).count());
+    };
+    http.report = [recorder = recorder_](const protocol::ReportRequest& req) { return make_report(recorder.get(), req); };
     http_ = std::make_unique<HttpServer>(http);
     dashboard_url_ = http_->url();
     publish_dashboard();

@@ -189,6 +189,7 @@ Worker::Worker(WorkerOptions options)
     const std::uint64_t n = bytes->size();
     store_.put(id, std::move(bytes));
     spill_to_target();
+    state_->set_clock(steady_us());
     state_->fetched(address, id, n);
   };
   fetch_events_.missing = [this](const std::string& address, TaskId id) { state_->not_there(address, id); };
@@ -438,6 +439,7 @@ int Worker::io_loop(const std::string& relieved) {
       hb.executing = static_cast<std::uint32_t>(state_->executing());
       hb.stored = store_.size();
       hb.spilled_bytes = store_.spilled_bytes();
+      hb.cpu = cpu_.percent();
       {
         std::lock_guard lock(pause_mu_);
         hb.paused = pause_reason_;
@@ -583,6 +585,7 @@ void Worker::on_execute(protocol::ExecuteTasksEvent& ev) {
     HERD_LOG(debug) << "gang member " << task.key << " (rank " << task.gang_rank << " of " << task.gang_size
                     << ", attempt " << task.gang_attempt << ") arrived";
   }
+  state_->set_clock(steady_us());
   state_->execute(std::move(ev.tasks));
 }
 

@@ -35,6 +35,7 @@
 #include "worker/inline_policy.hpp"
 #include "worker/isolated.hpp"
 #include "worker/worker_state.hpp"
+#include "worker/worker_internal.hpp"
 
 namespace herd::worker {
 
@@ -227,6 +228,7 @@ class Worker {
   std::vector<protocol::TaskResult> exec_results_;  // finished by executors, not sent yet
   protocol::ExecuteTasksEvent execute_in_;           // the I/O thread's: execute_tasks decoded
   ResultBatch batch_;                                // when they go
+  CpuMeter cpu_;                                     // the heartbeat's CPU share
   std::vector<protocol::TaskId> acquired_out_;
   std::vector<protocol::DepLocation> acquire_failed_out_;
   Clock::time_point last_from_scheduler_;

@@ -23,6 +23,7 @@
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
 #include "task/this_task.hpp"
+#include "worker/worker_internal.hpp"
 
 namespace herd::worker {
 
@@ -251,8 +252,10 @@ Completion Worker::execute(const protocol::ExecuteTask& task, const std::vector<
     c.error.task = task.key;
     c.error.worker = options_.name;
   }
-  c.duration_us = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count());
+  const auto ended = Clock::now();
+  c.duration_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(ended - start).count());
+  c.ended_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(ended.time_since_epoch()).count());
+  c.thread = executor_index();
   // A run that failed while its worker drains (SIGTERM, walltime, retiring) was preempted: a
   // checkpointable task counts it apart from its retries.
   if (!c.ok && TaskInfo{}.draining()) c.preempted = true;

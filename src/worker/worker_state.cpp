@@ -77,6 +77,7 @@ void WorkerState::execute(std::vector<protocol::ExecuteTask>&& tasks) {
     Pending& p = pending_[id];
     p.task = std::move(task);
     p.missing = missing;
+    p.arrived_us = now_us_;
     std::vector<TaskId> to_fetch;
     for (const auto& in : p.task.inputs) {
       if (stored_.count(in.id)) continue;
@@ -120,6 +121,7 @@ bool WorkerState::abandon(TaskId id, protocol::ErrorInfo error) {
   release(it->second);
   forget_seceded(it->first, it->second);
   running_.erase(it);
+  if (!fetched_.empty()) fetched_.erase(id);
   protocol::TaskResult r;
   r.id = id;
   r.error = std::move(error);
@@ -132,6 +134,7 @@ bool WorkerState::abandon(TaskId id, protocol::ErrorInfo error) {
 
 void WorkerState::hand_back(TaskId id) {
   // Unstarted: given back. The scheduler knows whether it was cancelled or is moving it.
+  if (!fetched_.empty()) fetched_.erase(id);
   protocol::TaskResult r;
   r.id = id;
   r.handed_back = true;
@@ -225,6 +228,13 @@ void WorkerState::fetched(const std::string& address, TaskId id, std::uint64_t n
     // Every copy fetched is reported: the scheduler counts it as a holder (and frees it when
     // nobody needs it), whether a task or an acquire asked for it.
     out_.acquired.push_back(id);
+    if (w != wanted_.end()) {
+      for (TaskId tid : w->second.tasks) {  // what each waiting task's fetching cost (run record)
+        Fetched& f = fetched_[tid];
+        f.bytes += nbytes;
+        ++f.peers;
+      }
+    }
   }
   input_arrived(id);
   check();
@@ -257,6 +267,9 @@ void WorkerState::input_arrived(TaskId dep) {
     auto p = pending_.find(id);
     if (p == pending_.end()) continue;
     if (--p->second.missing == 0) {
+      if (auto f = fetched_.find(id); f != fetched_.end()) {
+        f->second.us = now_us_ > p->second.arrived_us ? now_us_ - p->second.arrived_us : 0;
+      }
       protocol::ExecuteTask task = std::move(p->second.task);
       pending_.erase(p);
       make_ready(std::move(task));
@@ -297,6 +310,7 @@ void WorkerState::input_unavailable(TaskId dep) {
     if (p == pending_.end()) continue;
     const std::string key = p->second.task.key;
     pending_.erase(p);
+    if (!fetched_.empty()) fetched_.erase(id);
     protocol::TaskResult r;
     r.id = id;
     r.missing_input = true;
@@ -452,6 +466,16 @@ void WorkerState::finished(Completion c) {
   r.ok = c.ok;
   r.duration_us = c.duration_us;
   r.missing_input = c.missing_input;
+  r.thread = c.thread;
+  r.return_us = c.ended_us;  // a time until sent: the shell makes it a duration then
+  if (!fetched_.empty()) {
+    if (auto f = fetched_.find(c.id); f != fetched_.end()) {
+      r.fetch_us = f->second.us;
+      r.fetch_bytes = f->second.bytes;
+      r.fetch_peers = f->second.peers;
+      fetched_.erase(f);
+    }
+  }
   if (c.ok && c.bytes) {
     r.nbytes = c.bytes->size();
     if (!stored_.count(c.id)) {
@@ -495,6 +519,7 @@ void WorkerState::over_memory(const std::string& why) {
   for (const auto& [id, p] : pending_) hand_back(id);
   pending_.clear();
   wanted_.clear();
+  fetched_.clear();
 }
 
 // ---- read access ---------------------------------------------------------------------------
@@ -539,6 +564,11 @@ std::string WorkerState::validate() const {
   }
   if (running_.size() < seceded_ + core_tasks_ || slots_used() > options_.nthreads) {
     return "more tasks holding slots than threads";
+  }
+  for (const auto& [id, f] : fetched_) {
+    const bool known = pending_.count(id) || running_.count(id) ||
+                       std::any_of(ready_.begin(), ready_.end(), [id = id](const auto& t) { return t.id == id; });
+    if (!known) return "fetch costs kept for task " + hex(id) + ", which is neither pending, ready nor running";
   }
   std::size_t seceded = 0;
   for (const auto& [id, r] : running_) seceded += r.seceded;

@@ -73,6 +73,9 @@ struct Completion {
   std::uint64_t duration_us = 0;
   bool missing_input = false;    // an input vanished before it ran
   bool preempted = false;        // failed while the worker drained (a preemption)
+  std::uint32_t thread = 0;      // 0: the I/O thread (inline run), n: executor n
+  std::uint64_t ended_us = 0;    // when the function returned (steady clock, microseconds): the
+                                 //   shell turns it into TaskResult::return_us when it sends
 };
 
 struct WorkerStateOptions {
@@ -136,6 +139,10 @@ class WorkerState {
   explicit WorkerState(WorkerStateOptions options);
   /// The scheduler's message limit, once its hello reply told it.
   void set_max_full_result_bytes(std::uint64_t n) { options_.max_full_result_bytes = n; }
+
+  /// The time of the events that follow (steady clock, microseconds), for the run record's
+  /// fetch phase (TaskResult::fetch_us); the shell sets it once a turn.
+  void set_clock(std::uint64_t steady_us) { now_us_ = steady_us; }
 
   // ---- from the scheduler ------------------------------------------------------------------
   void execute(std::vector<protocol::ExecuteTask>&& tasks);
@@ -208,6 +215,11 @@ class WorkerState {
   struct Pending {
     protocol::ExecuteTask task;
     std::uint32_t missing = 0;  // inputs not here yet
+    std::uint64_t arrived_us = 0;  // set_clock's time when it came
+  };
+  struct Fetched {  // what a task's inputs cost to fetch, until its result reports it
+    std::uint64_t us = 0, bytes = 0;
+    std::uint32_t peers = 0;
   };
   struct Wanted {  // an input being fetched
     std::vector<std::string> holders;  // where it is, in the order to try
@@ -257,6 +269,8 @@ class WorkerState {
   std::size_t ready_cores_ = 0;                   // of ready_, those asking for cores
   WorkerInstructions out_;
   bool paused_ = false;                           // pause(): start nothing new
+  std::uint64_t now_us_ = 0;                      // set_clock()
+  std::unordered_map<TaskId, Fetched> fetched_;   // tasks that fetched inputs, until reported
 };
 
 }  // namespace herd::worker

@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <cstring>
 
 #include "common/logging.hpp"
 #include "task/log_capture.hpp"
@@ -200,7 +202,45 @@ bool& seceded_thread() {
 }
 }  // namespace
 
+std::uint64_t steady_us() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+double CpuMeter::percent() {
+  // /proc/self/stat: fields 14 and 15 are utime and stime in clock ticks; the name (field 2)
+  // may hold spaces, so count from its closing parenthesis.
+  std::uint64_t cpu_us = 0;
+  if (FILE* f = std::fopen("/proc/self/stat", "r")) {
+    char buf[1024];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    const char* p = std::strrchr(buf, ')');
+    unsigned long long ut = 0, st = 0;
+    if (p != nullptr && std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) == 2) {
+      const long hz = ::sysconf(_SC_CLK_TCK);
+      cpu_us = (ut + st) * 1000000ull / static_cast<unsigned long long>(hz > 0 ? hz : 100);
+    }
+  }
+  const std::uint64_t wall = steady_us();
+  double pct = 0;
+  if (last_wall_us_ != 0 && wall > last_wall_us_ && cpu_us >= last_cpu_us_) {
+    pct = 100.0 * static_cast<double>(cpu_us - last_cpu_us_) / static_cast<double>(wall - last_wall_us_);
+  }
+  last_cpu_us_ = cpu_us;
+  last_wall_us_ = wall;
+  return pct;
+}
+
+std::uint32_t& executor_index() {
+  thread_local std::uint32_t index = 0;
+  return index;
+}
+
 void Worker::executor_loop() {
+  static std::atomic<std::uint32_t> executors{0};
+  executor_index() = executors.fetch_add(1, std::memory_order_relaxed) % 1000 + 1;
   // Set when the worker stops waiting for this thread's task (Worker::abandon): the thread then
   // ends after it, its completion dropped, as a new executor has taken its place.
   auto abandoned = std::make_shared<std::atomic<bool>>(false);
@@ -416,8 +456,14 @@ void Worker::drain_completions() {
 }
 
 void Worker::flush_results() {
-  batch_.sent(Clock::now());
+  const auto now = Clock::now();
+  batch_.sent(now);
   if (results_out_.empty() && exec_results_.empty() && acquired_out_.empty() && acquire_failed_out_.empty()) return;
+  // The results' end times become the time they waited to go (TaskResult::return_us).
+  const auto sent_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()).count());
+  for (auto* list : {&results_out_, &exec_results_}) {
+    for (auto& r : *list) r.return_us = r.return_us != 0 && sent_us > r.return_us ? sent_us - r.return_us : 0;
+  }
   protocol::TaskResultsEvent ev;
   ev.results.swap(results_out_);
   if (ev.results.empty()) {
