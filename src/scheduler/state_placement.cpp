@@ -181,6 +181,7 @@ bool SchedulerState::live_head(Shape& s) {
 
 void SchedulerState::schedule(const Now& now) {
   last_now_ = now.mono;
+  jobs_tick(now);
   if (!suspects_.empty()) place_suspects(now);
   if (!gangs_waiting_.empty()) place_gangs(now);
   // Tasks whose duration fits a worker that is busy now, not the free ones: they wait, and

@@ -82,6 +82,7 @@ struct Task {
   bool fire_and_forget = false;   // runs to its end even when no client wants it (then forgotten)
   bool campaign = false;          // in a detached campaign: its client's release is ignored
                                   //   (SchedulerState::release_campaign() lets it go)
+  bool job = false;               // a task of a job of shell commands (state_jobs.cpp)
   bool isolated = false;          // runs in a child process of its worker (TaskOptions::isolated;
                                   //   a memory cap, if any, in TaskGraph's side table)
   SmallVec<char, 16> args;             // msgpack; inside the record up to 16 bytes
