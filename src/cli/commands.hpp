@@ -18,5 +18,9 @@ int explain_main(const std::vector<std::string>& args);
 int config_main(const std::vector<std::string>& args);
 /// `herd logs ARGS...` (src/cli/logs.cpp)
 int logs_main(const std::vector<std::string>& args);
+/// `herd submit ARGS...`, `herd jobs ARGS...`, `herd job VERB ARGS...` (src/cli/jobs.cpp)
+int submit_main(const std::vector<std::string>& args);
+int jobs_main(const std::vector<std::string>& args);
+int job_main(const std::vector<std::string>& args);
 
 }  // namespace herd::detail
