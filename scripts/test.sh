@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 root="$(pwd)"
 slurm="$root/scripts/local-slurm.sh"
 # What only tests need: Chromium (the dashboard test), Lmod (the install test's module load).
-export HERD_EXTRA_PACKAGES="chromium lmod ${HERD_EXTRA_PACKAGES:-}"
+export HERD_EXTRA_PACKAGES="chromium lmod parallel ${HERD_EXTRA_PACKAGES:-}"
 export HERD_REQUIRE_WERROR=1
 scripts/setup.sh
 

@@ -176,7 +176,8 @@ std::string absolute(const std::string& path) {
 // ---- job files ----------------------------------------------------------------------------
 
 /// A job file (TOML) into `spec`; errors name file:line:column.
-void read_job_file(const std::string& path, protocol::JobSpec& spec, std::string& stream) {
+void read_job_file(const std::string& path, protocol::JobSpec& spec, std::string& stream, bool& has_stdout,
+                   bool& has_stderr) {
   const tomlfile::Document doc = tomlfile::load(path);
   auto fail_at = [&](const toml::source_region& where, const std::string& what) {
     throw std::invalid_argument(tomlfile::where(doc, where) + ": " + what);
@@ -200,8 +201,13 @@ void read_job_file(const std::string& path, protocol::JobSpec& spec, std::string
     const std::string k(key.str());
     if (k == "name") spec.name = text(v, k);
     else if (k == "max_fails") spec.max_fails = whole(v, k);
-    else if (k == "stdout") spec.stdout_path = output_pattern(text(v, k), kDefaultStdout, "stdout");
-    else if (k == "stderr") spec.stderr_path = output_pattern(text(v, k), kDefaultStderr, "stderr");
+    else if (k == "stdout") {
+      spec.stdout_path = output_pattern(text(v, k), kDefaultStdout, "stdout");
+      has_stdout = true;
+    } else if (k == "stderr") {
+      spec.stderr_path = output_pattern(text(v, k), kDefaultStderr, "stderr");
+      has_stderr = true;
+    }
     else if (k == "stream") stream = text(v, k);
     else if (k == "task") {
       tasks = v.as_array();
@@ -428,12 +434,13 @@ int submit(const std::vector<std::string>& all_args) {
   }
   if (const int rc = sched.parse(app, args); rc >= 0) return rc;
   protocol::JobSpec spec;
+  bool file_stdout = false, file_stderr = false;
   try {
     if (!file.empty()) {
       if (!command.empty() || !array.empty() || !each_line.empty()) {
         throw std::invalid_argument("--file takes no command, --array or --each-line: its tasks are in the file");
       }
-      read_job_file(file, spec, stream);
+      read_job_file(file, spec, stream, file_stdout, file_stderr);
     } else if (command.empty()) {
       std::cerr << "herd submit: no command: give it after `--` (herd submit -- ./sim.sh), or --file\n";
       return 2;
@@ -445,16 +452,10 @@ int submit(const std::vector<std::string>& all_args) {
     spec.submitted_by = submitted_by();
     if (!name.empty() || spec.name.empty()) spec.name = name;
     if (max_fails >= 0) spec.max_fails = max_fails;
-    if (app.count("--stdout") || spec.stdout_path.empty()) {
-      if (!app.count("--stdout") && file.empty()) spec.stdout_path = kDefaultStdout;
-      else if (app.count("--stdout")) spec.stdout_path = output_pattern(out_pattern, kDefaultStdout, "--stdout");
-      else if (spec.stdout_path.empty()) spec.stdout_path = kDefaultStdout;
-    }
-    if (app.count("--stderr") || spec.stderr_path.empty()) {
-      if (!app.count("--stderr") && file.empty()) spec.stderr_path = kDefaultStderr;
-      else if (app.count("--stderr")) spec.stderr_path = output_pattern(err_pattern, kDefaultStderr, "--stderr");
-      else if (spec.stderr_path.empty()) spec.stderr_path = kDefaultStderr;
-    }
+    if (app.count("--stdout") > 0) spec.stdout_path = output_pattern(out_pattern, kDefaultStdout, "--stdout");
+    else if (!file_stdout) spec.stdout_path = kDefaultStdout;
+    if (app.count("--stderr") > 0) spec.stderr_path = output_pattern(err_pattern, kDefaultStderr, "--stderr");
+    else if (!file_stderr) spec.stderr_path = kDefaultStderr;
     if (!stream.empty()) {
       check_pattern(stream, "--stream");
       spec.stream_dir = stream.find("%{") == std::string::npos ? absolute(stream) : stream;
@@ -482,7 +483,7 @@ int submit(const std::vector<std::string>& all_args) {
         }
       }
       if (!time_limit.empty() && (!from_file || d.time_limit_ms == 0)) d.time_limit_ms = parse_duration_ms(time_limit, "--time-limit");
-      if (app.count("--priority") || !from_file) d.priority = priority != 0 || !from_file ? priority : d.priority;
+      if (!from_file || app.count("--priority") > 0) d.priority = priority;
       if (app.count("--retries")) d.retries = static_cast<std::uint32_t>(retries);
       if (!pool.empty()) d.pool = pool;
       if (!cwd.empty() && (!from_file || d.cwd.empty())) d.cwd = cwd;
@@ -578,8 +579,9 @@ int list_jobs(const std::vector<std::string>& args) {
 int print_output(const Client& client, std::uint64_t job, const std::vector<std::uint64_t>& tasks, bool err_only,
                  bool out_only) {
   const bool whole_job = tasks.empty();
-  const protocol::JobReply r = info_of(client, job, true);
+  const protocol::JobReply r = info_of(client, job, whole_job);
   const protocol::JobInfo& j = r.jobs.front();
+  const bool file_job = j.command.find(" of a job file") != std::string::npos;  // state_jobs.cpp's words
   std::map<std::uint64_t, const protocol::JobTaskInfo*> by_id;
   for (const auto& t : r.tasks) by_id[t.id] = &t;
   std::vector<std::uint64_t> ids = tasks;
@@ -590,13 +592,17 @@ int print_output(const Client& client, std::uint64_t job, const std::vector<std:
   }
   int missing = 0;
   for (std::uint64_t id : ids) {
+    // A job file's tasks are all in the reply (each with its working directory); an array's
+    // tasks share the job's.
     auto it = by_id.find(id);
-    if (it == by_id.end()) {
+    if (it == by_id.end() && file_job) {
       std::cerr << "herd job output: job " << job << " has no task " << id << "\n";
       ++missing;
       continue;
     }
-    const std::string cwd = job_task_cwd(it->second->cwd, j.submit_dir);
+    const std::string task_cwd = it != by_id.end() ? it->second->cwd : j.cwd;
+    const std::string state = it != by_id.end() ? it->second->state : "no output";
+    const std::string cwd = job_task_cwd(task_cwd, j.submit_dir);
     std::string out, err;
     bool found = false;
     if (!j.stream_dir.empty()) {
@@ -614,7 +620,7 @@ int print_output(const Client& client, std::uint64_t job, const std::vector<std:
     }
     if (!found) {
       if (!whole_job) {
-        std::cerr << "herd job output: no output of task " << id << " of job " << job << " (" << it->second->state
+        std::cerr << "herd job output: no output of task " << id << " of job " << job << " (" << state
                   << (j.stdout_path.empty() && j.stream_dir.empty() ? "; the job keeps none" : "") << ")\n";
         ++missing;
       }

@@ -51,8 +51,8 @@ struct Job {
   bool done() const { return counts[0] == 0 && counts[1] == 0; }
   /// The id of the task at `position` (the array index, the line number, the file's id).
   std::uint64_t task_id(std::uint64_t position) const;
-  /// The position of task id `id`, or total when the job has none.
-  std::uint64_t position(std::uint64_t id) const;
+  /// The position of task id `task`, or total when the job has none.
+  std::uint64_t position(std::uint64_t task) const;
   const protocol::JobTaskDef& def(std::uint64_t position) const {
     return file() ? spec.tasks[position] : spec.task;
   }

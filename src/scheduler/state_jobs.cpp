@@ -28,6 +28,8 @@ namespace {
 constexpr const char* kJobTaskFunction = "herd::job_task";
 /// Job tasks in the graph at once, at least (and 4 per thread of the connected workers).
 constexpr std::size_t kJobWindow = 4096;
+/// Failed tasks of an array that job_info() lists (all of them with all_tasks).
+constexpr std::size_t kInfoTasks = 1000;
 /// Failed tasks whose error words are kept in full; after that only exit codes.
 constexpr std::size_t kKeptErrors = 10000;
 
@@ -96,15 +98,15 @@ std::uint64_t Job::task_id(std::uint64_t position) const {
   return spec.array[3 * r] + (position - range_first[r]) * spec.array[3 * r + 2];
 }
 
-std::uint64_t Job::position(std::uint64_t id) const {
+std::uint64_t Job::position(std::uint64_t task) const {
   if (file()) {
-    auto it = position_of.find(id);
+    auto it = position_of.find(task);
     return it == position_of.end() ? total : it->second;
   }
-  if (spec.array.empty()) return id < total ? id : total;
+  if (spec.array.empty()) return task < total ? task : total;
   for (std::size_t r = 0; r < range_first.size(); ++r) {
     const std::uint64_t first = spec.array[3 * r], last = spec.array[3 * r + 1], step = spec.array[3 * r + 2];
-    if (id >= first && id <= last && (id - first) % step == 0) return range_first[r] + (id - first) / step;
+    if (task >= first && task <= last && (task - first) % step == 0) return range_first[r] + (task - first) / step;
   }
   return total;
 }
@@ -536,9 +538,13 @@ bool SchedulerState::job_info(std::uint64_t id, bool all_tasks, protocol::JobRep
   }
   const Job& job = it->second;
   reply.jobs.push_back(job_summary(job));
+  // A job file's tasks are few: all of them, always. An array's: the failed ones (the first
+  // kInfoTasks), or every one when asked.
+  const bool every = all_tasks || job.file();
+  std::size_t failed = 0;
   for (std::uint64_t p = 0; p < job.total; ++p) {
     const JobTaskState s = job.state[p];
-    if (!all_tasks && s != JobTaskState::failed) continue;
+    if (!every && (s != JobTaskState::failed || ++failed > kInfoTasks)) continue;
     protocol::JobTaskInfo& t = reply.tasks.emplace_back();
     t.id = job.task_id(p);
     t.state = to_string(s);
