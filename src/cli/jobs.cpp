@@ -590,6 +590,12 @@ int print_output(const Client& client, std::uint64_t job, const std::vector<std:
       if (t.state == "ok" || t.state == "failed") ids.push_back(t.id);
     }
   }
+  // Streamed: every file read once, for all the tasks asked.
+  std::map<std::uint64_t, StreamedOutput> streamed;
+  if (!j.stream_dir.empty()) {
+    const std::string dir = job_output_path(j.stream_dir, job, 0, job_task_cwd(j.cwd, j.submit_dir), j.submit_dir);
+    streamed = read_stream_outputs(dir, job, tasks.size() == 1 ? &tasks[0] : nullptr);
+  }
   int missing = 0;
   for (std::uint64_t id : ids) {
     // A job file's tasks are all in the reply (each with its working directory); an array's
@@ -606,7 +612,11 @@ int print_output(const Client& client, std::uint64_t job, const std::vector<std:
     std::string out, err;
     bool found = false;
     if (!j.stream_dir.empty()) {
-      found = read_stream_output(job_output_path(j.stream_dir, job, id, cwd, j.submit_dir), job, id, out, err);
+      if (auto sit = streamed.find(id); sit != streamed.end()) {
+        found = true;
+        out = std::move(sit->second.out);
+        err = std::move(sit->second.err);
+      }
     } else {
       auto slurp = [&](const std::string& pattern, std::string& into) {
         if (pattern.empty()) return;

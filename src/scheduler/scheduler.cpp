@@ -544,7 +544,7 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
         default:
           reply.error = "unknown job operation " + std::to_string(req.op);
       }
-      protocol::send<MessageType::job_reply>(*channels_, msg.identity, reply);
+      job_replies_.emplace_back(id, std::move(reply));  // sent by flush(), once journaled
       break;
     }
     case MessageType::fetch_failed: {
@@ -611,6 +611,20 @@ void Scheduler::flush() {
     held_updates_.release(journal_->durable(), journal_->failing(), send_updates);
     hold = !journal_->failing() && (turn > journal_->durable() || !held_updates_.empty());
   }
+  auto send_job_reply = [&](ClientId c, const protocol::JobReply& reply) {
+    if (const std::string* identity = identity_of(Role::client, c)) {
+      protocol::send<MessageType::job_reply>(*channels_, *identity, reply);
+    }
+  };
+  if (journal_) held_job_replies_.release(journal_->durable(), journal_->failing(), send_job_reply);
+  for (auto& [c, reply] : job_replies_) {
+    if (journal_ && !journal_->failing() && (turn > journal_->durable() || !held_job_replies_.empty())) {
+      held_job_replies_.hold(turn, c, std::move(reply));
+    } else {
+      send_job_reply(c, reply);
+    }
+  }
+  job_replies_.clear();
   out.journal.clear();
   for (auto& [id, w] : out.workers) flush_worker(id);
   for (auto& [id, c] : out.clients) {

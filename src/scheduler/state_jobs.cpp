@@ -324,10 +324,12 @@ bool SchedulerState::cancel_job(std::uint64_t id, const std::string& why, std::s
 void SchedulerState::feed_jobs() {
   if (jobs_.empty()) return;
   std::size_t window = kJobWindow;
-  std::size_t threads = 0;
-  for (const auto& [wid, w] : workers_) threads += w.nthreads;
-  window = std::max(window, 4 * threads);
-  if (job_tasks_.size() >= window) return;
+  if (job_tasks_.size() >= window) {  // a big cluster: 4 per thread (counted only then)
+    std::size_t threads = 0;
+    for (const auto& [wid, w] : workers_) threads += w.nthreads;
+    window = std::max(window, 4 * threads);
+    if (job_tasks_.size() >= window) return;
+  }
   for (auto& [id, job] : jobs_) {
     if (job_tasks_.size() >= window) break;
     if (job.cancelled || job.counts[static_cast<int>(JobTaskState::waiting)] == 0) continue;

@@ -277,18 +277,17 @@ int job_task(protocol::JobTaskRun run) {
   return 0;
 }
 
-bool read_stream_output(const std::string& dir, std::uint64_t job, std::uint64_t task, std::string& out,
-                        std::string& err) {
+std::map<std::uint64_t, StreamedOutput> read_stream_outputs(const std::string& dir, std::uint64_t job,
+                                                            const std::uint64_t* task) {
+  std::map<std::uint64_t, StreamedOutput> found;
   std::error_code ec;
-  std::uint64_t newest = 0;
-  bool found = false;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     if (entry.path().extension() != ".hstream") continue;
     std::ifstream in(entry.path(), std::ios::binary);
-    std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     if (data.compare(0, kStreamMagicSize, kStreamMagic) != 0) continue;
+    std::map<std::uint64_t, bool> current;  // task -> this file's run of it is the newest so far
     std::size_t pos = kStreamMagicSize;
-    bool current = false;  // frames of this file belong to the newest run seen so far
     while (pos + kFrameHeader <= data.size()) {
       const std::uint32_t len = get_u32(data.data() + pos);
       if (pos + kFrameHeader + len > data.size()) break;  // a torn last frame
@@ -296,18 +295,16 @@ bool read_stream_output(const std::string& dir, std::uint64_t job, std::uint64_t
       const auto kind = static_cast<std::uint8_t>(data[pos + 20]);
       const char* payload = data.data() + pos + kFrameHeader;
       pos += kFrameHeader + len;
-      if (fjob != job || ftask != task) continue;
+      if (fjob != job || (task != nullptr && ftask != *task)) continue;
       if (kind == 0) {
         const std::uint64_t stamp = len >= 8 ? get_u64(payload) : 0;
-        current = !found || stamp >= newest;
-        if (current) {
-          newest = stamp;
-          found = true;
-          out.clear();
-          err.clear();
-        }
-      } else if (current) {
-        (kind == 2 ? err : out).append(payload, len);
+        auto it = found.find(ftask);
+        const bool newest = it == found.end() || stamp >= it->second.stamp;
+        current[ftask] = newest;
+        if (newest) found[ftask] = StreamedOutput{{}, {}, stamp};
+      } else if (current[ftask]) {
+        StreamedOutput& o = found[ftask];
+        (kind == 2 ? o.err : o.out).append(payload, len);
       }
     }
   }

@@ -15,6 +15,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 
 #include "herd/shell.hpp"
@@ -41,10 +42,15 @@ std::string job_task_cwd(const std::string& cwd, const std::string& submit_dir);
 std::string job_output_path(const std::string& pattern, std::uint64_t job, std::uint64_t task, const std::string& cwd,
                             const std::string& submit_dir);
 
-/// What the stream files of `dir` hold of task `task` of job `job` (its newest run): stdout in
-/// `out`, stderr in `err`. False when no frame of it was found.
-bool read_stream_output(const std::string& dir, std::uint64_t job, std::uint64_t task, std::string& out,
-                        std::string& err);
+/// A task's output as the stream files hold it (its newest run).
+struct StreamedOutput {
+  std::string out, err;
+  std::uint64_t stamp = 0;  // when that run started (unix nanoseconds)
+};
+/// What the stream files of `dir` hold of job `job`: every task's output, or only task `*task`'s.
+/// One pass over each file, whatever the number of tasks.
+std::map<std::uint64_t, StreamedOutput> read_stream_outputs(const std::string& dir, std::uint64_t job,
+                                                            const std::uint64_t* task = nullptr);
 /// The first line of the message of a failed job task: its exit code, or -1 when it has none.
 int exit_code_of(const std::string& message);
 

@@ -58,10 +58,11 @@ struct Scheduler {
     ::waitpid(pid, &status, 0);
     pid = -1;
   }
-  /// `herd ARGS --scheduler ADDRESS` through the shell, from `cwd`; stdout back, rc in `rc`.
+  /// `herd ARGS` (HERD_SCHEDULER=ADDRESS: the command may end with `-- CMD`) through the shell,
+  /// from `cwd`; stdout and stderr back, the exit status in `rc`.
   std::string herd(const std::string& args, int* rc = nullptr, const std::string& cwd = {}) const {
     const std::string cd = cwd.empty() ? "" : "cd '" + cwd + "' && ";
-    return run_command(cd + HERD_CLI_PATH + " " + args + " --scheduler " + address + " 2>&1", rc);
+    return run_command(cd + "HERD_SCHEDULER=" + address + " " + HERD_CLI_PATH + " " + args + " 2>&1", rc);
   }
   /// Submits; returns the job id it printed.
   std::uint64_t submit(const std::string& args, const std::string& cwd = {}) const {
