@@ -531,7 +531,9 @@ struct JobRequest {
   std::uint8_t op = 0;           // JobOp
   std::uint64_t job = 0;         // info, cancel, resubmit
   JobSpec spec;                  // submit
-  bool all_tasks = false;        // info: every task's state, not only the failed ones
+  bool all_tasks = false;        // info: every task's state, not only the failed ones (a job
+                                 //   file's tasks come all, always); resubmit: every task, not
+                                 //   only the failed ones
   MSGPACK_DEFINE_MAP(request_id, op, job, spec, all_tasks);
 };
 
