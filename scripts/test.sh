@@ -12,7 +12,7 @@ root="$(pwd)"
 slurm="$root/scripts/local-slurm.sh"
 # What only tests need: Chromium (the dashboard test), Lmod (the install test's module load).
 # OpenMPI (the multi-node MPI tests and the collective comparison) and Gloo (that comparison).
-export HERD_EXTRA_PACKAGES="chromium lmod openmpi-bin libopenmpi-dev libgloo-dev ${HERD_EXTRA_PACKAGES:-}"
+export HERD_EXTRA_PACKAGES="chromium lmod parallel openmpi-bin libopenmpi-dev libgloo-dev ${HERD_EXTRA_PACKAGES:-}"
 export HERD_REQUIRE_WERROR=1
 t0=$SECONDS
 scripts/setup.sh

@@ -393,6 +393,16 @@ class Client {
   }
   /// @brief Every campaign of the scheduler with its counts (total, done, failed, pending), by name.
   std::vector<CampaignInfo> campaigns() const;
+  /// @brief Jobs of shell commands (`herd submit`): every job of the scheduler with its counts,
+  /// by id. Jobs are the scheduler's, not a client's: any client sees them.
+  std::vector<ShellJob> shell_jobs() const;
+  /// @brief Job `id` with its failed tasks (each with its exit code and the end of its stderr).
+  /// @throws Error when the scheduler has no job of that id
+  ShellJob shell_job(std::uint64_t id) const;
+  /// @brief Waits until job `id` has finished (every task ok, failed or cancelled), or
+  /// `timeout` passed (negative: no limit); returns it as shell_job() does.
+  /// @throws TimeoutError when it has not finished by then
+  ShellJob wait_shell_job(std::uint64_t id, std::chrono::milliseconds timeout = std::chrono::milliseconds(-1)) const;
   /// @brief Forgets campaign `name`: its unfinished tasks are cancelled and its results freed
   /// (futures of it already resolved keep their values).
   /// @throws Error when the scheduler has no campaign of that name
@@ -598,6 +608,7 @@ class Client {
   static TaskOptions run_options(const std::string& worker);
   void run_wait(const std::vector<detail::FutureState*>& states, const std::vector<std::string>& names) const;
   std::shared_ptr<detail::ClientCore> core_;
+  friend struct detail::ClientAccess;  // the `herd` command's job requests (src/client/jobs.hpp)
 };
 
 /// @brief Inside a task: a client of the scheduler the task's worker serves, as Dask's

@@ -117,6 +117,28 @@ struct CampaignInfo {
   std::string client;         ///< the client attached to it ("" = detached: no client)
 };
 
+/// @brief A task of a job of shell commands (ShellJob::tasks).
+struct ShellJobTask {
+  std::uint64_t id = 0;       ///< its id in the job (array index, line number, job file's id)
+  std::string name;           ///< a job file's name for it
+  std::string state;          ///< waiting, running, ok, failed or cancelled
+  int exit_code = 0;          ///< failed: the command's exit code (-1: none, e.g. time limit)
+  std::string error;          ///< failed: why, with the last lines of its stderr
+};
+
+/// @brief A job of shell commands (`herd submit`): Client::shell_jobs(), `herd jobs`.
+struct ShellJob {
+  std::uint64_t id = 0;
+  std::string name;
+  std::string state;          ///< waiting, running, cancelling, finished, failed or cancelled
+  std::uint64_t total = 0, waiting = 0, running = 0, ok = 0, failed = 0, cancelled = 0;
+  std::int64_t submitted_ms = 0;  ///< unix milliseconds
+  std::int64_t finished_ms = 0;   ///< unix milliseconds (0 = not finished)
+  std::string command;
+  std::vector<ShellJobTask> tasks;  ///< shell_job(): its failed tasks
+  bool finished() const { return waiting == 0 && running == 0; }
+};
+
 /// @brief A snapshot of the scheduler: workers, tasks, throughput, pools and their jobs.
 struct ClusterStatus {
   std::string scheduler_id;   ///< random id of the scheduler instance

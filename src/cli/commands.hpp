@@ -27,5 +27,9 @@ int pool_main(const std::vector<std::string>& args);
 int worker_retire_main(const std::vector<std::string>& args);
 /// `herd report ARGS...` (src/cli/report.cpp)
 int report_main(const std::vector<std::string>& args);
+/// `herd submit ARGS...`, `herd jobs ARGS...`, `herd job VERB ARGS...` (src/cli/jobs.cpp)
+int submit_main(const std::vector<std::string>& args);
+int jobs_main(const std::vector<std::string>& args);
+int job_main(const std::vector<std::string>& args);
 
 }  // namespace herd::detail

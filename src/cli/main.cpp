@@ -21,6 +21,10 @@ const char* kUsage =
     "              (herd jobscript --config cluster.toml [--pool NAME] [--scheduler ADDR])\n"
     "  sweep       run a command or task over a parameter grid or random sample\n"
     "              (herd sweep --grid lr=0.1,0.01 --metric loss -- python train.py --lr {lr})\n"
+    "  submit      run a command, or an array of it, as a job (herd submit --array 1-100 -- ./sim.sh;\n"
+    "              --each-line FILE, --file job.toml, --cpus, --time-limit, --after JOB, --wait; herd submit --help)\n"
+    "  jobs        list the jobs (and the detached campaigns of C++ clients)\n"
+    "  job         herd job info|wait|progress|cancel|output|resubmit ID (herd job --help)\n"
     "  status      show a running scheduler's workers, tasks, pools and jobs\n"
     "              (herd status --scheduler tcp://host:port [--json])\n"
     "  explain     why a task is not running (herd explain KEY --scheduler tcp://host:port)\n"
@@ -64,6 +68,9 @@ int main(int argc, char** argv) {
   if (command == "jobscript") return herd::detail::jobscript_main(args);
   if (command == "sweep") return herd::detail::sweep_main(args);
   if (command == "status") return herd::detail::status_main(args);
+  if (command == "submit") return herd::detail::submit_main(args);
+  if (command == "jobs") return herd::detail::jobs_main(args);
+  if (command == "job") return herd::detail::job_main(args);
   if (command == "logs") return herd::detail::logs_main(args);
   if (command == "report") return herd::detail::report_main(args);
   if (command == "explain") return herd::detail::explain_main(args);

@@ -206,6 +206,7 @@ struct RequestSender {
     protocol::send<MessageType::campaign_request>(socket, "", r);
   }
   void operator()(const protocol::ReportRequest& r) const { protocol::send<MessageType::report_request>(socket, "", r); }
+  void operator()(const protocol::JobRequest& r) const { protocol::send<MessageType::job_request>(socket, "", r); }
 };
 }  // namespace
 
@@ -621,6 +622,14 @@ void ClientCore::handle_scheduler(protocol::Received& msg) {
     case MessageType::logs_reply: {
       protocol::LogsReply reply;
       if (!protocol::decode<MessageType::logs_reply>(msg, reply, error)) break;
+      std::lock_guard lock(mu_);
+      state_.answer(std::move(reply));
+      notify_locked();
+      break;
+    }
+    case MessageType::job_reply: {
+      protocol::JobReply reply;
+      if (!protocol::decode<MessageType::job_reply>(msg, reply, error)) break;
       std::lock_guard lock(mu_);
       state_.answer(std::move(reply));
       notify_locked();

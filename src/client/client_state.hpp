@@ -79,10 +79,11 @@ inline constexpr std::size_t kReleasesWithSubmits = 4096;
 /// What a caller asks the scheduler and waits for the answer to. One table holds them all, under
 /// ids of one sequence (the scheduler echoes the id in the reply).
 using Request = std::variant<protocol::ScalePoolRequest, protocol::StatusRequest, protocol::RestartRequest,
-                             protocol::LogsRequest, protocol::CampaignRequest, protocol::ReportRequest>;
+                             protocol::LogsRequest, protocol::CampaignRequest, protocol::ReportRequest,
+                             protocol::JobRequest>;
 /// An answer: alternative i + 1 answers Request alternative i; monostate while none came.
 using Reply = std::variant<std::monostate, protocol::ScalePoolReply, protocol::StatusReply, protocol::RestartReply,
-                           protocol::LogsReply, protocol::CampaignReply, protocol::ReportReply>;
+                           protocol::LogsReply, protocol::CampaignReply, protocol::ReportReply, protocol::JobReply>;
 
 /// An outstanding request: sent (or in the outbox), and the slot for its reply.
 struct Pending {

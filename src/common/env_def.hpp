@@ -38,7 +38,11 @@ HERD_ENV(validate_state, "HERD_VALIDATE_STATE", user, "0",
          "1: the scheduler checks its core's invariants after every event and stops naming a broken one (tests)")
 HERD_ENV(role, "HERD_ROLE", internal, "", "worker or scheduler: the role a re-executed program takes")
 HERD_ENV(role_args, "HERD_ROLE_ARGS", internal, "", "that role's command-line arguments")
-HERD_ENV(job_id, "HERD_JOB_ID", internal, "", "a worker's job (Slurm's job id, or local-N): its name and its pool's record")
+HERD_ENV(job_id, "HERD_JOB_ID", internal, "",
+         "a worker's job (Slurm's job id, or local-N): its name and its pool's record; in a command of `herd submit`, "
+         "its job's id")
+HERD_ENV(task_id, "HERD_TASK_ID", internal, "", "a `herd submit` task's id in its job (its array index)")
+HERD_ENV(entry, "HERD_ENTRY", internal, "", "a `herd submit --each-line` task's line")
 HERD_ENV(pool, "HERD_POOL", internal, "", "the pool that started a worker")
 HERD_ENV(workers_per_job, "HERD_WORKERS_PER_JOB", internal, "", "workers one job starts (processes x nodes)")
 HERD_ENV(worker_index, "HERD_WORKER_INDEX", internal, "", "a worker's number among its node's workers of one job")

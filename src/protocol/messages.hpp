@@ -82,6 +82,8 @@ using TaskId = std::uint64_t;
   X(retiring, 45, RetiringEvent)            /* scheduler -> worker: the pool retires you; checkpoint */ \
   X(link_switch, 47, LinkSwitchEvent)      /* scheduler <-> worker, on ZeroMQ: the sender's last message there; the rest on its control link (net/link.hpp) */ \
   X(scatter_inline, 46, ScatterInlineEvent) /* scheduler -> client: send these scatters through me */ \
+  X(job_request, 61, JobRequest)            /* client -> scheduler: submit, list, inspect, cancel jobs (`herd submit`, `herd job`) */ \
+  X(job_reply, 62, JobReply)                /* scheduler -> client */                              \
   /* data port (worker ROUTER) <-> peers and clients */                                           \
   X(get_data_request, 40, GetDataRequest)                                                          \
   X(get_data_reply, 41, GetDataReply)       /* + one payload per found key */                      \
@@ -522,6 +524,112 @@ struct CampaignReply {
   TaskUpdatesEvent current;             // attach: the finished ones' states (as task_updates);
                                         //   the others' come as task_updates when they finish
   MSGPACK_DEFINE_MAP(request_id, ok, error, campaigns, tasks, current);
+};
+
+// ---- jobs of shell commands (`herd submit`, `herd jobs`, `herd job ...`) ----------------------
+// A job is held by the scheduler (state_jobs.cpp), not by the client that submitted it: an
+// array of a million tasks is one JobSpec (its index ranges), and the scheduler makes each
+// task when it is about to run. All maps: rare messages, and fields will be added.
+
+/// One command of a job: an array's template, or one named task of a job file.
+struct JobTaskDef {
+  std::uint64_t id = 0;                     // the task's id in its job (a job file's; arrays: unused)
+  std::string name;                         // a job file's task name ("" = none)
+  std::vector<std::string> argv;            // program and arguments (run without a shell)
+  std::string script;                       // or a /bin/sh -c script ("" = argv)
+  std::map<std::string, std::string> env;   // extra environment
+  std::string cwd;                          // working directory ("" = the submitter's)
+  std::map<std::string, double> resources;  // what it needs on one worker (cpus, gpu, memory, ...)
+  std::int32_t priority = 0;
+  std::uint32_t time_limit_ms = 0;          // 0 = none
+  std::uint32_t retries = 0;                // runs again a failed task up to this many times
+  std::string pool;                         // only on workers of this pool ("" = any)
+  std::vector<std::uint64_t> deps;          // ids of tasks of the same job it waits for
+  MSGPACK_DEFINE_MAP(id, name, argv, script, env, cwd, resources, priority, time_limit_ms, retries, pool, deps);
+};
+
+struct JobSpec {
+  std::string name;
+  JobTaskDef task;                          // the command of a one-task job or an array
+  std::vector<std::uint64_t> array;         // array ids as ranges, triples (first, last, step)
+  std::vector<std::string> entries;         // --each-line: task i gets entries[i] (HERD_ENTRY)
+  std::vector<JobTaskDef> tasks;            // a job file's tasks (then `task` is unused)
+  std::vector<std::uint64_t> after;         // jobs that must finish first, each task ok
+  std::int64_t max_fails = -1;              // cancel the rest once more tasks failed (-1 = never)
+  std::string stdout_path, stderr_path;     // patterns (%{JOB_ID}, %{TASK_ID}, %{CWD},
+                                            //   %{SUBMIT_DIR}); "" = not kept
+  std::string stream_dir;                   // "" = a file per task; else every task's output,
+                                            //   framed, in one file per worker in this directory
+  std::string submit_dir;                   // where it was submitted from (absolute)
+  std::string submitted_by;                 // user@host
+  MSGPACK_DEFINE_MAP(name, task, array, entries, tasks, after, max_fails, stdout_path, stderr_path, stream_dir,
+                     submit_dir, submitted_by);
+};
+
+enum class JobOp : std::uint8_t {
+  submit = 0,    // spec: a new job; the reply names its id
+  list = 1,      // every job (and every campaign)
+  info = 2,      // one job, with its failed tasks (and, with `all_tasks`, every task)
+  cancel = 3,    // cancels what has not finished
+  resubmit = 4,  // runs again the failed (and cancelled) tasks of a job, as a new job
+};
+
+struct JobRequest {
+  std::uint64_t request_id = 0;  // echoed in the reply
+  std::uint8_t op = 0;           // JobOp
+  std::uint64_t job = 0;         // info, cancel, resubmit
+  JobSpec spec;                  // submit
+  bool all_tasks = false;        // info: every task's state, not only the failed ones (a job
+                                 //   file's tasks come all, always); resubmit: every task, not
+                                 //   only the failed ones
+  MSGPACK_DEFINE_MAP(request_id, op, job, spec, all_tasks);
+};
+
+/// A job and where its tasks stand.
+struct JobInfo {
+  std::uint64_t id = 0;
+  std::string name;
+  std::string state;             // waiting, running, finished, failed, cancelled
+  std::uint64_t total = 0, waiting = 0, running = 0, ok = 0, failed = 0, cancelled = 0;
+  std::int64_t submitted_ms = 0, finished_ms = 0;  // unix milliseconds (0 = not yet)
+  std::string command;           // shell-quoted, for the listing
+  std::string stdout_path, stderr_path, stream_dir, submit_dir, cwd;
+  std::vector<std::uint64_t> after;
+  MSGPACK_DEFINE_MAP(id, name, state, total, waiting, running, ok, failed, cancelled, submitted_ms, finished_ms,
+                     command, stdout_path, stderr_path, stream_dir, submit_dir, cwd, after);
+};
+
+/// One task of a job (info).
+struct JobTaskInfo {
+  std::uint64_t id = 0;
+  std::string name;              // a job file's task name
+  std::string state;             // waiting, running, ok, failed, cancelled
+  std::int32_t exit_code = 0;    // failed: the command's exit code (-1: it did not exit: time limit, lost...)
+  std::string error;             // failed: why, with the last lines of stderr
+  std::string cwd;               // its working directory (for its output files)
+  MSGPACK_DEFINE_MAP(id, name, state, exit_code, error, cwd);
+};
+
+struct JobReply {
+  std::uint64_t request_id = 0;
+  bool ok = false;
+  std::string error;
+  std::uint64_t job = 0;                 // submit, resubmit: the new job's id
+  std::vector<JobInfo> jobs;             // list: all; info, cancel: the one
+  std::vector<JobTaskInfo> tasks;        // info: the failed tasks (all with all_tasks)
+  std::vector<CampaignInfo> campaigns;   // list: the detached campaigns of C++ clients
+  MSGPACK_DEFINE_MAP(request_id, ok, error, job, jobs, tasks, campaigns);
+};
+
+/// What a job's task runs on its worker ("herd::job_task", src/task/job_task.cpp): its
+/// command with the job's output settings; the worker fills in the placeholders.
+struct JobTaskRun {
+  std::uint64_t job = 0, task = 0;
+  std::string entry;                        // --each-line: its line
+  bool has_entry = false;
+  JobTaskDef def;
+  std::string stdout_path, stderr_path, stream_dir, submit_dir;
+  MSGPACK_DEFINE_MAP(job, task, entry, has_entry, def, stdout_path, stderr_path, stream_dir, submit_dir);
 };
 
 /// `herd status`, Client::status() and the dashboard: one snapshot of the scheduler's state.

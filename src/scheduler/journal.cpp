@@ -232,6 +232,19 @@ void Journal::load() {
       memory_bytes_ = 0;
       return;
     }
+    if (p.key == job_record_key()) {
+      if (p.bytes) {
+        job_records_.push_back(*p.bytes);
+      } else {  // larger than memory_bytes: read now, the restore needs it
+        std::vector<char> bytes(p.layout.result_len);
+        const char* from = w.get(at + 8 + p.layout.result_off, bytes.size());
+        if (from != nullptr) {
+          std::copy(from, from + bytes.size(), bytes.begin());
+          job_records_.push_back(std::move(bytes));
+        }
+      }
+      return;
+    }
     if (take_campaign_record(p.key, p.bytes.get(), true)) return;
     errors_.erase(p.key);  // a result after an error: the task was submitted again and ran
     Entry e;
@@ -332,7 +345,7 @@ std::uint64_t Journal::append(const std::string& key, std::vector<char> result) 
   auto bytes = std::make_shared<const std::vector<char>>(std::move(result));
   rec.bytes = bytes;
 
-  if (take_campaign_record(key, bytes.get(), false)) {  // written, but not a result: no entry
+  if (key == job_record_key() || take_campaign_record(key, bytes.get(), false)) {  // written, not a result: no entry
     ++appended_;
     next_offset_ += rec.head.size() + rec.bytes->size();
     staged_.records.push_back(std::move(rec));
@@ -386,6 +399,7 @@ bool Journal::take_campaign_record(const std::string& key, const std::vector<cha
 
 void Journal::drop_recipes() {
   for (CampaignMember& m : campaign_members_) std::vector<char>().swap(m.recipe);
+  std::vector<std::vector<char>>().swap(job_records_);
 }
 
 const std::vector<char>* Journal::error_of(const std::string& key) const {

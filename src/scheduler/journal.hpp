@@ -34,7 +34,8 @@
 // recipe was too large to keep. "\x1E<campaign>\x1F" says the campaign was released (its
 // members, their results and errors are forgotten). "\x1D<task key>" records the error a
 // campaign task failed with (msgpack protocol::ErrorInfo); a later result of the same key wins.
-// A loader that predates them keeps entries nobody can submit.
+// A loader that predates them keeps entries nobody can submit. Records whose key is 0x1C alone
+// are jobs of shell commands (`herd submit`, state_jobs.cpp), kept in order for the restore.
 //
 // Results larger than Options::memory_bytes are not kept in the scheduler's memory once they
 // are on disk: only their place in the file is, and read() fetches them on a reader thread.
@@ -62,6 +63,9 @@ namespace herd::scheduler {
 inline std::string campaign_record_key(const std::string& campaign, const std::string& key) {
   return std::string(1, '\x1e') + campaign + '\x1f' + key;
 }
+/// The journal key of every record of a job of shell commands (state_jobs.cpp): its bytes say
+/// which job and what (a submission, outcomes, a cancel); loaded in order, never an entry.
+inline std::string job_record_key() { return std::string(1, '\x1c'); }
 /// The journal key of the error a campaign's task `key` failed with.
 inline std::string campaign_error_key(const std::string& key) { return std::string(1, '\x1d') + key; }
 
@@ -155,6 +159,8 @@ class Journal {
   const std::vector<CampaignMember>& campaign_members() const { return campaign_members_; }
   /// Frees the loaded recipes (once the scheduler has restored its campaigns).
   void drop_recipes();
+  /// The job records (key job_record_key()) as loaded, in order; dropped by drop_recipes().
+  const std::vector<std::vector<char>>& job_records() const { return job_records_; }
   /// The recorded error (msgpack protocol::ErrorInfo) of campaign task `key`, when it failed
   /// and has no result since; nullptr otherwise.
   const std::vector<char>* error_of(const std::string& key) const;
@@ -211,6 +217,7 @@ class Journal {
   // Event-loop thread only.
   std::unordered_map<std::string, Entry> entries_;
   std::vector<CampaignMember> campaign_members_;
+  std::vector<std::vector<char>> job_records_;  // loaded only
   std::unordered_map<std::string, std::vector<char>> errors_;  // campaign task key -> ErrorInfo
   Batch staged_;
   std::uint64_t appended_ = 0;

@@ -105,6 +105,10 @@ Scheduler::Scheduler(SchedulerOptions options)
       if (done && bytes == nullptr) journal_->read(m.key, id);  // on disk only: read, then placed
       ++restored;
     }
+    // Jobs of shell commands come back too: finished tasks with their outcomes, the rest to run.
+    const std::size_t job_records = journal_->job_records().size();
+    for (const std::vector<char>& record : journal_->job_records()) state_.restore_job_record(record);
+    if (job_records > 0) HERD_LOG(info) << "journal: " << state_.jobs().size() << " jobs restored";
     journal_->drop_recipes();
     state_.restore_done();
     if (restored > 0) HERD_LOG(info) << "journal: " << restored << " campaign tasks restored";
@@ -528,6 +532,40 @@ void Scheduler::handle_client(ClientId id, MessageType type, protocol::Received&
       protocol::send<MessageType::campaign_reply>(*channels_, msg.identity, reply);
       break;
     }
+    case MessageType::job_request: {
+      protocol::JobRequest req;
+      if (!protocol::decode<MessageType::job_request>(msg, req, error)) break;
+      protocol::JobReply reply;
+      reply.request_id = req.request_id;
+      switch (static_cast<protocol::JobOp>(req.op)) {
+        case protocol::JobOp::submit:
+          reply.job = state_.submit_job(std::move(req.spec), now, reply.error);
+          reply.ok = reply.job != 0;
+          break;
+        case protocol::JobOp::list:
+          reply.ok = true;
+          reply.jobs = state_.jobs();
+          reply.campaigns = state_.campaigns();
+          break;
+        case protocol::JobOp::info:
+          (void)state_.job_info(req.job, req.all_tasks, reply);
+          break;
+        case protocol::JobOp::cancel:
+          reply.ok = state_.cancel_job(req.job, "cancelled by " + (req.spec.submitted_by.empty() ? std::string("a client")
+                                                                                                   : req.spec.submitted_by),
+                                       reply.error);
+          if (reply.ok) (void)state_.job_info(req.job, false, reply);
+          break;
+        case protocol::JobOp::resubmit:
+          reply.job = state_.resubmit_job(req.job, !req.all_tasks, now, reply.error);
+          reply.ok = reply.job != 0;
+          break;
+        default:
+          reply.error = "unknown job operation " + std::to_string(req.op);
+      }
+      job_replies_.emplace_back(id, std::move(reply));  // sent by flush(), once journaled
+      break;
+    }
     case MessageType::fetch_failed: {
       protocol::FetchFailedEvent ev;
       if (protocol::decode<MessageType::fetch_failed>(msg, ev, error)) state_.client_fetch_failed(id, ev);
@@ -592,6 +630,20 @@ void Scheduler::flush() {
     held_updates_.release(journal_->durable(), journal_->failing(), send_updates);
     hold = !journal_->failing() && (turn > journal_->durable() || !held_updates_.empty());
   }
+  auto send_job_reply = [&](ClientId c, const protocol::JobReply& reply) {
+    if (const std::string* identity = identity_of(Role::client, c)) {
+      protocol::send<MessageType::job_reply>(*channels_, *identity, reply);
+    }
+  };
+  if (journal_) held_job_replies_.release(journal_->durable(), journal_->failing(), send_job_reply);
+  for (auto& [c, reply] : job_replies_) {
+    if (journal_ && !journal_->failing() && (turn > journal_->durable() || !held_job_replies_.empty())) {
+      held_job_replies_.hold(turn, c, std::move(reply));
+    } else {
+      send_job_reply(c, reply);
+    }
+  }
+  job_replies_.clear();
   out.journal.clear();
   for (auto& [id, w] : out.workers) flush_worker(id);
   for (auto& [id, c] : out.clients) {

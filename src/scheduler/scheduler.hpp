@@ -191,6 +191,10 @@ class Scheduler {
   std::vector<std::unique_ptr<Pool>> pools_;
   std::unique_ptr<Journal> journal_;
   DurableGate<protocol::TaskUpdatesEvent> held_updates_;  // waiting for their journal records
+  // Job replies (`herd submit`, `herd job ...`) of this turn, and those waiting for their turn's
+  // journal records: a shell told of a job (or of its tasks' outcomes) finds it after a restart.
+  std::vector<std::pair<ClientId, protocol::JobReply>> job_replies_;
+  DurableGate<protocol::JobReply> held_job_replies_;
   Clock::time_point last_pool_step_{};
   Clock::time_point last_state_broadcast_{};
   Clock::time_point started_ = Clock::now();

@@ -156,6 +156,10 @@ void SchedulerState::apply(Effects& fx) {
     while (next_inline < inline_results_.size() && inline_results_[next_inline].first < i) ++next_inline;
     const Task* t = graph_.find(id);
     if (t == nullptr) continue;
+    if (t->job) {  // its job keeps the outcome (below)
+      jobs_finished_.push_back(id);
+      continue;
+    }
     if (t->campaign && t->status == TaskStatus::erred && options_.full_results && !restoring_) journal_campaign_error(*t);
     if (last_out == nullptr || t->client != last_client) {
       if (clients_.count(t->client) == 0) continue;
@@ -182,6 +186,7 @@ void SchedulerState::apply(Effects& fx) {
     }
     if (t->error) u.error = *t->error;
   }
+  if (!jobs_finished_.empty()) job_tasks_finished(fx);
   WorkerId last_worker = 0;
   WorkerRec* last_rec = nullptr;
   std::vector<TaskId>* last_free = nullptr;
@@ -397,6 +402,7 @@ void SchedulerState::tick(const Now& now) {
 std::string SchedulerState::validate() const {
   if (std::string broken = graph_.validate(); !broken.empty()) return broken;
   if (std::string broken = validate_campaigns(); !broken.empty()) return broken;
+  if (std::string broken = validate_jobs(); !broken.empty()) return broken;
   // Tasks processing on a worker are in its processing map, and the other way round for tasks
   // that are still processing.
   for (const auto& [id, t] : graph_.tasks()) {

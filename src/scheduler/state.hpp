@@ -38,6 +38,7 @@
 
 #include "protocol/messages.hpp"
 #include "scheduler/flat_table.hpp"
+#include "scheduler/jobs.hpp"
 #include "scheduler/task_graph.hpp"
 
 namespace herd::scheduler {
@@ -383,6 +384,21 @@ class SchedulerState {
                                bool on_disk, const std::vector<char>* error, const std::vector<char>& recipe);
   /// The restore is over: forgets the keys it resolved inputs by.
   void restore_done() { restored_by_key_.clear(); }
+
+  // ---- jobs of shell commands (state_jobs.cpp, jobs.hpp) -------------------------------------
+  /// A new job (`herd submit`): its id, or 0 with `error` saying why not.
+  std::uint64_t submit_job(protocol::JobSpec spec, const Now& now, std::string& error);
+  /// Every job with its counts, in the order of their ids.
+  std::vector<protocol::JobInfo> jobs() const;
+  /// One job (and its failed tasks, or every task with `all_tasks`) into `reply`; false (and
+  /// reply.error) when there is no such job.
+  bool job_info(std::uint64_t id, bool all_tasks, protocol::JobReply& reply) const;
+  /// Cancels what has not finished of job `id` (running tasks are stopped where they run).
+  bool cancel_job(std::uint64_t id, const std::string& why, std::string& error);
+  /// A new job of the failed tasks of job `id` (all its tasks unless `failed_only`).
+  std::uint64_t resubmit_job(std::uint64_t id, bool failed_only, const Now& now, std::string& error);
+  /// A scheduler restarted with its journal: one job record, in journal order.
+  void restore_job_record(const std::vector<char>& bytes);
   /// client.replicate / scatter(broadcast): copies of each result on `n` workers (0 = every
   /// connected worker), copied tree-wise: each holder serves one new copy at a time, so the
   /// holders double with each round instead of one source sending n-1 copies. The copies are
@@ -611,6 +627,28 @@ class SchedulerState {
   bool restoring_ = false;                   // restore_campaign_task: nothing is journaled again
   protocol::CampaignInfo campaign_info(const std::string& name) const;
   std::string validate_campaigns() const;
+
+  // Jobs of shell commands (state_jobs.cpp).
+  /// Cancels the jobs that --max-fails stopped, and puts the next tasks of jobs in the graph.
+  void jobs_tick(const Now& now);
+  void feed_jobs();
+  void materialize(Job& job, std::uint64_t position);
+  /// apply()'s: the job tasks that finished this event leave the graph, their outcomes kept.
+  void job_tasks_finished(Effects& fx);
+  void job_outcome(Job& job, std::uint64_t position, JobTaskState s, JobFailure failure);
+  protocol::JobInfo job_summary(const Job& job) const;
+  /// Client::restart(): the job tasks in the graph are gone; they run again.
+  void jobs_restarted();
+  std::string validate_jobs() const;
+  std::map<std::uint64_t, Job> jobs_;
+  std::uint64_t next_job_id_ = 1;
+  struct JobTaskRef {
+    std::uint64_t job = 0, position = 0;
+  };
+  std::unordered_map<TaskId, JobTaskRef> job_tasks_;  // job tasks in the graph
+  std::vector<TaskId> jobs_finished_;                  // apply()'s, this event
+  std::vector<std::uint64_t> jobs_to_cancel_;          // --max-fails reached
+  std::int64_t last_unix_ms_ = 0;                      // the last schedule()'s time
 
   StateOptions options_;
   TaskGraph graph_;

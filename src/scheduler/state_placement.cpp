@@ -189,6 +189,7 @@ bool SchedulerState::live_head(Shape& s) {
 
 void SchedulerState::schedule(const Now& now) {
   last_now_ = now.mono;
+  jobs_tick(now);
   if (!suspects_.empty()) place_suspects(now);
   if (!gangs_waiting_.empty()) place_gangs(now);
   if (!multinode_waiting_.empty()) place_multinode(now);

@@ -21,7 +21,9 @@ SchedulerState::Restarted SchedulerState::restart(const std::string& why) {
     u.error.message = why;
     ++done.cancelled;
   }
-  // The task state goes, whole: no effect of a task is left to act on.
+  // The task state goes, whole: no effect of a task is left to act on. Jobs of shell commands
+  // stay (no client holds them): their tasks run again.
+  jobs_restarted();
   graph_.clear();
   fx_.clear();
   inline_results_.clear();

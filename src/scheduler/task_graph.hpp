@@ -83,6 +83,7 @@ struct Task {
   bool fire_and_forget = false;   // runs to its end even when no client wants it (then forgotten)
   bool campaign = false;          // in a detached campaign: its client's release is ignored
                                   //   (SchedulerState::release_campaign() lets it go)
+  bool job = false;               // a task of a job of shell commands (state_jobs.cpp)
   bool isolated = false;          // runs in a child process of its worker (TaskOptions::isolated;
                                   //   a memory cap, if any, in TaskGraph's side table)
   bool client_has = false;        // its client holds the value (it came inline with the update)

@@ -33,6 +33,7 @@
 #include "herd/error.hpp"
 #include "herd/remote.hpp"
 #include "herd/shell.hpp"
+#include "task/job_task.hpp"
 #include "task/log_capture.hpp"
 #include "task/this_task.hpp"
 #include "common/env.hpp"
@@ -46,11 +47,12 @@ namespace {
 /// lines also go to the task's captured output as they come (`herd logs TASK` while it runs).
 class Tail {
  public:
-  Tail(bp::async_pipe& pipe, std::size_t limit, std::uint8_t stream)
-      : pipe_(pipe), limit_(limit), lines_(stream) {}
+  Tail(bp::async_pipe& pipe, std::size_t limit, std::uint8_t stream, const detail::ShellSink* sink)
+      : pipe_(pipe), limit_(limit), lines_(stream), stream_(stream), sink_(sink) {}
   void start() {
     pipe_.async_read_some(boost::asio::buffer(chunk_), [this](const boost::system::error_code& ec,
                                                               std::size_t n) {
+      if (sink_ != nullptr && *sink_ && n > 0) (*sink_)(stream_, chunk_.data(), n);
       text_.append(chunk_.data(), n);
       lines_.add(chunk_.data(), n);
       if (text_.size() > 2 * limit_ + chunk_.size()) text_.erase(0, text_.size() - limit_);
@@ -69,6 +71,8 @@ class Tail {
   std::array<char, 16384> chunk_{};
   std::string text_;
   task::TaskLineSplitter lines_;
+  std::uint8_t stream_;
+  const detail::ShellSink* sink_;
 };
 
 /// PATH lookup (bp::search_path would pull in the compiled Boost.Filesystem library).
@@ -173,7 +177,10 @@ std::string mib(std::uint64_t bytes) { return std::to_string((bytes + (1u << 20)
 
 }  // namespace
 
-ShellResult shell(ShellCommand command) {
+ShellResult shell(ShellCommand command) { return detail::shell_to(std::move(command), {}); }
+
+namespace detail {
+ShellResult shell_to(ShellCommand command, const ShellSink& sink) {
   if (command.script.empty() && command.argv.empty()) {
     throw std::invalid_argument("herd::shell: empty command");
   }
@@ -233,7 +240,8 @@ ShellResult shell(ShellCommand command) {
   die_with_parent.parent = ::getpid();
   bp::child child(exe, bp::args(args), bp::std_out > out, bp::std_err > err, bp::std_in.close(),
                   bp::start_dir(cwd), env, group, die_with_parent);
-  Tail out_tail(out, command.tail_bytes, task::kStreamStdout), err_tail(err, command.tail_bytes, task::kStreamStderr);
+  Tail out_tail(out, command.tail_bytes, task::kStreamStdout, &sink),
+      err_tail(err, command.tail_bytes, task::kStreamStderr, &sink);
   out_tail.start();
   err_tail.start();
   ShellResult result;
@@ -278,5 +286,6 @@ ShellResult shell(ShellCommand command) {
   }
   return result;
 }
+}  // namespace detail
 
 }  // namespace herd

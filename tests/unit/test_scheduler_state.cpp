@@ -1882,4 +1882,101 @@ TEST_CASE("SchedulerState.Cores.TasksHoldCoresNotThreadSlots") {
   CHECK(placed == 4);
   h8.finish(v);
   for (TaskId t : eight) CHECK(h8.status(t) != TaskStatus::ready);
+// ---- jobs of shell commands (state_jobs.cpp) --------------------------------------------------
+
+namespace {
+herd::protocol::JobInfo job_of(const SchedulerState& s, std::uint64_t id) {
+  for (const auto& j : s.jobs()) {
+    if (j.id == id) return j;
+  }
+  FAIL("no job " << id);
+  return {};
+}
+}  // namespace
+
+TEST_CASE("a job's array enters the graph a window at a time; finished tasks leave it, their outcomes kept") {
+  Harness h;
+  const WorkerId w = h.add_worker("w1", 2);
+  herd::protocol::JobSpec spec;
+  spec.task.argv = {"true"};
+  spec.array = {1, 1000000, 1};
+  std::string error;
+  const std::uint64_t job = h.state.submit_job(spec, h.now, error);
+  REQUIRE(job == 1);
+  h.turn();
+  const std::size_t in_graph = h.state.graph().size();
+  CHECK(in_graph >= 2);
+  CHECK(in_graph <= 4096);  // the window, not a million
+  for (int i = 0; i < 10; ++i) h.finish(w);
+  const auto info = job_of(h.state, job);
+  CHECK(info.total == 1000000);
+  CHECK(info.ok == 20);
+  CHECK(info.ok + info.running + info.waiting == 1000000);
+  CHECK(h.state.graph().size() <= 4096);
+  // The tasks that ran are gone from the graph; each ran the job's command for its index.
+  CHECK(h.state.validate().empty());
+  REQUIRE(h.state.cancel_job(job, "enough", error));
+  h.turn();
+  const auto after = job_of(h.state, job);
+  CHECK(after.ok == 20);
+  CHECK(after.waiting == 0);
+  CHECK(after.running == 0);
+  CHECK(after.cancelled == 1000000 - 20);
+  CHECK(after.state == "cancelled");
+  CHECK(h.state.graph().size() == 0);
+}
+
+TEST_CASE("a job file's dependencies: a task runs once its dependencies succeeded; a failure cancels what follows") {
+  Harness h;
+  const WorkerId w = h.add_worker("w1", 4);
+  herd::protocol::JobSpec spec;
+  for (std::uint64_t id : {1, 2, 3, 4}) {
+    herd::protocol::JobTaskDef d;
+    d.id = id;
+    d.argv = {"step", std::to_string(id)};
+    if (id == 2 || id == 3) d.deps = {1};
+    if (id == 4) d.deps = {2, 3};
+    spec.tasks.push_back(d);
+  }
+  std::string error;
+  const std::uint64_t job = h.state.submit_job(spec, h.now, error);
+  REQUIRE(job != 0);
+  h.turn();
+  CHECK(h.placed_on(w) == 1);  // only task 1
+  h.finish(w);
+  CHECK(h.placed_on(w) == 2);  // 2 and 3
+  // Task 2 fails with exit code 3: task 4 is cancelled, task 3 still runs.
+  auto& vw = h.workers.at(w);
+  herd::protocol::TaskResultsEvent ev;
+  const TaskId failing = vw.running.front();
+  herd::protocol::TaskResult r;
+  r.id = failing;
+  r.ok = false;
+  r.error = {"herd::CommandFailed", "exit code 3\nboom", "", "w1"};
+  ev.results.push_back(r);
+  vw.running.erase(vw.running.begin());
+  h.state.task_results(w, ev, h.now);
+  h.turn();
+  h.finish(w);
+  const auto info = job_of(h.state, job);
+  CHECK(info.ok == 2);
+  CHECK(info.failed == 1);
+  CHECK(info.cancelled == 1);
+  herd::protocol::JobReply reply;
+  REQUIRE(h.state.job_info(job, false, reply));
+  REQUIRE(reply.tasks.size() == 1);
+  CHECK(reply.tasks[0].exit_code == 3);
+  CHECK(reply.tasks[0].error == "exit code 3\nboom");
+  // A cycle, an unknown dependency and --after an unknown job are refused.
+  spec.tasks[0].deps = {4};
+  CHECK(h.state.submit_job(spec, h.now, error) == 0);
+  CHECK(error.find("form a cycle") != std::string::npos);
+  spec.tasks[0].deps = {9};
+  CHECK(h.state.submit_job(spec, h.now, error) == 0);
+  CHECK(error.find("does not have") != std::string::npos);
+  herd::protocol::JobSpec after;
+  after.task.argv = {"true"};
+  after.after = {77};
+  CHECK(h.state.submit_job(after, h.now, error) == 0);
+  CHECK(error == "--after 77: no job of that id");
 }

@@ -20,6 +20,7 @@ namespace herd::detail {
 
 class ClientCore;
 struct FutureState;
+struct ClientAccess;  // src/client/jobs.hpp
 
 /// Results at least this large are handed over by the future that fetched them: result()
 /// copies them into the value while the bytes copied are let go, and the future keeps nothing
