@@ -26,7 +26,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 9;
+inline constexpr std::uint8_t kProtocolVersion = 10;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
