@@ -47,7 +47,8 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
 herd=/usr/bin/herd
 out=$(env -i PATH=/usr/bin:/bin HOME="$HOME" "$herd" version)
 [[ "$out" =~ ^herd\ $version\ \(wire\ protocol\ [0-9]+\)$ ]] || fail "installed herd version printed '$out'"
-[ "$(ldd "$herd" | awk '/libherd/ {print $3}')" = /usr/lib/libherd.so ] || fail "installed herd does not load /usr/lib/libherd.so: $(ldd "$herd")"
+lib=$(ldd "$herd" | awk '/libherd/ {print $3}')
+[ "$(readlink -f "$lib")" = "/usr/lib/libherd.so.$version" ] || fail "installed herd does not load /usr/lib/libherd.so: $(ldd "$herd")"
 
 # A scheduler of the installed herd, one local worker; the pool scaled to 2 from the shell; a
 # one-command job run on its workers.
