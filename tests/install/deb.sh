@@ -39,7 +39,7 @@ flock 9
 if dpkg-query -W -f='${Status}' herd 2>/dev/null | grep -q "install ok installed"; then
   fail "a herd package is installed already (dpkg -r herd first); this test installs and removes its own"
 fi
-cleanup() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get remove -y -qq herd >/dev/null 2>&1 || true; }
+cleanup() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get purge -y -qq herd >/dev/null 2>&1 || true; }
 trap 'kill "${sched:-}" 2>/dev/null || true; cleanup' EXIT
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$deb" >"$work/apt.log" 2>&1 ||
   { cat "$work/apt.log" >&2; fail "apt-get install $deb failed"; }
@@ -75,7 +75,7 @@ kill "$sched"; wait "$sched" 2>/dev/null || true
 sched=
 
 # Removed: nothing of it stays.
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get remove -y -qq herd >"$work/remove.log" 2>&1 ||
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get purge -y -qq herd >"$work/remove.log" 2>&1 ||
   { cat "$work/remove.log" >&2; fail "apt-get remove herd failed"; }
 [ ! -e /usr/bin/herd ] && [ ! -e /usr/lib/libherd.so ] && [ ! -e /usr/include/herd ] || fail "files of herd stayed after removal"
 trap - EXIT
