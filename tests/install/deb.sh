@@ -39,7 +39,7 @@ flock 9
 if dpkg-query -W -f='${Status}' herd 2>/dev/null | grep -q "install ok installed"; then
   fail "a herd package is installed already (dpkg -r herd first); this test installs and removes its own"
 fi
-cleanup() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get remove -y -qq herd >/dev/null 2>&1 || true; }
+cleanup() { DEBIAN_FRONTEND=noninteractive $SUDO apt-get purge -y -qq herd >/dev/null 2>&1 || true; }
 trap 'kill "${sched:-}" 2>/dev/null || true; cleanup' EXIT
 DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$deb" >"$work/apt.log" 2>&1 ||
   { cat "$work/apt.log" >&2; fail "apt-get install $deb failed"; }
@@ -47,7 +47,8 @@ DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recomme
 herd=/usr/bin/herd
 out=$(env -i PATH=/usr/bin:/bin HOME="$HOME" "$herd" version)
 [[ "$out" =~ ^herd\ $version\ \(wire\ protocol\ [0-9]+\)$ ]] || fail "installed herd version printed '$out'"
-[ "$(ldd "$herd" | awk '/libherd/ {print $3}')" = /usr/lib/libherd.so ] || fail "installed herd does not load /usr/lib/libherd.so: $(ldd "$herd")"
+lib=$(ldd "$herd" | awk '/libherd/ {print $3}')
+[ "$(readlink -f "$lib")" = "/usr/lib/libherd.so.$version" ] || fail "installed herd does not load /usr/lib/libherd.so: $(ldd "$herd")"
 
 # A scheduler of the installed herd, one local worker; the pool scaled to 2 from the shell; a
 # one-command job run on its workers.
@@ -74,7 +75,7 @@ kill "$sched"; wait "$sched" 2>/dev/null || true
 sched=
 
 # Removed: nothing of it stays.
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get remove -y -qq herd >"$work/remove.log" 2>&1 ||
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get purge -y -qq herd >"$work/remove.log" 2>&1 ||
   { cat "$work/remove.log" >&2; fail "apt-get remove herd failed"; }
 [ ! -e /usr/bin/herd ] && [ ! -e /usr/lib/libherd.so ] && [ ! -e /usr/include/herd ] || fail "files of herd stayed after removal"
 trap - EXIT
