@@ -37,7 +37,7 @@ const char* page_css() {
 const char* charts_js() {
   return R"JS(
 "use strict";
-const HERD_COLORS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
+const herdColors = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"];
 const SVGNS = "http://www.w3.org/2000/svg";
 function svgEl(tag, attrs, text) {
   const e = document.createElementNS(SVGNS, tag);
@@ -100,7 +100,7 @@ function herdChart(svg, series, opt) {
       else d += "L" + X(x) + "," + Y(y);
     });
     if (s.step && opt.extend !== false) d += "H" + X(xmax);
-    const p = svgEl("path", {d, fill: "none", stroke: s.color || HERD_COLORS[i % HERD_COLORS.length], "stroke-width": 1.5, class: "series"});
+    const p = svgEl("path", {d, fill: "none", stroke: s.color || herdColors[i % herdColors.length], "stroke-width": 1.5, class: "series"});
     p.append(svgEl("title", {}, s.name));
     kids.push(p);
   });
@@ -108,7 +108,7 @@ function herdChart(svg, series, opt) {
   let lx = L;
   for (const [i, s] of series.entries()) {
     if (lx > W - 60 || i > 12) break;
-    kids.push(svgEl("rect", {x: lx, y: 2, width: 8, height: 8, fill: s.color || HERD_COLORS[i % HERD_COLORS.length]}));
+    kids.push(svgEl("rect", {x: lx, y: 2, width: 8, height: 8, fill: s.color || herdColors[i % herdColors.length]}));
     kids.push(svgEl("text", {x: lx + 10, y: 10}, s.name));
     lx += 16 + 6 * s.name.length;
   }
@@ -176,7 +176,7 @@ function fill(id, head, rows) {
                     ...rows.map(r => el("tr", {}, ...r.map(c => c instanceof Node ? c : cell(c)))));
 }
 const STATUS = ["ok", "failed", "lost", "cancelled"];
-const fnColor = f => HERD_COLORS[f % HERD_COLORS.length];
+const fnColor = f => herdColors[f % herdColors.length];
 document.title = D.title;
 document.getElementById("title").textContent = D.title;
 document.getElementById("source").textContent = D.source;

@@ -58,7 +58,7 @@ const char* kPage = R"HTML(  #stream { width: 100%; height: 180px; display: bloc
 
 const char* kScript = R"HTML(
 const STATES = ["memory", "processing", "ready", "waiting", "erred"];
-const COLORS = HERD_COLORS;
+const COLORS = herdColors;
 function el(tag, attrs, ...kids) {
   const e = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
