@@ -57,7 +57,6 @@ Job file (--file, TOML, as HyperQueue's):
 Exit status: the job's id is printed; with --wait, 0 when every task succeeded, 1 when one
   failed or was cancelled (2: usage errors).)";
 
-
 /// "1-1000", "0-100:2", "1,5,9" and mixes, as (first, last, step) triples.
 std::vector<std::uint64_t> parse_array(const std::string& text) {
   std::vector<std::uint64_t> out;
