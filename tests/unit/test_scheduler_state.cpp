@@ -1882,6 +1882,8 @@ TEST_CASE("SchedulerState.Cores.TasksHoldCoresNotThreadSlots") {
   CHECK(placed == 4);
   h8.finish(v);
   for (TaskId t : eight) CHECK(h8.status(t) != TaskStatus::ready);
+}
+
 // ---- jobs of shell commands (state_jobs.cpp) --------------------------------------------------
 
 namespace {
