@@ -83,7 +83,7 @@ struct Scheduler {
 
 }  // namespace
 
-TEST_CASE("an array runs each index exactly once, with HERD_JOB_ID and HERD_TASK_ID") {
+TEST_CASE("Jobs.Array.EachIndexRunsOnceWithItsJobAndTaskIds") {
   const std::string dir = fresh_dir("array");
   Scheduler s(dir);
   // One word with shell syntax is a /bin/sh script.
@@ -111,7 +111,7 @@ TEST_CASE("an array runs each index exactly once, with HERD_JOB_ID and HERD_TASK
   CHECK(list.find("23") != std::string::npos);  // 20 + 3 tasks
 }
 
-TEST_CASE("--each-line gives each task its line in HERD_ENTRY; arguments run without a shell") {
+TEST_CASE("Jobs.EachLine.EachTaskGetsItsLineArgumentsRunWithoutAShell") {
   const std::string dir = fresh_dir("each");
   Scheduler s(dir);
   std::ofstream(dir + "/lines.txt") << "alpha\nbeta gamma\n$HOME\n";
@@ -125,7 +125,7 @@ TEST_CASE("--each-line gives each task its line in HERD_ENTRY; arguments run wit
   CHECK_FALSE(std::filesystem::exists(base + "0.stderr"));
 }
 
-TEST_CASE("--wait and job wait exit non-zero when a task failed; info gives its exit code and stderr") {
+TEST_CASE("Jobs.Wait.NonZeroWhenATaskFailedInfoGivesExitCodeAndStderr") {
   const std::string dir = fresh_dir("wait");
   Scheduler s(dir);
   int rc = -1;
@@ -147,7 +147,7 @@ TEST_CASE("--wait and job wait exit non-zero when a task failed; info gives its 
   CHECK(none.find("no job 999") != std::string::npos);
 }
 
-TEST_CASE("--after: a job starts once the jobs it follows succeeded, and is cancelled when one did not") {
+TEST_CASE("Jobs.After.StartsOnceItsJobsSucceededCancelledWhenOneDidNot") {
   const std::string dir = fresh_dir("after");
   Scheduler s(dir);
   const std::uint64_t first = s.submit("--stdout none -- 'sleep 1; touch " + dir + "/first-done'");
@@ -168,7 +168,7 @@ TEST_CASE("--after: a job starts once the jobs it follows succeeded, and is canc
   CHECK(bad.find("--after 4242: no job of that id") != std::string::npos);
 }
 
-TEST_CASE("a job file: named tasks with dependencies; a bad line is an error naming line and column") {
+TEST_CASE("Jobs.File.NamedTasksWithDependenciesBadLineNamesLineAndColumn") {
   const std::string dir = fresh_dir("file");
   Scheduler s(dir);
   std::ofstream(dir + "/job.toml") << "name = \"pipeline\"\n"
@@ -194,7 +194,7 @@ TEST_CASE("a job file: named tasks with dependencies; a bad line is an error nam
   CHECK(err.find("no task has the id 7") != std::string::npos);
 }
 
-TEST_CASE("cancel stops the running tasks and the waiting ones never start") {
+TEST_CASE("Jobs.Cancel.RunningStopWaitingNeverStart") {
   const std::string dir = fresh_dir("cancel");
   Scheduler s(dir);
   const std::uint64_t job =
@@ -222,7 +222,7 @@ TEST_CASE("cancel stops the running tasks and the waiting ones never start") {
   CHECK(finished == 0);
 }
 
-TEST_CASE("resubmit --failed runs again only the failed tasks") {
+TEST_CASE("Jobs.Resubmit.FailedOnlyTheFailedRunAgain") {
   const std::string dir = fresh_dir("resubmit");
   Scheduler s(dir);
   // Tasks 3, 6 and 9 fail until the file `fixed` exists.
@@ -245,7 +245,7 @@ TEST_CASE("resubmit --failed runs again only the failed tasks") {
   }
 }
 
-TEST_CASE("output: a file per task, or streamed into one file per worker; job output reads a task back") {
+TEST_CASE("Jobs.Output.FilePerTaskOrStreamedJobOutputReadsATaskBack") {
   const std::string dir = fresh_dir("output");
   Scheduler s(dir);
   const std::string cmd = "-- 'echo out-$HERD_TASK_ID; echo err-$HERD_TASK_ID >&2'";
@@ -289,7 +289,7 @@ TEST_CASE("output: a file per task, or streamed into one file per worker; job ou
   CHECK(all.rfind("out-1\nout-2\n", 0) == 0);
 }
 
-TEST_CASE("a scheduler's journal keeps every job across SIGKILL: finished tasks keep their outcome, the rest run again") {
+TEST_CASE("Jobs.Durable.SchedulerSigkilledFinishedKeepOutcomeRestRunAgain") {
   const std::string dir = fresh_dir("durable");
   const std::string journal = dir + "/herd.journal";
   // Tasks 1-3 end at once (2 fails with exit code 3); 4-6 wait for the file `go`.
@@ -327,7 +327,7 @@ TEST_CASE("a scheduler's journal keeps every job across SIGKILL: finished tasks 
   CHECK(next == job + 1);
 }
 
-TEST_CASE("--max-fails cancels the rest of a job once more tasks failed") {
+TEST_CASE("Jobs.MaxFails.CancelsTheRestOnceMoreFailed") {
   const std::string dir = fresh_dir("maxfails");
   Scheduler s(dir);
   const std::uint64_t job = s.submit("--array 1-2000 --max-fails 2 --stdout none --stderr none -- false");
@@ -341,7 +341,7 @@ TEST_CASE("--max-fails cancels the rest of a job once more tasks failed") {
   CHECK(info.find(" cancelled") != std::string::npos);
 }
 
-TEST_CASE("a million-task array is one message: accepted, counted, cancelled") {
+TEST_CASE("Jobs.Array.AMillionTasksIsOneMessageAcceptedCountedCancelled") {
   const std::string dir = fresh_dir("million");
   Scheduler s(dir);
   const std::uint64_t job = s.submit("--array 1-1000000 --stdout none --stderr none -- true");
@@ -356,7 +356,7 @@ TEST_CASE("a million-task array is one message: accepted, counted, cancelled") {
   CHECK(herd::testing::rss_bytes(s.pid) < (std::uint64_t{600} << 20));
 }
 
-TEST_CASE("bad input: no command, unknown placeholder, bad array") {
+TEST_CASE("Jobs.BadInput.NoCommandUnknownPlaceholderBadArray") {
   const std::string dir = fresh_dir("bad");
   Scheduler s(dir);
   int rc = -1;

@@ -69,7 +69,7 @@ std::string with_header(const std::string& body) {
 
 }  // namespace
 
-TEST_CASE("every record kind round-trips through the encoder and the parser") {
+TEST_CASE("Record.Format.EveryKindRoundTrips") {
   Encoder enc;
   for (std::uint64_t i = 0; i < 10; ++i) enc.task_run(sample_run(i));
   PoolEvent pe;
@@ -149,7 +149,7 @@ TEST_CASE("every record kind round-trips through the encoder and the parser") {
   CHECK(c.worker_events[0].job == "1234_5");
 }
 
-TEST_CASE("a truncated file is read up to its last whole record, with a warning naming it") {
+TEST_CASE("Record.Format.TruncatedFileReadToItsLastWholeRecordWithAWarning") {
   Encoder enc;
   for (std::uint64_t i = 0; i < 20; ++i) enc.task_run(sample_run(i));
   const std::string whole = with_header(enc.bytes());
@@ -177,7 +177,7 @@ TEST_CASE("a truncated file is read up to its last whole record, with a warning 
   }
 }
 
-TEST_CASE("the recorder writes what each turn encoded, and rotates at its size cap") {
+TEST_CASE("Record.Writer.WritesEachTurnRotatesAtItsCap") {
   TempDir dir;
   const std::string path = (dir.path / "run.record").string();
   {
@@ -214,7 +214,7 @@ TEST_CASE("the recorder writes what each turn encoded, and rotates at its size c
   }
 }
 
-TEST_CASE("filters: since, campaign, job") {
+TEST_CASE("Record.Filters.SinceCampaignJob") {
   Encoder enc;
   WorkerEvent we;
   we.time_us = 1;
@@ -249,7 +249,7 @@ TEST_CASE("filters: since, campaign, job") {
   }
 }
 
-TEST_CASE("the report counts every run, sums each phase, and escapes what users wrote") {
+TEST_CASE("Record.Report.CountsEveryRunSumsPhasesEscapesUserText") {
   Encoder enc;
   for (std::uint64_t i = 0; i < 10; ++i) enc.task_run(sample_run(i));
   Contents c;
@@ -278,7 +278,7 @@ TEST_CASE("the report counts every run, sums each phase, and escapes what users 
 
 // ---- what the scheduler's core notes for the record ---------------------------------------
 
-TEST_CASE("the core notes each ended run with its times, the worker's phases, retries and losses") {
+TEST_CASE("Record.Core.NotesEachEndedRunTimesPhasesRetriesLosses") {
   using namespace herd::scheduler;
   StateOptions o;
   o.validate = true;

@@ -1896,7 +1896,7 @@ herd::protocol::JobInfo job_of(const SchedulerState& s, std::uint64_t id) {
 }
 }  // namespace
 
-TEST_CASE("a job's array enters the graph a window at a time; finished tasks leave it, their outcomes kept") {
+TEST_CASE("SchedulerState.Jobs.ArrayEntersTheGraphAWindowAtATime") {
   Harness h;
   const WorkerId w = h.add_worker("w1", 2);
   herd::protocol::JobSpec spec;
@@ -1928,7 +1928,7 @@ TEST_CASE("a job's array enters the graph a window at a time; finished tasks lea
   CHECK(h.state.graph().size() == 0);
 }
 
-TEST_CASE("a job file's dependencies: a task runs once its dependencies succeeded; a failure cancels what follows") {
+TEST_CASE("SchedulerState.Jobs.FileDependenciesFailureCancelsWhatFollows") {
   Harness h;
   const WorkerId w = h.add_worker("w1", 4);
   herd::protocol::JobSpec spec;

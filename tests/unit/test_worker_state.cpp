@@ -337,7 +337,7 @@ TEST_CASE("WorkerState.Secede.EndingOrAbandonedWhileSecededFreesNoSlot") {
 
 // ---- ResultBatch: when executors' results travel -------------------------------------------
 
-TEST_CASE("ResultBatch: a lone task is reported at once") {
+TEST_CASE("ResultBatch.Lone.ReportedAtOnce") {
   using C = ResultBatch::Clock;
   ResultBatch b(std::chrono::microseconds(1000));
   const C::time_point t0{};
@@ -349,7 +349,7 @@ TEST_CASE("ResultBatch: a lone task is reported at once") {
   CHECK_FALSE(b.send_now(t0));
 }
 
-TEST_CASE("ResultBatch: a burst wakes the I/O thread twice, whatever its length") {
+TEST_CASE("ResultBatch.Burst.WakesTheIoThreadTwice") {
   using C = ResultBatch::Clock;
   using us = std::chrono::microseconds;
   ResultBatch b(us(1000));
@@ -369,7 +369,7 @@ TEST_CASE("ResultBatch: a burst wakes the I/O thread twice, whatever its length"
   CHECK_FALSE(b.send_now(t0 + us(495)));
 }
 
-TEST_CASE("ResultBatch: results wait at most the window while tasks keep coming") {
+TEST_CASE("ResultBatch.Window.ResultsWaitAtMostTheWindow") {
   using C = ResultBatch::Clock;
   using us = std::chrono::microseconds;
   ResultBatch b(us(1000));
@@ -387,7 +387,7 @@ TEST_CASE("ResultBatch: results wait at most the window while tasks keep coming"
   CHECK(*b.deadline() == t0 + us(2200));
 }
 
-TEST_CASE("ResultBatch: a window of 0 sends every result at once") {
+TEST_CASE("ResultBatch.Window.ZeroSendsEveryResultAtOnce") {
   using C = ResultBatch::Clock;
   ResultBatch b(std::chrono::microseconds(0));
   const C::time_point t0{};
