@@ -21,7 +21,8 @@ namespace fs = std::filesystem;
 
 int main(int argc, char** argv) {
   herd::init(argc, argv);
-  const std::string script = (fs::path(__FILE__).parent_path() / "06_sweep_train.sh").string();
+  // The training script beside this file (examples/CMakeLists.txt says where that is).
+  const std::string script = (fs::path(HERD_EXAMPLES_DIR) / "06_sweep_train.sh").string();
   const std::string results = "/tmp/herd-example-06-" + std::to_string(::getpid()) + "/sweep";
   herd::Client client{herd::LocalCluster{2}};
 

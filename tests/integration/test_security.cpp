@@ -338,14 +338,16 @@ TEST_CASE("Security.Logs.AMissingLogDirectoryIsMadePrivateAndTheDashboardTokenSt
     CHECK(S_ISDIR(st.st_mode));
     CHECK((st.st_mode & 0777) == 0700);
   }
-  std::size_t logs = 0;
+  std::size_t logs = 0, records = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {
     struct stat st{};
     REQUIRE(::stat(e.path().c_str(), &st) == 0);
     CHECK((st.st_mode & 0077) == 0);
-    ++logs;
+    logs += e.path().extension() == ".log";
+    records += e.path().extension() == ".record";
   }
-  CHECK(logs == 2);  // local-0.log, local-1.log
+  CHECK(logs == 2);     // local-0.log, local-1.log
+  CHECK(records == 1);  // the run record (no journal: it goes to the log directory)
   struct stat out_st{};
   REQUIRE(::stat(out.c_str(), &out_st) == 0);
   CHECK((out_st.st_mode & 0077) == 0);  // what herd's spawn writes a process's output to
