@@ -74,6 +74,11 @@ for launcher in CMAKE_CXX_COMPILER_LAUNCHER CMAKE_CUDA_COMPILER_LAUNCHER; do
   [ -z "$(cache "$launcher")" ] || { same+=("-D$launcher=$(cache "$launcher")"); launched=1; }
 done
 if ((launched)); then same+=(-DCMAKE_BUILD_TYPE="$(cache CMAKE_BUILD_TYPE)"); else same+=(-DCMAKE_BUILD_TYPE=None); fi
-cmake -S "$src/tests/install/consumer" -B "$work/subdir" -G Ninja -DHERD_SOURCE_DIR="$src" "${same[@]}" >/dev/null
-CCACHE_NOHASHDIR=1 cmake --build "$work/subdir" >/dev/null
-"$work/subdir/consumer"
+# Its build sits beside the build under test, at the same depth below the source: ccache may
+# hash paths relative to the build directory (its base_dir), and then only the same depth hits.
+subdir="${build%/}-consumer"
+rm -rf "$subdir"
+cmake -S "$src/tests/install/consumer" -B "$subdir" -G Ninja -DHERD_SOURCE_DIR="$src" "${same[@]}" >/dev/null
+CCACHE_NOHASHDIR=1 cmake --build "$subdir" >/dev/null
+"$subdir/consumer"
+rm -rf "$subdir"
