@@ -14,6 +14,7 @@
 
 #include <herd/herd.hpp>
 
+#include "support/chromium.hpp"
 #include "support/http_get.hpp"
 
 using namespace std::chrono_literals;
@@ -27,24 +28,8 @@ int doze(int ms) {
 }
 HERD_TASK(doze);
 
-std::string run(const std::string& command, int* rc) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[65536];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
-  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
-
-std::string chromium_command(const std::string& profile) {
-  // Root in a container: no sandbox. No network besides the page's own (loopback) requests.
-  return "timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
-         "--disable-background-networking --disable-component-update --disable-sync --no-first-run "
-         "--disable-default-apps --mute-audio --user-data-dir=" + profile +
-         " --virtual-time-budget=3000 --window-size=1200,800 ";
-}
+using herd::test::run;
+std::string chromium_command(const std::string& profile) { return herd::test::chromium_command(profile, "1200,800"); }
 
 /// Text of the element with this id in the dumped DOM ("" if absent).
 std::string element_text(const std::string& dom, const std::string& id) {

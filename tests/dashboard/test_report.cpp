@@ -20,6 +20,7 @@
 
 #include <herd/herd.hpp>
 
+#include "support/chromium.hpp"
 #include "support/http_get.hpp"
 
 using namespace std::chrono_literals;
@@ -56,23 +57,8 @@ int kills_worker_once(std::string marker) {
 }
 HERD_TASK(kills_worker_once);
 
-std::string run(const std::string& command, int* rc) {
-  std::string out;
-  FILE* p = ::popen(command.c_str(), "r");
-  REQUIRE(p != nullptr);
-  char buf[65536];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  const int status = ::pclose(p);
-  *rc = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
-}
-
-std::string chromium(const std::string& profile) {
-  return "timeout 90 chromium --headless --no-sandbox --disable-gpu --disable-dev-shm-usage "
-         "--disable-background-networking --disable-component-update --disable-sync --no-first-run "
-         "--disable-default-apps --mute-audio --user-data-dir=" + profile +
-         " --virtual-time-budget=3000 --window-size=1400,1800 ";
-}
+using herd::test::run;
+std::string chromium(const std::string& profile) { return herd::test::chromium_command(profile, "1400,1800"); }
 
 struct Profile {
   std::string path;
