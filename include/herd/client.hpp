@@ -494,7 +494,8 @@ class Client {
   /// job, so it is not replaced. @throws JobQueueError naming the connected workers when none
   /// is called `name`.
   PoolChange retire_worker(const std::string& name);
-  /// The scheduler's pools, as of its last report (about once a second).
+  /// The scheduler's pools, as of its last report (about once a second); asked for when no
+  /// report has come yet.
   std::vector<PoolInfo> pools() const;
   /// Workers connected now (as last told by the scheduler).
   int n_workers() const;

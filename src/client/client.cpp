@@ -239,10 +239,17 @@ void Client::run_wait(const std::vector<detail::FutureState*>& states, const std
 }
 
 std::vector<PoolInfo> Client::pools() const {
-  std::lock_guard lock(core_->mu_);
-  std::vector<PoolInfo> out;
-  for (const auto& p : core_->state_.pools()) out.push_back(detail::to_pool_info(p));
-  return out;
+  {
+    std::lock_guard lock(core_->mu_);
+    if (!core_->state_.pools().empty()) {
+      std::vector<PoolInfo> out;
+      for (const auto& p : core_->state_.pools()) out.push_back(detail::to_pool_info(p));
+      return out;
+    }
+  }
+  // No report yet (a client just connected): ask, so that a pool the scheduler has is never
+  // missing from the answer.
+  return status(0).pools;
 }
 
 ClusterStatus Client::status(int max_events) const {

@@ -471,23 +471,26 @@ void Recorder::end_turn() {
   if (b.empty()) return;
   recorded_ += b.size();
   file_bytes_ += b.size();
-  Chunk c;
-  c.bytes.swap(b);
-  b.reserve(c.bytes.capacity());
-  if (file_bytes_ >= options_.max_bytes) {
-    c.rotate_after = true;
+  const bool rotate = file_bytes_ >= options_.max_bytes;
+  if (rotate) {
     enc_.reset_names();  // the next file defines its names again
     file_bytes_ = kHeaderBytes;
   }
   bool wake = false;
   {
     std::lock_guard lock(mu_);
-    queued_bytes_ += c.bytes.size();
-    wake = queued_bytes_ >= (1u << 20) || c.rotate_after;
+    // A turn's records join the last chunk unless it ends a file: one growing buffer per second
+    // (or per MiB) rather than one per turn, each as big as the biggest turn's (thousands of
+    // turns a second held ~20 MB that way).
+    if (queue_.empty() || queue_.back().rotate_after) queue_.emplace_back();
+    queue_.back().bytes.append(b);
+    queue_.back().rotate_after = rotate;
+    queued_bytes_ += b.size();
+    wake = queued_bytes_ >= (1u << 20) || rotate;
     urgent_ = urgent_ || wake;
-    queue_.push_back(std::move(c));
     ++queued_seq_;
   }
+  b.clear();  // its storage serves the next turn
   if (wake) cv_.notify_one();
 }
 

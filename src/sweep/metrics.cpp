@@ -22,7 +22,9 @@ bool parse_number(std::string_view text, double& out) {
 
 std::string shorten(std::string_view line) {
   constexpr std::size_t kMax = 120;
-  return line.size() <= kMax ? std::string(line) : std::string(line.substr(0, kMax)) + "...";
+  std::string out(line.substr(0, kMax));
+  if (line.size() > kMax) out += "...";
+  return out;
 }
 
 }  // namespace

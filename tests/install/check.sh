@@ -73,7 +73,13 @@ launched=0
 for launcher in CMAKE_CXX_COMPILER_LAUNCHER CMAKE_CUDA_COMPILER_LAUNCHER; do
   [ -z "$(cache "$launcher")" ] || { same+=("-D$launcher=$(cache "$launcher")"); launched=1; }
 done
-if ((launched)); then same+=(-DCMAKE_BUILD_TYPE="$(cache CMAKE_BUILD_TYPE)"); else same+=(-DCMAKE_BUILD_TYPE=None); fi
+if ((launched)); then
+  same+=(-DCMAKE_BUILD_TYPE="$(cache CMAKE_BUILD_TYPE)" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=$(cache CMAKE_CXX_FLAGS_RELWITHDEBINFO)")
+  # As scripts/setup.sh: ccache caches compilations that use precompiled headers only with these.
+  export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-pch_defines,time_macros,include_file_mtime,include_file_ctime}
+else
+  same+=(-DCMAKE_BUILD_TYPE=None)
+fi
 # Its build sits beside the build under test, at the same depth below the source: ccache may
 # hash paths relative to the build directory (its base_dir), and then only the same depth hits.
 subdir="${build%/}-consumer"
