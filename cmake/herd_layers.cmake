@@ -14,6 +14,42 @@
 set(HERD_LAYER_OBJECTS "")
 set(HERD_LAYERS "")
 
+# herd_includes(FILE HEADER OUT): OUT is ON when FILE includes "HEADER" (as written, e.g.
+# "protocol/messages.hpp"), itself or through the headers of src/ and include/ it includes.
+function(herd_includes file header out)
+  string(MD5 key "${file}|${header}")
+  get_property(known GLOBAL PROPERTY HERD_INCLUDES_${key} SET)
+  if(known)
+    get_property(value GLOBAL PROPERTY HERD_INCLUDES_${key})
+    set(${out} ${value} PARENT_SCOPE)
+    return()
+  endif()
+  set_property(GLOBAL PROPERTY HERD_INCLUDES_${key} OFF)  # an include cycle ends here
+  set(value OFF)
+  file(STRINGS ${file} lines REGEX "^[ \t]*#[ \t]*include[ \t]+[\"<][a-z_]+/[a-z_0-9/]+\\.hpp[\">]")
+  foreach(line ${lines})
+    string(REGEX REPLACE "^[ \t]*#[ \t]*include[ \t]+[\"<]([^\">]+)[\">].*" "\\1" included "${line}")
+    if(included STREQUAL header)
+      set(value ON)
+      break()
+    endif()
+    foreach(root ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/include)
+      if(EXISTS ${root}/${included})
+        herd_includes(${root}/${included} ${header} through)
+        if(through)
+          set(value ON)
+          break()
+        endif()
+      endif()
+    endforeach()
+    if(value)
+      break()
+    endif()
+  endforeach()
+  set_property(GLOBAL PROPERTY HERD_INCLUDES_${key} ${value})
+  set(${out} ${value} PARENT_SCOPE)
+endfunction()
+
 function(herd_layer name)
   cmake_parse_arguments(L "" "" "DEPS;SOURCES;LIBS" ${ARGN})
   add_library(herd_layer_${name} OBJECT ${L_SOURCES})
@@ -25,15 +61,27 @@ function(herd_layer name)
   target_link_libraries(herd_layer_${name} PRIVATE msgpackc-cxx Threads::Threads cppzmq Boost::boost
                         CLI11::CLI11 herd_warnings ${L_LIBS})
   # The wire protocol's header (msgpack and ~150 message types) is ~8 s of parsing in every
-  # file that includes it: compiled once, in the protocol layer, and reused by each layer that
-  # may include it. Layers below protocol (none today) and those that may not include it do
-  # without. A layer defining other macros (cpp-httplib's, CUDA's) still reuses it: GCC takes a
-  # precompiled header whenever no macro it uses is defined differently, and otherwise parses
-  # the header as usual.
+  # file that includes it: compiled once, in the protocol layer, and reused by the files of the
+  # other layers that include it (directly or through a header of src/). The others do without:
+  # a precompiled header forced into a file that does not need it makes that file slower (the
+  # header's pending template instantiations are done again in every file). GCC takes a
+  # precompiled header whenever no macro it uses is defined differently (cpp-httplib's and
+  # CUDA's definitions in some layers are not), and otherwise parses the header as usual.
+  set(pch_users "")
+  foreach(source ${L_SOURCES})
+    if(source MATCHES "\\.cpp$")
+      herd_includes(${PROJECT_SOURCE_DIR}/${source} "protocol/messages.hpp" uses)
+      if(uses)
+        list(APPEND pch_users ${source})
+      else()
+        set_source_files_properties(${source} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
+      endif()
+    endif()
+  endforeach()
   if(name STREQUAL "protocol")
     target_precompile_headers(herd_layer_${name} PRIVATE
                               "$<$<COMPILE_LANGUAGE:CXX>:${PROJECT_SOURCE_DIR}/src/protocol/messages.hpp>")
-  elseif("protocol" IN_LIST L_DEPS)
+  elseif(pch_users AND "protocol" IN_LIST L_DEPS)
     target_precompile_headers(herd_layer_${name} REUSE_FROM herd_layer_protocol)
   endif()
   set(HERD_LAYER_DEPS_${name} "${L_DEPS}" PARENT_SCOPE)

@@ -41,6 +41,13 @@ int nap_ms(int ms) {
 }
 HERD_TASK(nap_ms);
 
+/// "name@host:stored" of each worker, for the failure messages.
+std::string workers_text(const herd::Client& client) {
+  std::string out;
+  for (const auto& w : client.status().workers) out += w.name + "@" + w.host + ":" + std::to_string(w.stored) + " ";
+  return out;
+}
+
 std::size_t lines(const std::string& path) {
   std::ifstream in(path);
   std::size_t n = 0;
@@ -100,6 +107,7 @@ TEST_CASE("MultinodeScale.ScaleRetireAdapt.OverThreeNodes" * doctest::timeout(28
   }, 60s));
   CHECK(big.result().size() == (256u << 10));
   CHECK(lines(marker) == 1);  // moved, not recomputed
+  INFO("retired " << holder << " on " << holder_host << "; now " << workers_text(client));
   std::string now_on;
   for (const auto& w : client.status().workers) {
     if (w.stored > 0) now_on = w.host;
