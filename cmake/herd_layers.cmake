@@ -67,12 +67,12 @@ function(herd_layer name)
   # header's pending template instantiations are done again in every file). GCC takes a
   # precompiled header whenever no macro it uses is defined differently (cpp-httplib's and
   # CUDA's definitions in some layers are not), and otherwise parses the header as usual.
-  set(pch_users "")
+  set(any_user OFF)
   foreach(source ${L_SOURCES})
     if(source MATCHES "\\.cpp$")
       herd_includes(${PROJECT_SOURCE_DIR}/${source} "protocol/messages.hpp" uses)
       if(uses)
-        list(APPEND pch_users ${source})
+        set(any_user ON)
       else()
         set_source_files_properties(${source} PROPERTIES SKIP_PRECOMPILE_HEADERS ON)
       endif()
@@ -81,7 +81,7 @@ function(herd_layer name)
   if(name STREQUAL "protocol")
     target_precompile_headers(herd_layer_${name} PRIVATE
                               "$<$<COMPILE_LANGUAGE:CXX>:${PROJECT_SOURCE_DIR}/src/protocol/messages.hpp>")
-  elseif(pch_users AND "protocol" IN_LIST L_DEPS)
+  elseif(any_user)  # herd_check_layers() fails a layer that includes protocol/ without the DEPS
     target_precompile_headers(herd_layer_${name} REUSE_FROM herd_layer_protocol)
   endif()
   set(HERD_LAYER_DEPS_${name} "${L_DEPS}" PARENT_SCOPE)

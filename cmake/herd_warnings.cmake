@@ -2,8 +2,8 @@
 add_library(herd_warnings INTERFACE)
 # -Wno-restrict, -Wno-array-bounds, -Wno-stringop-overflow: GCC 12 reports false -Wrestrict,
 # -Warray-bounds and -Wstringop-overflow inside libstdc++'s std::string assignment and
-# operator+ once they are inlined (GCC bugs 105329, 105651), and which call sites it flags changes with inlining (precompiled headers moved them):
-# -Werror would turn them into build failures.
+# operator+ once they are inlined (GCC bugs 105329, 105651); which call sites it flags moves
+# with inlining (precompiled headers moved them), and -Werror would make them build failures.
 target_compile_options(herd_warnings INTERFACE -Wall -Wextra -Wshadow -Wno-unused-parameter
                        "$<$<AND:$<CXX_COMPILER_ID:GNU>,$<VERSION_LESS:$<CXX_COMPILER_VERSION>,13>>:-Wno-restrict;-Wno-array-bounds;-Wno-stringop-overflow>")
 # HERD_WERROR: ON, OFF or AUTO. AUTO is ON where the code is known to build without a warning:
