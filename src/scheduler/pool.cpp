@@ -321,8 +321,10 @@ PoolState::Ended PoolState::polled(Clock::time_point now, const jobqueue::PollRe
     } else if (auto it = jobs_.find(job.id); it != jobs_.end()) {
       // Running, then pending again: the batch system requeued it (a node failure, scontrol
       // requeue). Its worker may still be registered, silent on a dead node, until it is
-      // declared lost; by then the job may run again elsewhere.
-      if (it->second.state == jobqueue::JobState::running && job.state == jobqueue::JobState::pending) {
+      // declared lost; by then the job may run again elsewhere. Suspended or stopped is not
+      // requeued: it keeps its node and its (frozen) worker.
+      if (it->second.state == jobqueue::JobState::running && job.state == jobqueue::JobState::pending &&
+          !jobqueue::suspended(job)) {
         requeued_.insert(job.id);
         done_.erase(job.id);  // its next incarnation will bring a worker
       }

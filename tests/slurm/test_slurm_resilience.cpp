@@ -338,6 +338,14 @@ TEST_CASE("SlurmResilience.SuspendedJob.ItsSilentWorkerIsNotChargedADeath" * doc
     }
     return !job.empty();
   }, 30s));
+  // The pool has seen the job running before it is suspended: running, then suspended, must
+  // not read as a requeue (which would leave the job in the queue once its worker is let go).
+  REQUIRE(eventually([&] {
+    for (const auto& j : client.status().jobs) {
+      if (j.id == job && j.detail == "RUNNING") return true;
+    }
+    return false;
+  }, 30s));
   struct Resume {
     std::string job;
     ~Resume() { run({"scontrol", "resume", job}); }

@@ -397,6 +397,18 @@ TEST_CASE("Pool.Stalled.SuspendedAndHeldJobsStopCountingAfterATimeout") {
   t.step(1.0);
   t.pool.worker_left(at(11), "job0");
   CHECK(t.step(12.1).cancel == std::vector<std::string>{"job0"});
+  // The same when the pool saw it running before it was suspended: running, then suspended,
+  // is not a requeue (whose next incarnation a lost worker must leave alone).
+  Sim u;
+  u.pool.scale(1);
+  u.step(0);
+  u.run_all();
+  u.step(1.0);  // poll: running
+  u.set("job0", State::pending, "SUSPENDED", "");
+  u.step(3.0);  // poll: suspended
+  CHECK(u.pool.job_suspended("job0"));
+  u.pool.worker_left(at(13), "job0");
+  CHECK(u.step(14.1).cancel == std::vector<std::string>{"job0"});
   // Released and resumed: they count again, and the pool is two over its target.
   s.set("job0", State::running, "RUNNING");
   s.set("job1", State::pending, "PENDING", "Priority");
