@@ -1,10 +1,21 @@
 // The `herd` subcommands implemented in this folder (the scheduler's and the worker's own
 // entries live in their folders: scheduler/scheduler_main.hpp, worker/worker_main.hpp).
 #pragma once
+#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace herd::detail {
+
+/// "NAME=VALUE" split at its first '=' (an option's value, such as --env's); `what` names the
+/// option in the error when there is no '=' or no name.
+inline std::pair<std::string, std::string> split_pair(const std::string& s, const char* what) {
+  const auto eq = s.find('=');
+  if (eq == std::string::npos || eq == 0) throw std::invalid_argument(std::string(what) + ": expected NAME=VALUE, got '" + s + "'");
+  return {s.substr(0, eq), s.substr(eq + 1)};
+}
+
 
 /// `herd jobscript ARGS...` (args exclude the program name); returns the exit code.
 int jobscript_main(const std::vector<std::string>& args);

@@ -136,12 +136,6 @@ double parse_memory_mb(const std::string& text) {
   return v * scale;
 }
 
-std::pair<std::string, std::string> split_pair(const std::string& s, const char* what) {
-  const auto eq = s.find('=');
-  if (eq == std::string::npos || eq == 0) throw std::invalid_argument(std::string(what) + ": expected NAME=VALUE, got '" + s + "'");
-  return {s.substr(0, eq), s.substr(eq + 1)};
-}
-
 void check_pattern(const std::string& pattern, const char* what) {
   for (std::size_t i = pattern.find("%{"); i != std::string::npos; i = pattern.find("%{", i + 2)) {
     const auto end = pattern.find('}', i);

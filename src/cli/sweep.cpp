@@ -226,12 +226,6 @@ void read_sweep_file(const std::string& path, Options& o, const CLI::App& app) {
   }
 }
 
-std::pair<std::string, std::string> split_pair(const std::string& s, const char* what) {
-  const auto eq = s.find('=');
-  if (eq == std::string::npos || eq == 0) throw std::invalid_argument(std::string(what) + ": expected NAME=VALUE, got '" + s + "'");
-  return {s.substr(0, eq), s.substr(eq + 1)};
-}
-
 }  // namespace
 
 int sweep_main(const std::vector<std::string>& all_args) {

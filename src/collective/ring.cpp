@@ -83,10 +83,9 @@ constexpr std::size_t kRecord = 256 << 10;                    // plaintext bytes
 constexpr std::size_t kMinRecord = 64 << 10;                  // a partial step waits for this much
 constexpr auto kHandshakeTimeout = std::chrono::seconds(10);  // for one accepted connection
 
-std::string errno_text(int err) { return std::strerror(err); }
 
 [[noreturn]] void throw_sys(const std::string& what, int err = errno) {
-  throw std::runtime_error("herd ring: " + what + ": " + errno_text(err));
+  throw std::runtime_error("herd ring: " + what + ": " + util::errno_text(err));
 }
 
 void set_nonblocking(int fd) {
@@ -419,7 +418,7 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
         } else if (k < 0 && errno == EINTR) {
           progress = true;  // try again
         } else {
-          fail(next, opname, k < 0 ? errno_text(errno) : "send returned 0");
+          fail(next, opname, k < 0 ? util::errno_text(errno) : "send returned 0");
         }
         return 0;
       };
@@ -435,7 +434,7 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
         } else if (errno == EINTR) {
           progress = true;  // try again
         } else {
-          fail(prev, opname, errno_text(errno));
+          fail(prev, opname, util::errno_text(errno));
         }
         return 0;
       };
@@ -537,7 +536,7 @@ class RingCommunicator final : public herd::detail::CommunicatorImpl {
         const ssize_t k = ::recv(send_fd_, &byte, 1, MSG_DONTWAIT | MSG_PEEK);
         if (k == 0) fail(next, opname, "connection closed");
         if (k > 0) fail(next, opname, "unexpected data from the next rank");
-        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail(next, opname, errno_text(errno));
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) fail(next, opname, util::errno_text(errno));
       }
     }
   }

@@ -138,6 +138,8 @@ std::string to_valid_utf8(std::string_view s) {
   return out;
 }
 
+std::string errno_text(int err) { return std::strerror(err); }
+
 std::string format_bytes(std::uint64_t bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   double v = static_cast<double>(bytes);

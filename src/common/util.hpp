@@ -45,6 +45,9 @@ std::string to_valid_utf8(std::string_view s);
 /// are. "" when `path` is a directory afterwards, else why not (naming the path).
 std::string make_private_directories(const std::string& path);
 
+/// std::strerror(err) as a string: "No such file or directory".
+std::string errno_text(int err);
+
 /// "1.5 GiB", "512 MiB", "12 KiB", "100 B" (powers of 1024).
 std::string format_bytes(std::uint64_t bytes);
 

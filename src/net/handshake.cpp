@@ -11,6 +11,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "common/util.hpp"
 #include "net/bytes.hpp"
 #include "net/tcp.hpp"
 
@@ -27,7 +28,6 @@ constexpr std::size_t kHello = 4 + kOfferId + 12 + kNonce + kMac;       // 96
 constexpr std::size_t kAck = 4 + 8 + kMac;                              // 44
 constexpr int kAcceptsPerStep = 256;  // then the pending ones get their turn
 
-std::string errno_text(int e) { return std::strerror(e); }
 
 std::string hello_fields(const Hello& h) {
   std::string f;
@@ -103,7 +103,7 @@ Gate::Gate(int listen_fd, Options options) : options_(std::move(options)), liste
   if (epoll_fd_ < 0) {
     const int err = errno;
     close_fd(listen_fd_);
-    throw std::runtime_error(options_.who + ": epoll_create1 failed: " + errno_text(err));
+    throw std::runtime_error(options_.who + ": epoll_create1 failed: " + util::errno_text(err));
   }
   epoll_event ev{};
   ev.events = EPOLLIN;
@@ -181,7 +181,7 @@ void Gate::accept_all(Clock::time_point now) {
         // taken with the descriptor kept for this and closed (its peer retries, or was a stray).
         std::uint64_t held = 0;
         if (log_accept_.allow(now, held)) {
-          HERD_LOG(warning) << options_.who << ": out of descriptors (" << errno_text(err) << "), dropping "
+          HERD_LOG(warning) << options_.who << ": out of descriptors (" << util::errno_text(err) << "), dropping "
                             << (pending_.empty() ? "new connections" : "connections that have not proved an offer")
                             << (held > 0 ? " (" + std::to_string(held) + " more since the last such line)" : "");
         }
@@ -199,7 +199,7 @@ void Gate::accept_all(Clock::time_point now) {
         return;
       }
       std::uint64_t held = 0;
-      if (log_accept_.allow(now, held)) HERD_LOG(warning) << options_.who << ": accept failed: " << errno_text(err);
+      if (log_accept_.allow(now, held)) HERD_LOG(warning) << options_.who << ": accept failed: " << util::errno_text(err);
       return;
     }
     if (pending_.size() >= options_.max_pending) drop_random();  // a flood: a random one makes room
@@ -438,7 +438,7 @@ Dialer::State Dialer::step(short revents) {
       socklen_t len = sizeof err;
       if (::getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
     }
-    if (err != 0) return fail("cannot connect to " + where_ + ": " + errno_text(err), true);
+    if (err != 0) return fail("cannot connect to " + where_ + ": " + util::errno_text(err), true);
     phase_ = Phase::challenge;
   }
   if (phase_ == Phase::challenge) {
@@ -461,7 +461,7 @@ Dialer::State Dialer::step(short revents) {
     const ssize_t k = ::send(fd_, out_.data() + out_sent_, out_.size() - out_sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k > 0) out_sent_ += static_cast<std::size_t>(k);
     else if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-      return fail("cannot write to " + where_ + ": " + errno_text(errno));
+      return fail("cannot write to " + where_ + ": " + util::errno_text(errno));
     }
     if (out_sent_ < out_.size()) return state_;
     phase_ = Phase::ack;

@@ -15,6 +15,7 @@
 #include <stdexcept>
 
 #include "common/logging.hpp"
+#include "common/util.hpp"
 #include "net/bytes.hpp"
 #include "net/tcp.hpp"
 
@@ -29,7 +30,6 @@ constexpr int kSocketBuffer = 4 << 20;           // SO_SNDBUF / SO_RCVBUF of a l
 constexpr std::size_t kMaxSend = 8 << 20;         // one send() of plain bytes at most
 constexpr auto kHelloTimeout = std::chrono::seconds(10);
 
-std::string errno_text(int err) { return std::strerror(err); }
 
 /// Writes all of [p, p+n) on a blocking socket; false with errno set on failure.
 bool send_all(int fd, const char* p, std::size_t n) {
@@ -62,7 +62,7 @@ LaneServer::LaneServer(const std::string& host, bool encrypt, std::chrono::milli
   options.hello_timeout = std::min<Clock::duration>(kHelloTimeout, timeout_);
   gate_ = std::make_unique<Gate>(listen_fd, std::move(options));
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (wake_fd_ < 0) throw std::runtime_error("herd data lane: eventfd: " + errno_text(errno));
+  if (wake_fd_ < 0) throw std::runtime_error("herd data lane: eventfd: " + util::errno_text(errno));
   acceptor_ = std::thread([this] { accept_loop(); });
 }
 
@@ -132,7 +132,7 @@ void LaneServer::accept_loop() {
       wait = std::min(wait, std::chrono::ceil<std::chrono::milliseconds>(*next - Clock::now()) + std::chrono::milliseconds(1));
     }
     if (::poll(fds, 2, static_cast<int>(std::max<std::int64_t>(0, wait.count()))) < 0 && errno != EINTR) {
-      HERD_LOG(error) << "herd data lane: poll: " << errno_text(errno);
+      HERD_LOG(error) << "herd data lane: poll: " << util::errno_text(errno);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
@@ -238,7 +238,7 @@ void LaneServer::send_offer(Transfer& t, const Offer& offer, RecordCipher* ciphe
         HERD_LOG(warning) << "herd data lane: sending stopped after " << sent << " of " << total
                           << " bytes: " << (err == EAGAIN || err == EWOULDBLOCK
                                                 ? "the fetcher read nothing for " + std::to_string(timeout_.count()) + " ms"
-                                                : errno_text(err));
+                                                : util::errno_text(err));
         return;
       }
       off += n;
@@ -475,7 +475,7 @@ std::string LaneReceiver::receive(std::size_t budget) {
     const ssize_t k = ::recv(fd_, to, want, 0);
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) break;
     if (k <= 0) {
-      return (k == 0 ? "the holder closed its lane " + where_ : "its lane " + where_ + " failed: " + errno_text(errno)) +
+      return (k == 0 ? "the holder closed its lane " + where_ : "its lane " + where_ + " failed: " + util::errno_text(errno)) +
              " after " + std::to_string(item.received) + " of " + std::to_string(size) + " bytes of a result";
     }
     const auto got = static_cast<std::size_t>(k);

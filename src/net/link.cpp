@@ -11,6 +11,7 @@
 #include <stdexcept>
 
 #include "common/logging.hpp"
+#include "common/util.hpp"
 #include "net/bytes.hpp"
 #include "net/tcp.hpp"
 
@@ -24,7 +25,6 @@ namespace {
 constexpr std::size_t kFirstChunk = 4u << 10;
 constexpr std::size_t kReadChunk = 64u << 10;
 
-std::string errno_text(int e) { return std::strerror(e); }
 
 
 
@@ -104,7 +104,7 @@ void Link::flush() {
     } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       break;
     } else {
-      fail("cannot write to " + peer_ + ": " + errno_text(n < 0 ? errno : EPIPE));
+      fail("cannot write to " + peer_ + ": " + util::errno_text(n < 0 ? errno : EPIPE));
     }
   }
   if (out_begin_ == out_.size()) {
@@ -179,7 +179,7 @@ void Link::receive(std::vector<protocol::Received>& out, std::size_t budget) {
     }
     if (n < 0) {
       if (errno == EINTR) continue;
-      if (errno != EAGAIN && errno != EWOULDBLOCK) fail("cannot read from " + peer_ + ": " + errno_text(errno));
+      if (errno != EAGAIN && errno != EWOULDBLOCK) fail("cannot read from " + peer_ + ": " + util::errno_text(errno));
       break;
     }
     in_end_ += static_cast<std::size_t>(n);
@@ -238,7 +238,7 @@ LinkHub::LinkHub(const std::string& host, std::uint64_t max_frame, std::chrono::
   options.hello_timeout = std::min<std::chrono::steady_clock::duration>(timeout_, std::chrono::seconds(5));
   gate_ = std::make_unique<Gate>(listen_fd, std::move(options));
   epoll_fd_ = ::epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) throw std::runtime_error("the scheduler's control links: epoll_create1 failed: " + errno_text(errno));
+  if (epoll_fd_ < 0) throw std::runtime_error("the scheduler's control links: epoll_create1 failed: " + util::errno_text(errno));
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = gate_->fd();
@@ -323,7 +323,7 @@ void LinkHub::step(Events& events, std::chrono::steady_clock::time_point now) {
         int err = 0;
         socklen_t len = sizeof err;
         (void)::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
-        e.link->mark_failed(err != 0 ? "the worker's link: " + errno_text(err) : "the worker hung up its link");
+        e.link->mark_failed(err != 0 ? "the worker's link: " + util::errno_text(err) : "the worker hung up its link");
       }
     }
     if (n < 64) break;

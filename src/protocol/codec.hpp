@@ -128,6 +128,14 @@ void pack_into(WriteBuffer& buffer, const T& body) {
   else msgpack::pack(buffer, body);
 }
 
+/// `value` packed alone, as bytes (a journal record's body, for one).
+template <typename T>
+std::vector<char> pack_bytes(const T& value) {
+  WriteBuffer buffer;
+  pack_into(buffer, value);
+  return {buffer.data(), buffer.data() + buffer.size()};
+}
+
 /// Header and body in one frame.
 template <typename T>
 zmq::message_t encode(MessageType type, const T& body) {

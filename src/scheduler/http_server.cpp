@@ -272,7 +272,7 @@ HttpServer::HttpServer(const HttpOptions& options) : impl_(std::make_unique<Impl
     res.set_content(dashboard_html(), "text/html; charset=utf-8");
   });
   srv.Get("/api/status", [impl](const httplib::Request&, httplib::Response& res) {
-    res.set_content(detail::to_cluster_status(impl->current()).to_json(), "application/json");
+    res.set_content(herd::detail::to_cluster_status(impl->current()).to_json(), "application/json");
   });
   if (options.history) {
     srv.Get("/api/history", [history = options.history](const httplib::Request&, httplib::Response& res) {

@@ -23,7 +23,6 @@ namespace herd::scheduler {
 
 namespace {
 constexpr std::size_t kMaxEvents = 1000;        // task runs kept for the task stream
-constexpr std::int64_t kThroughputWindow = 10;  // seconds
 }  // namespace
 
 void WorkerOut::reset() {

@@ -488,6 +488,7 @@ class SchedulerState {
   std::string validate() const;
 
   // Observability: totals, finishes per second, the newest task runs.
+  static constexpr std::int64_t kThroughputWindow = 10;  // seconds of finishes_per_second kept
   struct Counters {
     std::uint64_t finished_total = 0, failed_total = 0;
     std::deque<std::pair<std::int64_t, std::uint64_t>> finishes_per_second;  // (unix s, count)

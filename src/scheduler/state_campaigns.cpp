@@ -17,6 +17,7 @@
 #include <msgpack.hpp>
 
 #include "common/logging.hpp"
+#include "protocol/codec.hpp"
 #include "scheduler/journal.hpp"
 #include "scheduler/state.hpp"
 #include "net/buffer.hpp"
@@ -37,11 +38,6 @@ struct Recipe {
 /// as herd::LostInRestart. The journal loads records up to 16 MiB in one read.
 constexpr std::size_t kMaxRecipeBytes = std::size_t{8} << 20;
 
-std::vector<char> pack_bytes(const auto& value) {
-  msgpack::sbuffer buf;
-  msgpack::pack(buf, value);
-  return {buf.data(), buf.data() + buf.size()};
-}
 }  // namespace
 
 std::size_t SchedulerState::campaign_size(const std::string& name) const {
@@ -65,7 +61,7 @@ void SchedulerState::campaign_task_added(const std::string& name, TaskId id, Cli
       // Its key (a display key for an unnamed task: never restored, but named in the error).
       r.inputs.push_back(dep != nullptr ? graph_.key_of(*dep) : std::string());
     }
-    std::vector<char> recipe = pack_bytes(r);
+    std::vector<char> recipe = protocol::pack_bytes(r);
     if (recipe.size() > kMaxRecipeBytes) {
       HERD_LOG(warning) << "campaign " << name << ": the recipe of " << graph_.user_key(*t) << " ("
                         << recipe.size() << " bytes) is too large to journal; if the scheduler restarts before "
@@ -83,7 +79,7 @@ void SchedulerState::campaign_task_added(const std::string& name, TaskId id, Cli
 
 void SchedulerState::journal_campaign_error(const Task& t) {
   if (!t.error) return;
-  out_.journal.emplace_back(campaign_error_key(graph_.user_key(t)), pack_bytes(*t.error));
+  out_.journal.emplace_back(campaign_error_key(graph_.user_key(t)), protocol::pack_bytes(*t.error));
 }
 
 const std::string& SchedulerState::campaign_of(TaskId id) const {

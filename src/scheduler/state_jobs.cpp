@@ -18,6 +18,7 @@
 
 #include "common/logging.hpp"
 #include "common/util.hpp"
+#include "protocol/codec.hpp"
 #include "scheduler/journal.hpp"
 #include "scheduler/state.hpp"
 
@@ -61,11 +62,6 @@ int exit_code_of(const std::string& message) {
   }
 }
 
-std::vector<char> pack_bytes(const auto& value) {
-  msgpack::sbuffer buf;
-  msgpack::pack(buf, value);
-  return {buf.data(), buf.data() + buf.size()};
-}
 
 std::string command_text(const protocol::JobTaskDef& d) {
   if (!d.script.empty()) return d.script;
@@ -219,7 +215,7 @@ std::uint64_t SchedulerState::submit_job(protocol::JobSpec spec, const Now& now,
     r.job = job.id;
     r.spec = job.spec;
     r.at_ms = job.submitted_ms;
-    out_.journal.emplace_back(job_record_key(), pack_bytes(r));
+    out_.journal.emplace_back(job_record_key(), protocol::pack_bytes(r));
   }
   HERD_LOG(info) << "job " << job.id << (job.spec.name.empty() ? "" : " (" + job.spec.name + ")") << ": " << job.total
                  << " tasks";
@@ -294,7 +290,7 @@ bool SchedulerState::cancel_job(std::uint64_t id, const std::string& why, std::s
     r.job = id;
     r.reason = why;
     r.at_ms = last_unix_ms_;
-    out_.journal.emplace_back(job_record_key(), pack_bytes(r));
+    out_.journal.emplace_back(job_record_key(), protocol::pack_bytes(r));
   }
   for (std::uint64_t p = 0; p < job.total; ++p) {
     if (job.state[p] == JobTaskState::waiting) job.set(p, JobTaskState::cancelled);
@@ -442,7 +438,7 @@ void SchedulerState::job_tasks_finished(Effects& fx) {
     graph_.release(tid, fx);  // its result (nothing) freed, the task forgotten
   }
   jobs_finished_.clear();
-  for (auto& [id, r] : records) out_.journal.emplace_back(job_record_key(), pack_bytes(r));
+  for (auto& [id, r] : records) out_.journal.emplace_back(job_record_key(), protocol::pack_bytes(r));
 }
 
 void SchedulerState::job_outcome(Job& job, std::uint64_t p, JobTaskState s, JobFailure failure) {

@@ -13,7 +13,6 @@
 namespace herd::scheduler {
 
 namespace {
-constexpr std::int64_t kThroughputWindow = 10;  // seconds
 constexpr std::uint32_t kDashboardEvents = 300;  // task runs the dashboard gets
 
 std::int64_t unix_ms() {
@@ -82,9 +81,9 @@ protocol::StatusReply Scheduler::status_snapshot(std::uint32_t max_events) const
   const std::int64_t second = s.now_ms / 1000;
   std::uint64_t recent = 0;
   for (const auto& [sec, n] : counters.finishes_per_second) {
-    if (sec > second - kThroughputWindow) recent += n;
+    if (sec > second - SchedulerState::kThroughputWindow) recent += n;
   }
-  s.throughput = static_cast<double>(recent) / std::clamp(s.uptime_s, 1.0, static_cast<double>(kThroughputWindow));
+  s.throughput = static_cast<double>(recent) / std::clamp(s.uptime_s, 1.0, static_cast<double>(SchedulerState::kThroughputWindow));
   for (const auto& p : pools_) {
     std::map<std::string, std::string> by_job;
     for (const auto& [id, w] : state_.workers()) {
