@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "common/util.hpp"
 #include "common/env.hpp"
 
 namespace herd::detail {
@@ -38,7 +39,7 @@ int config_main(const std::vector<std::string>& args) {
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return util::usage_exit(app.exit(e));
   }
   std::vector<env::Knob> knobs;
   try {

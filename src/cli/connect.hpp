@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/env.hpp"
+#include "common/util.hpp"
 #include "herd/client.hpp"
 
 namespace herd::detail {
@@ -34,7 +35,7 @@ struct SchedulerArgs {
     try {
       app.parse(reversed);
     } catch (const CLI::ParseError& e) {
-      return app.exit(e);
+      return util::usage_exit(app.exit(e));
     }
     if (address.empty()) {
       std::cerr << app.get_name() << ": no scheduler address (--scheduler or $HERD_SCHEDULER)\n";

@@ -53,7 +53,7 @@ Job file (--file, TOML, as HyperQueue's):
   deps = [1]                 # runs once task 1 succeeded
   resources = { cpus = 4, gpus = 1, memory = "4G" }
   env = { OMP_NUM_THREADS = "4" }
-  # also: name, cwd, priority, time_limit = "10m", retries, pool
+  # also: name, cwd, priority, time_limit = "10m", retries, pool, nodes = 2 (for mpirun)
 Exit status: the job's id is printed; with --wait, 0 when every task succeeded, 1 when one
   failed or was cancelled (2: usage errors).)";
 
@@ -266,9 +266,13 @@ void read_job_file(const std::string& path, protocol::JobSpec& spec, std::string
         d.retries = static_cast<std::uint32_t>(whole(v, k));
       } else if (k == "pool") {
         d.pool = text(v, k);
+      } else if (k == "nodes") {
+        const std::int64_t n = whole(v, k);
+        if (n < 1) fail_at(v.source(), "nodes: expected a whole number of nodes, 1 or more");
+        d.nodes = n > 1 ? static_cast<std::uint32_t>(n) : 0;
       } else {
         fail_at(key.source(), "[[task]]: unknown key '" + k +
-                                  "' (id, name, command, cwd, env, deps, resources, priority, time_limit, retries, pool)");
+                                  "' (id, name, command, cwd, env, deps, resources, priority, time_limit, retries, pool, nodes)");
       }
     }
     if (!has_command) fail_at(node.source(), "[[task]]: no command");
@@ -402,7 +406,7 @@ int submit(const std::vector<std::string>& all_args) {
   app.add_option("--cpus", cpus, "resource cpus=N per task (workers must offer it)");
   app.add_option("--gpus", gpus, "resource gpu=N per task (a Slurm pool's gpus)");
   app.add_option("--memory", memory, "resource memory per task, e.g. 4G (in MB)");
-  app.add_option("--nodes", nodes, "workers per task (1)")->check(CLI::PositiveNumber);
+  app.add_option("--nodes", nodes, "whole nodes per task (1): workers on this many hosts of one allocation, held for the task alone; it runs on the first, with HERD_NODES and HERD_NODE_FILE (for mpirun)")->check(CLI::PositiveNumber);
   app.add_option("--resource", resources, "NAME=AMOUNT per task (repeatable)")->allow_extra_args(false);
   app.add_option("--time-limit", time_limit, "a task is killed after this long (90s, 10m, 2h, HH:MM:SS)");
   app.add_option("--priority", priority, "higher runs first");
@@ -437,7 +441,6 @@ int submit(const std::vector<std::string>& all_args) {
       std::cerr << "herd submit: no command: give it after `--` (herd submit -- ./sim.sh), or --file\n";
       return 2;
     }
-    if (nodes != 1) throw std::invalid_argument("--nodes " + std::to_string(nodes) + ": a task runs on one worker (1)");
     if (!array.empty() && !each_line.empty()) throw std::invalid_argument("give --array or --each-line, not both");
     const std::string here = absolute(".");
     spec.submit_dir = here;
@@ -478,6 +481,7 @@ int submit(const std::vector<std::string>& all_args) {
       if (!from_file || app.count("--priority") > 0) d.priority = priority;
       if (app.count("--retries")) d.retries = static_cast<std::uint32_t>(retries);
       if (!pool.empty()) d.pool = pool;
+      if (app.count("--nodes") > 0) d.nodes = nodes > 1 ? static_cast<std::uint32_t>(nodes) : 0;
       if (!cwd.empty() && (!from_file || d.cwd.empty())) d.cwd = cwd;
       for (const std::string& e : env) {
         const auto [ename, value] = split_pair(e, "--env");

@@ -3,6 +3,7 @@
 #include <iostream>
 
 #include "cli/commands.hpp"
+#include "common/util.hpp"
 #include "common/process.hpp"
 #include "herd/slurm.hpp"
 #include "jobqueue/pool_config.hpp"
@@ -33,7 +34,7 @@ int jobscript_main(const std::vector<std::string>& args) {
     }
     return 0;
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return util::usage_exit(app.exit(e));
   } catch (const std::exception& e) {
     std::cerr << "herd jobscript: " << e.what() << "\n";
     return 1;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "common/util.hpp"
 #include "cli/connect.hpp"
 #include "record/report.hpp"
 
@@ -79,7 +80,7 @@ int report_main(const std::vector<std::string>& args) {
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return util::usage_exit(app.exit(e));
   }
   if (format != "html" && format != "trace") {
     std::cerr << "herd report: unknown --format '" << format << "' (known: html, trace)\n";

@@ -280,7 +280,7 @@ int sweep_main(const std::vector<std::string>& all_args) {
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return util::usage_exit(app.exit(e));
   }
   try {
     if (!file.empty()) read_sweep_file(file, o, app);

@@ -45,6 +45,10 @@ std::string to_valid_utf8(std::string_view s);
 /// are. "" when `path` is a directory afterwards, else why not (naming the path).
 std::string make_private_directories(const std::string& path);
 
+/// herd's exit status for a command line CLI11 refused: 2, the usage error of every herd
+/// command, for CLI11's own codes (100 and up); 0 stays 0 (--help, --version).
+inline int usage_exit(int cli11_code) { return cli11_code == 0 ? 0 : 2; }
+
 /// std::strerror(err) as a string: "No such file or directory".
 std::string errno_text(int err);
 

@@ -26,7 +26,7 @@
 
 namespace herd::protocol {
 
-inline constexpr std::uint8_t kProtocolVersion = 10;
+inline constexpr std::uint8_t kProtocolVersion = 11;
 inline constexpr char kMagic[4] = {'H', 'E', 'R', 'D'};
 inline constexpr std::size_t kHeaderSize = 6;
 
@@ -545,7 +545,10 @@ struct JobTaskDef {
   std::uint32_t retries = 0;                // runs again a failed task up to this many times
   std::string pool;                         // only on workers of this pool ("" = any)
   std::vector<std::uint64_t> deps;          // ids of tasks of the same job it waits for
-  MSGPACK_DEFINE_MAP(id, name, argv, script, env, cwd, resources, priority, time_limit_ms, retries, pool, deps);
+  std::uint32_t nodes = 0;                  // whole nodes it takes (as TaskSpec::nodes; 0 = a slot
+                                            //   of one worker)
+  MSGPACK_DEFINE_MAP(id, name, argv, script, env, cwd, resources, priority, time_limit_ms, retries, pool, deps,
+                     nodes);
 };
 
 struct JobSpec {

@@ -200,7 +200,7 @@ int scheduler_main(const std::vector<std::string>& args) {
   try {
     app.parse(reversed);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return util::usage_exit(app.exit(e));
   }
   if (no_dashboard) options.dashboard.clear();
   log::set_process_name("scheduler");

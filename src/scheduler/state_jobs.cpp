@@ -395,9 +395,11 @@ void SchedulerState::materialize(Job& job, std::uint64_t position) {
   spec.retries = def.retries;
   spec.resources = def.resources;
   spec.pool = def.pool;
+  spec.nodes = def.nodes;
   spec.want_result = true;
   graph_.add(spec, 0, shape_of(spec.resources, {}, spec.pool, false), fx_);
   if (Task* t = graph_.find(spec.id)) t->job = true;
+  if (spec.nodes != 0) multinode_added(spec);
   job_tasks_.emplace(spec.id, JobTaskRef{job.id, position});
   job.set(position, JobTaskState::running);
 }

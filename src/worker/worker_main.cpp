@@ -6,6 +6,7 @@
 #include <iostream>
 
 #include "worker/worker_main.hpp"
+#include "common/util.hpp"
 #include "common/logging.hpp"
 #include "common/security.hpp"
 #include "task/log_capture.hpp"
@@ -78,7 +79,7 @@ int worker_main(const std::vector<std::string>& args) {
       options.memory_limit = static_cast<std::uint64_t>(v * scale);
     }
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return util::usage_exit(app.exit(e));
   }
   log::set_process_name("worker " + (options.name.empty() ? std::string("?") : options.name));
   // Keep recent output in memory for `herd logs` (it still goes to stderr / the job's files),

@@ -369,4 +369,13 @@ TEST_CASE("Jobs.BadInput.NoCommandUnknownPlaceholderBadArray") {
   out = s.herd("submit --array 5-1 -- true", &rc);
   CHECK(rc == 2);
   CHECK(out.find("ends before it starts") != std::string::npos);
+  out = s.herd("submit --nodes 0 -- true", &rc);
+  CHECK(rc == 2);
+  CHECK(out.find("--nodes") != std::string::npos);
+  // Line 3, column 9: a task of no nodes (whole nodes of an allocation: 1 or more).
+  std::ofstream(dir + "/nodes.toml") << "[[task]]\ncommand = \"true\"\nnodes = 0\n";
+  out = s.herd("submit --file " + dir + "/nodes.toml", &rc);
+  CHECK(rc == 2);
+  CHECK(out.find("nodes.toml:3:9") != std::string::npos);
+  CHECK(out.find("1 or more") != std::string::npos);
 }

@@ -8,7 +8,8 @@
 //   TwoAndThreeNodes  one shell task of 2 nodes and one of 3, submitted together: each ran
 //                     once, with one rank on each of the hosts it held (HERD_NODES, the node
 //                     file), and MPI_Allreduce's values are right; they never ran at the same
-//                     time (a node is held for one task alone).
+//                     time (a node is held for one task alone); then a 2-node job of
+//                     `herd submit --nodes 2 --wait` to the same scheduler, its values right.
 //   NodeKilled        two 2-node runs share a host; it is killed (local-slurm.sh crash) while
 //                     their ranks wait: the task without retries fails with an error naming
 //                     that host, the one with retries(1) runs again on two healthy hosts and
@@ -27,7 +28,9 @@
 #include <herd/herd.hpp>
 
 #include "common/util.hpp"
+#include "common/process.hpp"
 #include "support/multinode_util.hpp"
+#include "support/process_util.hpp"
 
 #ifndef HERD_MPI_ALLREDUCE
 #error "HERD_MPI_ALLREDUCE (the path of the MPI test program) must be defined by the build"
@@ -214,6 +217,28 @@ TEST_CASE("MultinodeMpi.TwoAndThreeNodesOneRankPerHostAllreduceRight" * doctest:
   REQUIRE(s2 > 0);
   REQUIRE(s3 > 0);
   CHECK((e2 <= s3 || e3 <= s2));
+
+  // The same from the shell: `herd submit --nodes 2 --wait` to this scheduler, the output in a
+  // file every host sees.
+  const std::string herd_cli = (fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd").string();
+  REQUIRE(fs::exists(herd_cli));
+  std::string env_args;
+  for (const auto& [k, v] : mpi_env()) env_args += " --env " + herd::util::shell_quote(k + "=" + v);
+  int rc = -1;
+  const std::string said = run_command(herd::util::shell_quote(herd_cli) + " submit --scheduler " +
+                                           herd::util::shell_quote(client.scheduler_address()) + " --nodes 2 --wait" +
+                                           env_args + " --stdout " + s.dir + "/cli.out --stderr " + s.dir +
+                                           "/cli.err -- " + herd::util::shell_quote(mpi_command()) + " 2>&1",
+                                       &rc);
+  INFO("herd submit: " << said << "\nstdout: " << read_file(s.dir + "/cli.out") << "\nstderr: " << read_file(s.dir + "/cli.err"));
+  REQUIRE(rc == 0);
+  const std::string cli_out = read_file(s.dir + "/cli.out");
+  const NodesLine cli_held = nodes_line(cli_out);
+  CHECK(cli_held.count == 2);
+  CHECK(std::set<std::string>(cli_held.hosts.begin(), cli_held.hosts.end()).size() == 2);
+  const auto cli_lines = rank_lines(cli_out);
+  REQUIRE(cli_lines.size() == 2);
+  for (const auto& l : cli_lines) CHECK(l.sum == 3);
 }
 
 TEST_CASE("MultinodeMpi.NodeKilledMidRunFailsNamingItRetryRunsOnHealthyNodes" * doctest::timeout(280)) {

@@ -324,3 +324,29 @@ TEST_CASE("MultiNode.CancelledWhileWaitingLetsItsReservationGo") {
   CHECK(b.status(after) == TaskStatus::processing);
   (void)busy;
 }
+
+TEST_CASE("MultiNode.AJobOfHerdSubmitTakesNodesToo") {
+  // `herd submit --nodes 2 -- mpirun ...`: the job's task is placed as TaskOptions::nodes(2).
+  Bed b;
+  b.add("a1", "n1", "7_0");
+  b.add("a2", "n2", "7_0");
+  b.add("b1", "n3", "8_0");
+  herd::protocol::JobSpec spec;
+  spec.task.argv = {"mpirun", "./solver"};
+  spec.task.nodes = 2;
+  std::string error;
+  const std::uint64_t job = b.state.submit_job(spec, b.now, error);
+  REQUIRE_MESSAGE(job != 0, error);
+  b.turn();
+  std::vector<std::pair<WorkerId, herd::protocol::ExecuteTask>> sent;
+  for (const auto& [w, list] : b.executed) {
+    for (const auto& e : list) sent.emplace_back(w, e);
+  }
+  REQUIRE(sent.size() == 1);  // once, on the first of its hosts
+  CHECK(sent[0].second.nodes == std::vector<std::string>{"n1", "n2"});
+  CHECK(b.rec(sent[0].first).job_id == "7_0");
+  std::size_t held = 0;
+  for (const auto& [id, w] : b.state.workers()) held += w.held_by == sent[0].second.id;
+  CHECK(held == 2);
+  CHECK(b.rec(b.by_name["b1"]).held_by == 0);
+}
