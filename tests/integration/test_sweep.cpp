@@ -24,6 +24,7 @@
 #include "common/process.hpp"
 #include "common/util.hpp"
 #include "sweep/results.hpp"
+#include "support/process_util.hpp"
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
@@ -542,12 +543,7 @@ TEST_CASE("Sweep.Resume.AfterTheSweepIsKilled" * doctest::timeout(90)) {
 
 namespace {
 
-std::string herd_cli() {
-  // The test binaries sit in <build>/tests, the CLI in <build>.
-  const fs::path cli = fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd";
-  REQUIRE_MESSAGE(fs::exists(cli), "the herd CLI is not at " << cli);
-  return cli.string();
-}
+std::string herd_cli() { return herd::testing::herd_cli_path(); }
 
 /// Runs `herd ARGS...` in `cwd`; returns the exit code, stdout+stderr in `output`.
 int run_cli(const std::vector<std::string>& args, const std::string& cwd, std::string& output) {

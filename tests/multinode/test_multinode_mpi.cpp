@@ -28,7 +28,6 @@
 #include <herd/herd.hpp>
 
 #include "common/util.hpp"
-#include "common/process.hpp"
 #include "support/multinode_util.hpp"
 #include "support/process_util.hpp"
 
@@ -220,8 +219,7 @@ TEST_CASE("MultinodeMpi.TwoAndThreeNodesOneRankPerHostAllreduceRight" * doctest:
 
   // The same from the shell: `herd submit --nodes 2 --wait` to this scheduler, the output in a
   // file every host sees.
-  const std::string herd_cli = (fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd").string();
-  REQUIRE(fs::exists(herd_cli));
+  const std::string herd_cli = herd_cli_path();
   std::string env_args;
   for (const auto& [k, v] : mpi_env()) env_args += " --env " + herd::util::shell_quote(k + "=" + v);
   int rc = -1;

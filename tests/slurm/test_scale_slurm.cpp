@@ -41,11 +41,7 @@ HERD_TASK(plus_one);
 std::string big_result(int n) { return std::string(static_cast<std::size_t>(n), 'r'); }
 HERD_TASK(big_result);
 
-std::string cli() {
-  const fs::path p = fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd";
-  REQUIRE(fs::exists(p));
-  return p.string();
-}
+std::string cli() { return herd_cli_path(); }
 
 struct Ran {
   int rc = 0;

@@ -14,7 +14,7 @@
 
 #include <herd/herd.hpp>
 
-#include "common/process.hpp"
+#include "support/process_util.hpp"
 #include "common/util.hpp"
 #include "sweep/results.hpp"
 
@@ -105,9 +105,8 @@ TEST_CASE("Sweep.Slurm.CommandLineWithAConfigurationFile" * doctest::timeout(300
   std::ofstream(dir + "/cluster.toml") << "[pool.cpu]\npartition = \"cpu\"\ncores = 1\nmemory = \"300M\"\n"
                                        << "walltime = \"00:10:00\"\njob_name = \"" << name << "\"\n"
                                        << "log_directory = \"" << dir << "/logs\"\njobs = 2\n";
-  const fs::path cli = fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd";
-  REQUIRE(fs::exists(cli));
-  const std::string line = "cd " + herd::util::shell_quote(dir) + " && " + herd::util::shell_quote(cli.string()) +
+  const std::string cli = herd::testing::herd_cli_path();
+  const std::string line = "cd " + herd::util::shell_quote(dir) + " && " + herd::util::shell_quote(cli) +
                            // --cpus: the pool's workers offer their cores on their own (issue 45), and
                            // each trial runs on one of its own, with OMP_NUM_THREADS=1.
                            " sweep --config cluster.toml --cpus 1 --grid x=3,1,2 --metric loss --progress lines "
@@ -140,10 +139,9 @@ TEST_CASE("Sweep.Slurm.TimeoutLongerThanTheWalltimeRunsWithAWarning" * doctest::
   std::ofstream(dir + "/cluster.toml") << "[pool.cpu]\npartition = \"cpu\"\ncores = 1\nmemory = \"300M\"\n"
                                        << "walltime = \"00:02:00\"\nretire_before = 60\njob_name = \"" << name
                                        << "\"\nlog_directory = \"" << dir << "/logs\"\njobs = 1\n";
-  const fs::path cli = fs::path(herd::process::self_executable()).parent_path().parent_path() / "herd";
-  REQUIRE(fs::exists(cli));
+  const std::string cli = herd::testing::herd_cli_path();
   const std::string line = "cd " + herd::util::shell_quote(dir) + " && timeout 200 " +
-                           herd::util::shell_quote(cli.string()) +
+                           herd::util::shell_quote(cli) +
                            " sweep --config cluster.toml --grid x=3,1 --metric loss --timeout 600 --progress lines "
                            "-- 'echo herd-metric loss={x}' 2>&1";
   const herd::ShellResult r = herd::shell(herd::ShellCommand{line});

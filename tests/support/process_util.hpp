@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <stdexcept>
@@ -96,6 +97,14 @@ bool eventually(Pred pred, std::chrono::milliseconds limit) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return pred();
+}
+
+/// The `herd` command of this build: test binaries sit in <build>/tests, the CLI in <build>.
+inline std::string herd_cli_path() {
+  const std::filesystem::path cli =
+      std::filesystem::path(herd::process::self_executable()).parent_path().parent_path() / "herd";
+  REQUIRE_MESSAGE(std::filesystem::exists(cli), "the herd CLI is not at " << cli);
+  return cli.string();
 }
 
 /// Runs `command` through the shell and returns what it wrote to stdout; `rc` (if given) gets
